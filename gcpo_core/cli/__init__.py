@@ -1,0 +1,30 @@
+"""The ``gcpo`` command line: one sub-command per module in this package."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from gcpo_core.cli import credit
+from gcpo_core.cli.common import CommandError
+
+SUBCOMMANDS = (credit,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gcpo", description="GCPO cooperative credit assignment for verl.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in SUBCOMMANDS:
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except CommandError as err:
+        print(f"gcpo {args.command}: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,113 @@
+"""Pieces shared by the ``gcpo`` sub-commands: errors, credit-engine flags, JSONL input and atomic output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from typing import Iterator, Optional
+
+from gcpo_core.advantages import ADVANTAGE_MODES
+from gcpo_core.config import CreditConfig
+from gcpo_core.kernels import KERNELS
+from gcpo_core.quality import QUALITY_MAPS
+from gcpo_core.shapley import SHAPLEY_METHODS
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as ``gcpo <command>: <message>`` with exit status 2."""
+
+
+def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags for every :class:`CreditConfig` choice; defaults are the recipe's."""
+    defaults = CreditConfig()
+    group = parser.add_argument_group("credit engine")
+    group.add_argument("--method", choices=SHAPLEY_METHODS, default=defaults.method, help="Shapley estimator")
+    group.add_argument("--exact-max", type=int, default=defaults.exact_max_contributors, metavar="C",
+                       help="auto: largest number of correct rollouts solved exactly (default %(default)s)")
+    group.add_argument("--permutations", type=int, default=defaults.permutations, metavar="M",
+                       help="Monte-Carlo permutations per group (default %(default)s)")
+    group.add_argument("--no-antithetic", dest="antithetic", action="store_false", help="no reversed permutations")
+    group.add_argument("--no-stratified", dest="stratified", action="store_false",
+                       help="no position-stratified permutations")
+    group.add_argument("--seed", type=int, default=defaults.seed, help="Monte-Carlo seed (default %(default)s)")
+    group.add_argument("--kernel", choices=KERNELS.names(), default=defaults.kernel)
+    group.add_argument("--rbf-bandwidth", type=float, default=None, metavar="SIGMA",
+                       help="RBF sigma (default: median heuristic)")
+    group.add_argument("--quality", choices=QUALITY_MAPS.names(), default=defaults.quality,
+                       help="reward -> quality mapping (default %(default)s)")
+    group.add_argument("--advantage", choices=ADVANTAGE_MODES.names(), default=defaults.advantage, metavar="MODE",
+                       help="shapley: normalise phi; mix: normalise r + lambda*phi (default %(default)s)")
+    group.add_argument("--mix-coef", type=float, default=defaults.mix_coef, metavar="LAMBDA")
+    group.add_argument("--no-std-norm", dest="norm_by_std", action="store_false",
+                       help="centre advantages without dividing by the group std (Dr.GRPO)")
+    group.add_argument("--max-group-size", type=int, default=defaults.max_group_size)
+
+
+def credit_config_from_args(args: argparse.Namespace) -> CreditConfig:
+    try:
+        return CreditConfig(
+            kernel=args.kernel,
+            rbf_bandwidth=args.rbf_bandwidth,
+            quality=args.quality,
+            method=args.method,
+            exact_max_contributors=args.exact_max,
+            permutations=args.permutations,
+            antithetic=args.antithetic,
+            stratified=args.stratified,
+            seed=args.seed,
+            advantage=args.advantage,
+            mix_coef=args.mix_coef,
+            norm_by_std=args.norm_by_std,
+            max_group_size=args.max_group_size,
+        )
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+
+
+def read_jsonl(path: str) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for every non-blank line; a line that is not a JSON object is a CommandError."""
+    try:
+        handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    except OSError as err:
+        raise CommandError(f"cannot read {path}: {err.strerror}") from None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CommandError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+            if not isinstance(record, dict):
+                raise CommandError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+            yield number, record
+
+
+def finite_number(value: object) -> Optional[float]:
+    """The value as a float if it is a finite JSON number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def write_text_atomically(path: Optional[str], text: str) -> None:
+    """Write all of ``text`` to ``path`` (stdout if None) or nothing: a temp file renamed into place."""
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".gcpo-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

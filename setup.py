@@ -1,0 +1,39 @@
+"""gcpo-verl: GCPO (Group Cooperative Policy Optimization) as a verl recipe."""
+
+from setuptools import find_packages, setup
+
+VERL = "verl[verl-core]==0.9.1"  # keep in sync with recipe/gcpo/REQUIRED_VERL.txt
+
+setup(
+    name="gcpo-verl",
+    version="0.1.0",
+    description="GCPO: Shapley credit over a determinant-volume team value of rollouts, as a verl recipe",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["gcpo_core", "gcpo_core.*", "recipe", "recipe.*"]),
+    include_package_data=True,
+    package_data={"gcpo_core": ["data/*.jsonl"], "recipe.gcpo": ["config/*.yaml", "REQUIRED_VERL.txt"]},
+    install_requires=[
+        "torch>=2.4",
+        "numpy>=1.24",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        # everything CI needs, CPU only (install with -c constraints.txt to keep the CPU torch wheel)
+        "test": [
+            VERL,
+            "pytest>=8",
+            "hypothesis>=6.100",
+        ],
+        # what a GPU node needs on top of verl's own GPU stack (vLLM, flash-attn: see README)
+        "gpu": [VERL],
+    },
+    entry_points={"console_scripts": ["gcpo=gcpo_core.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "License :: OSI Approved :: Apache Software License",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,45 @@
+import pytest
+
+from gcpo_core.config import CreditConfig
+
+
+def test_defaults_are_the_reconstruction():
+    config = CreditConfig()
+    assert (config.kernel, config.quality, config.method, config.advantage) == ("cosine", "binary", "auto", "shapley")
+    assert config.epsilon == 1e-6 and config.norm_by_std
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("kernel", "laplace", "kernel must be one of"),
+        ("quality", "square", "quality must be one of"),
+        ("method", "shap", "method must be one of"),
+        ("advantage", "rank", "advantage must be one of"),
+        ("permutations", 3, "permutations must be an even number"),
+        ("permutations", 0, r"permutations must be an integer in \[2"),
+        ("exact_max_contributors", 40, r"exact_max_contributors must be an integer in \[0, 22\]"),
+        ("exact_max_contributors", 4.5, "exact_max_contributors must be an integer"),
+        ("antithetic", "yes", "antithetic must be true or false"),
+        ("mix_coef", float("nan"), "mix_coef must be a finite number"),
+        ("epsilon", -1.0, "epsilon must be a finite number >= 0"),
+        ("rbf_bandwidth", 0.0, "rbf_bandwidth must be a finite number > 0"),
+        ("max_group_size", 0, "max_group_size must be an integer"),
+        ("seed", -3, "seed must be an integer"),
+    ],
+)
+def test_bad_values_fail_naming_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        CreditConfig(**{field: value})
+
+
+def test_from_mapping_rejects_unknown_keys_and_round_trips():
+    config = CreditConfig.from_mapping({"method": "mc", "permutations": 32})
+    assert config.method == "mc" and config.permutations == 32
+    assert CreditConfig.from_mapping(config.to_dict()) == config
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['permutation'\]"):
+        CreditConfig.from_mapping({"permutation": 32})
+
+
+def test_odd_permutations_are_fine_without_antithetic_pairs():
+    assert CreditConfig(permutations=9, antithetic=False).permutations == 9

@@ -1,0 +1,118 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gcpo_core.config import CreditConfig
+from gcpo_core.credit import compute_credit, compute_group_credit
+from tests.gcpo_core.helpers import clustered_embeddings
+
+
+def _batch(seed=0, groups=6, size=8):
+    rng = np.random.default_rng(seed)
+    emb = clustered_embeddings(rng, groups, size).reshape(groups * size, -1)
+    rewards = (rng.random(groups * size) < 0.6).astype(float)
+    uids = [f"g{i // size}" for i in range(groups * size)]
+    return rewards, torch.from_numpy(emb), uids
+
+
+def test_credit_is_conserved_per_group_and_wrong_rollouts_get_zero():
+    rewards, emb, uids = _batch()
+    result = compute_credit(rewards, emb, uids)
+    for g, key in enumerate(result.layout.keys):
+        rows = [i for i, u in enumerate(uids) if u == key]
+        assert float(result.shapley[rows].sum()) == pytest.approx(float(result.groups.team_value[g]), abs=1e-10)
+    assert torch.all(result.shapley[torch.tensor(rewards) == 0] == 0)
+    assert torch.all(result.quality == torch.tensor(rewards))
+
+
+def test_input_order_does_not_change_anyones_credit():
+    rewards, emb, uids = _batch(seed=1)
+    base = compute_credit(rewards, emb, uids)
+    perm = np.random.default_rng(0).permutation(len(uids))
+    shuffled = compute_credit(rewards[perm], emb[perm], [uids[i] for i in perm])
+    torch.testing.assert_close(shuffled.shapley, base.shapley[perm], rtol=0, atol=1e-12)
+    torch.testing.assert_close(shuffled.advantage, base.advantage[perm], rtol=0, atol=1e-9)
+
+
+def test_identical_rollouts_get_identical_credit():
+    rng = np.random.default_rng(2)
+    emb = torch.from_numpy(rng.normal(size=(6, 16)))
+    emb[3] = emb[1]
+    emb[5] = emb[1]
+    result = compute_credit([1, 1, 0, 1, 1, 1], emb, ["p"] * 6)
+    assert float(result.shapley[1]) == pytest.approx(float(result.shapley[3]), abs=1e-12)
+    assert float(result.shapley[1]) == pytest.approx(float(result.shapley[5]), abs=1e-12)
+    assert float(result.advantage[1]) == pytest.approx(float(result.advantage[5]), abs=1e-9)
+
+
+def test_contributes_false_makes_a_rollout_a_null_player():
+    rewards, emb, uids = _batch(seed=3)
+    rewards[:] = 1.0
+    keep = np.ones(len(uids), dtype=bool)
+    keep[[0, 9]] = False
+    result = compute_credit(rewards, emb, uids, contributes=keep.tolist())
+    assert result.shapley[0] == 0 and result.shapley[9] == 0
+    assert result.quality[0] == 0 and result.advantage[0] < 0
+
+
+def test_uneven_groups_and_a_group_of_one():
+    emb = torch.eye(6, dtype=torch.float64)
+    result = compute_credit([1, 0, 1, 1, 1, 1], emb, ["a", "a", "b", "b", "b", "c"])
+    assert result.groups.size.tolist() == [2, 3, 1]
+    assert float(result.shapley[5]) == pytest.approx(math.log(2))
+    assert float(result.advantage[5]) == pytest.approx(math.log(2) / (1 + 1e-6))  # verl: mean 0, std 1
+    assert result.groups.summary()["gcpo/singleton_groups"] == 1.0
+
+
+def test_empty_batch_gives_empty_results():
+    result = compute_credit([], torch.zeros(0, 8), [])
+    assert result.advantage.shape == (0,) and result.metrics() == {"gcpo/groups": 0.0}
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_non_finite_rewards_and_embeddings_are_rejected(bad):
+    rewards, emb, uids = _batch(seed=4)
+    rewards[5] = bad
+    with pytest.raises(ValueError, match="rewards must be finite"):
+        compute_credit(rewards, emb, uids)
+    rewards, emb, uids = _batch(seed=4)
+    emb[7, 3] = bad
+    with pytest.raises(ValueError, match="embeddings contain NaN or inf"):
+        compute_credit(rewards, emb, uids)
+
+
+def test_groups_above_the_cap_are_rejected_with_a_hint():
+    emb = torch.eye(10, dtype=torch.float64)
+    with pytest.raises(ValueError, match="more than max_group_size=8; check that rollouts are grouped"):
+        compute_credit([1.0] * 10, emb, ["same"] * 10, CreditConfig(max_group_size=8))
+
+
+def test_mismatched_lengths_are_rejected():
+    with pytest.raises(ValueError, match="need rewards"):
+        compute_credit([1.0, 0.0], torch.eye(3), ["a", "a", "a"])
+    with pytest.raises(ValueError, match="disagree"):
+        compute_group_credit(torch.zeros(2, 3), torch.zeros(2, 4, 5), torch.ones(2, 3, dtype=torch.bool))
+
+
+def test_rbf_kernel_and_soft_quality_run_end_to_end():
+    rewards, emb, uids = _batch(seed=5)
+    soft = rewards * np.random.default_rng(0).uniform(0.3, 1.0, len(rewards))
+    result = compute_credit(soft, emb, uids, CreditConfig(kernel="rbf", quality="clip"))
+    assert torch.isfinite(result.advantage).all()
+    assert torch.all((result.quality > 0) == torch.tensor(soft > 0))
+
+
+def test_mc_and_exact_agree_within_a_percent_on_realistic_groups():
+    rewards, emb, uids = _batch(seed=6, groups=32, size=12)
+    rewards[:] = 1.0
+    exact = compute_credit(rewards, emb, uids, CreditConfig(method="exact")).shapley
+    mc = compute_credit(rewards, emb, uids, CreditConfig(method="mc", permutations=96)).shapley
+    assert float(((mc - exact).abs() / exact).mean()) < 0.01
+
+
+def test_results_follow_the_embedding_device_and_dtype_is_float64():
+    rewards, emb, uids = _batch(seed=7)
+    result = compute_credit(rewards, emb.float(), uids)
+    assert result.advantage.dtype == torch.float64 and result.advantage.device == emb.device

@@ -1,0 +1,207 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from gcpo_core.shapley import (
+    exact_shapley,
+    leave_one_out_credit,
+    mc_design,
+    monte_carlo_shapley,
+    shapley_values,
+    subset_team_values,
+)
+from tests.gcpo_core.helpers import brute_force_shapley, clustered_embeddings, team_value_np
+
+LOG2 = math.log(2.0)
+
+
+@st.composite
+def games(draw, min_players=1, max_players=7):
+    """A weighted kernel L = diag(q) E E^T diag(q) with some duplicate rows and some q = 0 players."""
+    n = draw(st.integers(min_players, max_players))
+    dim = draw(st.integers(1, 5))
+    emb = draw(arrays(np.float64, (n, dim), elements=st.floats(-1, 1, allow_nan=False, width=32)))
+    degenerate = np.linalg.norm(emb, axis=1) < 1e-3
+    emb[degenerate] = np.eye(n, dim)[degenerate] + np.eye(1, dim)  # never the zero vector
+    for i in range(1, n):
+        if draw(st.booleans()) and draw(st.booleans()):
+            emb[i] = emb[draw(st.integers(0, i - 1))]  # an exact duplicate
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    quality = np.array(draw(st.lists(st.sampled_from([0.0, 1.0, 1.0, 0.5]), min_size=n, max_size=n)))
+    L = quality[:, None] * (emb @ emb.T) * quality[None, :]
+    return L, quality
+
+
+def _batched(L: np.ndarray, quality: np.ndarray):
+    return torch.from_numpy(L)[None], torch.from_numpy(quality > 0)[None]
+
+
+@given(games())
+def test_exact_equals_brute_force_definition(game):
+    L, quality = game
+    result = shapley_values(*_batched(L, quality), method="exact")
+    np.testing.assert_allclose(result.values[0].numpy(), brute_force_shapley(L), atol=1e-10)
+
+
+@given(games())
+def test_efficiency_sum_of_credit_is_team_value(game):
+    L, quality = game
+    total = team_value_np(L, range(len(L)))
+    for method in ("exact", "mc"):
+        result = shapley_values(*_batched(L, quality), method=method, permutations=16)
+        assert float(result.values.sum()) == pytest.approx(total, abs=1e-10)
+
+
+@given(games())
+def test_null_players_get_exactly_zero_and_credit_is_non_negative(game):
+    L, quality = game
+    for method in ("exact", "mc", "loo"):
+        values = shapley_values(*_batched(L, quality), method=method, permutations=8).values[0].numpy()
+        assert np.all(values[quality == 0] == 0.0)
+        assert np.all(values >= -1e-12)
+
+
+@given(games(min_players=2))
+def test_symmetric_players_get_identical_credit(game):
+    L, quality = game
+    values = shapley_values(*_batched(L, quality), method="exact").values[0].numpy()
+    n = len(L)
+    for i in range(n):
+        for j in range(i + 1, n):
+            swap = list(range(n))
+            swap[i], swap[j] = j, i
+            if np.allclose(L[np.ix_(swap, swap)], L, atol=0):
+                assert values[i] == pytest.approx(values[j], abs=1e-12)
+
+
+def test_known_values_two_duplicates_one_distinct_one_wrong():
+    # the worked example of the method note: phi = (log 1.5 + ...) = 0.549, 0.549, log 2, 0; sum = log 6
+    emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    quality = torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=torch.float64)
+    L = (quality[:, None] * (emb @ emb.T) * quality[None, :])[None]
+    result = shapley_values(L, (quality > 0)[None], method="exact")
+    expected = [0.5 * (LOG2 + math.log(1.5)), 0.5 * (LOG2 + math.log(1.5)), LOG2, 0.0]
+    np.testing.assert_allclose(result.values[0].numpy(), expected, atol=1e-12)
+    assert float(result.values.sum()) == pytest.approx(math.log(6.0))
+    loo = shapley_values(L, (quality > 0)[None], method="loo").values[0].numpy()
+    np.testing.assert_allclose(loo, [math.log(1.5), math.log(1.5), LOG2, 0.0], atol=1e-12)
+
+
+def test_subset_values_match_direct_log_dets():
+    rng = np.random.default_rng(0)
+    emb = clustered_embeddings(rng, groups=3, size=6)
+    L = np.einsum("bid,bjd->bij", emb, emb)
+    values = subset_team_values(torch.from_numpy(L)).numpy()
+    for b in range(3):
+        for mask in range(2**6):
+            members = [i for i in range(6) if mask >> i & 1]
+            assert values[b, mask] == pytest.approx(team_value_np(L[b], members), abs=1e-12)
+
+
+def test_one_correct_rollout_is_worth_log_two_and_orthogonal_ones_each_log_two():
+    L = torch.eye(5, dtype=torch.float64)[None]
+    phi, _ = exact_shapley(L)
+    np.testing.assert_allclose(phi.numpy(), LOG2, atol=1e-14)
+    single = shapley_values(L, torch.tensor([[True, False, False, False, False]]), method="exact")
+    assert single.values[0].tolist() == pytest.approx([LOG2, 0, 0, 0, 0])
+
+
+def test_mc_estimate_lies_within_its_reported_error():
+    rng = np.random.default_rng(1)
+    emb = clustered_embeddings(rng, groups=64, size=10)
+    L = torch.from_numpy(np.einsum("bid,bjd->bij", emb, emb))
+    exact, _ = exact_shapley(L)
+    generator = torch.Generator().manual_seed(0)
+    units, _ = mc_design(10, 64, antithetic=True, stratified=True)
+    estimate, stderr = monte_carlo_shapley(L, permutations=64, generator=generator)
+    assert torch.all(stderr > 0)
+    # the error over its standard error is a t statistic with units - 1 degrees of freedom
+    t_999 = {3: 12.92, 4: 8.61, 7: 5.41, 15: 4.07}[units - 1]
+    inside = ((estimate - exact).abs() <= t_999 * stderr).double().mean()
+    assert inside >= 0.98
+    relative = ((estimate - exact).abs() / exact).mean()
+    assert relative < 0.01
+
+
+def test_mc_variance_reduction_beats_plain_sampling():
+    rng = np.random.default_rng(2)
+    emb = clustered_embeddings(rng, groups=128, size=12)
+    L = torch.from_numpy(np.einsum("bid,bjd->bij", emb, emb))
+    exact, _ = exact_shapley(L)
+
+    def error(**options):
+        estimate, _ = monte_carlo_shapley(L, permutations=48, generator=torch.Generator().manual_seed(3), **options)
+        return float(((estimate - exact).abs() / exact).mean())
+
+    plain = error(antithetic=False, stratified=False)
+    assert error(antithetic=True, stratified=False) < plain
+    assert error(antithetic=True, stratified=True) < 0.5 * plain
+
+
+def test_mc_is_deterministic_given_the_seed_and_changes_with_it():
+    rng = np.random.default_rng(3)
+    emb = torch.from_numpy(clustered_embeddings(rng, groups=4, size=20))
+    L = emb @ emb.transpose(-1, -2)
+    mask = torch.ones(4, 20, dtype=torch.bool)
+    a = shapley_values(L, mask, method="mc", seed=7).values
+    b = shapley_values(L, mask, method="mc", seed=7).values
+    c = shapley_values(L, mask, method="mc", seed=8).values
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_auto_uses_exact_up_to_the_limit_and_mc_beyond():
+    rng = np.random.default_rng(4)
+    emb = torch.from_numpy(clustered_embeddings(rng, groups=2, size=6))
+    L = emb @ emb.transpose(-1, -2)
+    mask = torch.tensor([[True] * 3 + [False] * 3, [True] * 6])
+    result = shapley_values(L, mask, method="auto", exact_max_contributors=4)
+    assert result.methods == ["exact", "mc"]
+    assert torch.all(result.stderr[0] == 0) and torch.all(result.stderr[1] > 0)
+
+
+def test_buckets_by_number_of_contributors_give_the_same_credit_as_solving_each_group_alone():
+    rng = np.random.default_rng(5)
+    emb = torch.from_numpy(clustered_embeddings(rng, groups=6, size=7))
+    L = emb @ emb.transpose(-1, -2)
+    mask = torch.from_numpy(rng.random((6, 7)) < 0.6)
+    batched = shapley_values(L, mask, method="exact").values
+    for g in range(6):
+        alone = shapley_values(L[g : g + 1], mask[g : g + 1], method="exact").values
+        torch.testing.assert_close(batched[g : g + 1], alone, rtol=0, atol=1e-13)
+
+
+def test_large_groups_are_chunked_without_changing_the_result(monkeypatch):
+    import gcpo_core.shapley as shapley_module
+
+    rng = np.random.default_rng(6)
+    emb = torch.from_numpy(clustered_embeddings(rng, groups=5, size=9))
+    L = emb @ emb.transpose(-1, -2)
+    mask = torch.ones(5, 9, dtype=torch.bool)
+    whole = shapley_values(L, mask, method="exact").values
+    monkeypatch.setattr(shapley_module, "CHUNK_BYTES", 1)  # one group per chunk
+    torch.testing.assert_close(shapley_values(L, mask, method="exact").values, whole, rtol=0, atol=1e-13)
+
+
+def test_leave_one_out_undercounts_redundant_rollouts_and_is_not_conservative():
+    emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    L = (emb @ emb.T)[None]
+    loo, _ = leave_one_out_credit(L)
+    phi, _ = exact_shapley(L)
+    assert torch.all(loo[0, :2] < phi[0, :2])
+    assert float(loo.sum()) < float(phi.sum())
+
+
+def test_unknown_method_and_bad_permutation_budgets_are_rejected():
+    L = torch.eye(2, dtype=torch.float64)[None]
+    with pytest.raises(ValueError, match="allowed: auto, exact, mc, loo"):
+        shapley_values(L, torch.ones(1, 2, dtype=torch.bool), method="banzhaf")
+    with pytest.raises(ValueError, match="even number >= 4"):
+        mc_design(8, 3, antithetic=True, stratified=True)
+    assert mc_design(16, 64, antithetic=True, stratified=True) == (4, 8)
+    assert mc_design(16, 64, antithetic=False, stratified=False) == (64, 1)
