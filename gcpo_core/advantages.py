@@ -32,7 +32,11 @@ def mixed_score(rewards: torch.Tensor, shapley: torch.Tensor, mix_coef: float) -
 
 
 def group_normalize(
-    scores: torch.Tensor, mask: torch.Tensor, norm_by_std: bool = True, epsilon: float = 1e-6
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+    std_floor: float = 0.0,
 ) -> torch.Tensor:
     """GRPO group normalisation over the valid slots of each group.
 
@@ -41,6 +45,8 @@ def group_normalize(
         mask: `(torch.Tensor)` bool (B, G); padding slots get advantage 0.
         norm_by_std: `(bool)` divide by the group's unbiased std (GRPO) or not (Dr.GRPO).
         epsilon: `(float)` added to the std.
+        std_floor: `(float)` the std is taken as at least this: a group whose scores barely differ (an
+            all-correct group with near-equal credit) then gets small advantages instead of +-1.
     Returns:
         `(torch.Tensor)` float64 (B, G).
     """
@@ -51,7 +57,7 @@ def group_normalize(
     mean = (x * m).sum(dim=1, keepdim=True) / count.clamp_min(1)
     var = (((x - mean) * m) ** 2).sum(dim=1, keepdim=True) / (count - 1).clamp_min(1)
     mean = torch.where(singleton, torch.zeros_like(mean), mean)
-    std = torch.where(singleton, torch.ones_like(var), var.sqrt())
+    std = torch.where(singleton, torch.ones_like(var), var.sqrt().clamp_min(std_floor))
     centred = x - mean
     advantages = centred / (std + epsilon) if norm_by_std else centred
     return advantages * m
@@ -65,6 +71,7 @@ def credit_advantages(
     mix_coef: float = 1.0,
     norm_by_std: bool = True,
     epsilon: float = 1e-6,
+    std_floor: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Credit score and its group-normalised advantage.
 
@@ -78,4 +85,4 @@ def credit_advantages(
     """
     score = ADVANTAGE_MODES.get(mode)(rewards.to(torch.float64), shapley.to(torch.float64), mix_coef)
     score = score * mask
-    return score, group_normalize(score, mask, norm_by_std=norm_by_std, epsilon=epsilon)
+    return score, group_normalize(score, mask, norm_by_std=norm_by_std, epsilon=epsilon, std_floor=std_floor)

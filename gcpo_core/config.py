@@ -40,6 +40,7 @@ class CreditConfig:
         mix_coef: lambda of the ``mix`` mode.
         norm_by_std: divide by the group std (GRPO) or only centre (Dr.GRPO).
         epsilon: added to the group std.
+        std_floor: the group std is taken as at least this (nats); 0 = GRPO's normalisation unchanged.
         max_group_size: larger groups are rejected (they signal a grouping bug, and bound memory).
     """
 
@@ -56,6 +57,7 @@ class CreditConfig:
     mix_coef: float = 1.0
     norm_by_std: bool = True
     epsilon: float = 1e-6
+    std_floor: float = 0.0
     max_group_size: int = 128
 
     def __post_init__(self) -> None:
@@ -72,6 +74,7 @@ class CreditConfig:
         _int_in("max_group_size", self.max_group_size, 1, 4096)
         _finite_at_least("mix_coef", self.mix_coef, 0.0)
         _finite_at_least("epsilon", self.epsilon, 0.0)
+        _finite_at_least("std_floor", self.std_floor, 0.0)
         if self.rbf_bandwidth is not None:
             _finite_at_least("rbf_bandwidth", self.rbf_bandwidth, 0.0, strict=True)
         try:

@@ -109,6 +109,7 @@ def compute_group_credit(
         mix_coef=config.mix_coef,
         norm_by_std=config.norm_by_std,
         epsilon=config.epsilon,
+        std_floor=config.std_floor,
     )
     diagnostics = group_diagnostics(L, mask, contributing, rewards, shapley.values, shapley.stderr, shapley.methods)
     return GroupCredit(

@@ -22,3 +22,11 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA} (see DEVELOPERS.md: ../shared/data)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real all-MiniLM-L6-v2 on the CPU (bundled weights, offline), loaded once per test session."""
+    from gcpo_core.encoder import EncoderConfig, RolloutEncoder
+
+    return RolloutEncoder(EncoderConfig(device="cpu"))

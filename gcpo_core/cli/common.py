@@ -12,9 +12,11 @@ from typing import Iterator, Optional
 
 from gcpo_core.advantages import ADVANTAGE_MODES
 from gcpo_core.config import CreditConfig
+from gcpo_core.encoder import DEFAULT_MODEL, LONG_TEXT_POLICIES, EncoderConfig
 from gcpo_core.kernels import KERNELS
 from gcpo_core.quality import QUALITY_MAPS
 from gcpo_core.shapley import SHAPLEY_METHODS
+from gcpo_core.text_span import TEXT_SPANS
 
 
 class CommandError(Exception):
@@ -44,6 +46,8 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--mix-coef", type=float, default=defaults.mix_coef, metavar="LAMBDA")
     group.add_argument("--no-std-norm", dest="norm_by_std", action="store_false",
                        help="centre advantages without dividing by the group std (Dr.GRPO)")
+    group.add_argument("--std-floor", type=float, default=defaults.std_floor, metavar="NATS",
+                       help="take the group std as at least this (default %(default)s: GRPO's normalisation)")
     group.add_argument("--max-group-size", type=int, default=defaults.max_group_size)
 
 
@@ -62,7 +66,37 @@ def credit_config_from_args(args: argparse.Namespace) -> CreditConfig:
             advantage=args.advantage,
             mix_coef=args.mix_coef,
             norm_by_std=args.norm_by_std,
+            std_floor=args.std_floor,
             max_group_size=args.max_group_size,
+        )
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+
+
+def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags for :class:`EncoderConfig`; defaults are the recipe's."""
+    defaults = EncoderConfig()
+    group = parser.add_argument_group("encoder (for text input)")
+    group.add_argument("--encoder", default=DEFAULT_MODEL, metavar="MODEL",
+                       help="sentence-transformers model name or path (default %(default)s, bundled offline)")
+    group.add_argument("--text-span", choices=TEXT_SPANS.names(), default=defaults.text_span,
+                       help="what is embedded (default %(default)s)")
+    group.add_argument("--long-text", choices=LONG_TEXT_POLICIES, default=defaults.long_text,
+                       help="texts longer than the encoder reads (default %(default)s)")
+    group.add_argument("--max-chunks", type=int, default=defaults.max_chunks)
+    group.add_argument("--device", default=defaults.device, help="auto, cpu, cuda, cuda:1, ...")
+    group.add_argument("--batch-size", type=int, default=defaults.batch_size)
+
+
+def encoder_config_from_args(args: argparse.Namespace) -> EncoderConfig:
+    try:
+        return EncoderConfig(
+            model=args.encoder,
+            text_span=args.text_span,
+            long_text=args.long_text,
+            max_chunks=args.max_chunks,
+            device=args.device,
+            batch_size=args.batch_size,
         )
     except ValueError as err:
         raise CommandError(str(err)) from None

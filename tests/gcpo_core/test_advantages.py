@@ -103,3 +103,13 @@ def test_mix_mode_scores_reward_plus_lambda_credit():
     assert float(adv[0].sum()) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="allowed: mix, shapley"):
         credit_advantages(rewards, phi, mask, mode="rank")
+
+
+def test_std_floor_damps_groups_whose_credit_barely_differs_and_leaves_others_alone():
+    scores = torch.tensor([[0.431, 0.450, 0.435, 0.448], [0.693, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    plain = group_normalize(scores, mask)
+    floored = group_normalize(scores, mask, std_floor=0.05)
+    assert float(plain[0].abs().max()) > 0.9  # a 0.02-nat spread becomes a full-size advantage
+    assert float(floored[0].abs().max()) < 0.25
+    torch.testing.assert_close(floored[1], plain[1])  # one correct rollout: std 0.35 > floor, GRPO unchanged

@@ -51,7 +51,9 @@ def test_flags_select_the_estimator(tmp_path):
         ('{"group": 7, "reward": 1, "embedding": [1, 0]}', "in.jsonl:3: 'group' must be a string"),
         ('{"group": "p1", "reward": 1, "embedding": [1, 0, 2]}', "in.jsonl:3: embedding has 3 dimensions"),
         ('{"group": "p1", "reward": 1, "embedding": [0, 0]}', "in.jsonl:3: 'embedding' is all zeros"),
-        ('{"group": "p1", "reward": 1}', "in.jsonl:3: 'embedding' must be a non-empty list"),
+        ('{"group": "p1", "reward": 1}', "in.jsonl:3: needs an 'embedding' (list of numbers) or a 'text'"),
+        ('{"group": "p1", "reward": 1, "embedding": []}', "in.jsonl:3: 'embedding' must be a non-empty list"),
+        ('{"group": "p1", "reward": 1, "text": "x"}', "in.jsonl:3: has 'text' but earlier lines have 'embedding'"),
         ('{"group": "p1", "reward": 1, "embedding": ["x", 1]}', "in.jsonl:3: 'embedding' must hold only finite"),
         ("[1, 2]", "in.jsonl:3: expected a JSON object"),
         ("{oops", "in.jsonl:3: not valid JSON"),
@@ -80,3 +82,16 @@ def test_console_script_reads_stdin_and_writes_stdout():
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == 6
     assert "6 rollouts in 2 groups" in proc.stderr
+
+
+def test_text_input_is_embedded_with_the_configured_encoder(tmp_path):
+    rows = [
+        {"group": "q", "reward": 1, "text": "Add 2 and 3 to get 5.\nAnswer: 5"},
+        {"group": "q", "reward": 1, "text": "Add 2 and 3 to get 5.\nAnswer: 5"},
+        {"group": "q", "reward": 0, "text": "2 times 3 is 6.\nAnswer: 6"},
+    ]
+    out = tmp_path / "out.jsonl"
+    assert main(["credit", str(_write(tmp_path / "in.jsonl", rows)), "-o", str(out), "--device", "cpu"]) == 0
+    credited = [json.loads(line) for line in out.read_text().splitlines()]
+    assert credited[0]["shapley"] == pytest.approx(0.5 * math.log(3))  # two copies share log 3
+    assert credited[2]["shapley"] == 0.0

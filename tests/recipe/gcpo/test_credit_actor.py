@@ -1,0 +1,121 @@
+"""The credit actor on a local CPU Ray cluster with the real encoder."""
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+
+from gcpo_core.cli.demo import load_demo_rollouts
+from gcpo_core.config import CreditConfig
+from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions, CreditActorTimeout
+
+CPU_ONLY = CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=120, timeout_s=300)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}})
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def batch():
+    rows = load_demo_rollouts()
+    return [r["text"] for r in rows], [0.0 if i in (0, 5, 6) else 1.0 for i in range(len(rows))], [r["group"] for r in rows]
+
+
+def _long_batch(shared_data, copies=2):
+    rows = [json.loads(line) for line in (shared_data / "math500.jsonl").read_text().splitlines()[:24]]
+    texts = [r["solution"] for r in rows] * copies
+    groups = [f"g{i // 8}-{i // len(rows)}" for i in range(len(texts))]
+    return texts, [float(i % 3 != 0) for i in range(len(texts))], groups
+
+
+def test_actor_returns_the_pipelines_credit(local_ray, batch, minilm):
+    from gcpo_core.pipeline import credit_rollouts
+
+    actor = CreditActor(credit=CreditConfig(method="exact"), options=CPU_ONLY)
+    try:
+        assert actor.info["device"] == "cpu"
+        result = actor.compute(*batch, expected_group_size=6)
+        direct = credit_rollouts(*batch, minilm, CreditConfig(method="exact"))
+        np.testing.assert_allclose(result.advantage, direct.advantage, atol=1e-5)
+        np.testing.assert_allclose(result.shapley, direct.shapley, atol=1e-6)
+        assert result.metrics["gcpo/incomplete_groups"] == 2.0  # sprints and sheep have 5 and 4 of 6
+        assert result.timings["total"] >= result.timings["embed"] > 0
+    finally:
+        actor.shutdown()
+
+
+def test_padding_rows_are_skipped_and_errors_keep_their_type(local_ray, batch):
+    texts, rewards, groups = batch
+    actor = CreditActor(options=CPU_ONLY)
+    try:
+        padded = actor.compute(texts + ["pad"], rewards + [1.0], groups + ["pad-uid"], valid=[True] * len(texts) + [False])
+        plain = actor.compute(texts, rewards, groups)
+        np.testing.assert_array_equal(padded.advantage[:-1], plain.advantage)
+        assert padded.advantage[-1] == 0.0
+        with pytest.raises(ValueError, match="grouped by their prompt's uid"):
+            actor.compute(texts, rewards, ["one-uid"] * len(texts), expected_group_size=4)
+    finally:
+        actor.shutdown()
+
+
+def test_killed_mid_call_the_actor_restarts_and_the_call_returns_the_identical_result(local_ray, shared_data):
+    texts, rewards, groups = _long_batch(shared_data)
+    actor = CreditActor(options=CPU_ONLY)
+    try:
+        expected = actor.compute(texts, rewards, groups)
+        first_pid = actor.info["pid"]
+        ref = actor.handle.compute.remote(texts, rewards, groups, None, None, False)
+        time.sleep(1.0)
+        ready, _ = ray.wait([ref], timeout=0)
+        assert not ready, "the call finished before it could be interrupted; use a longer batch"
+        os.kill(first_pid, signal.SIGKILL)  # what the OOM killer or a lost node does
+        result = ray.get(ref, timeout=300)
+        assert ray.get(actor.handle.info.remote())["pid"] != first_pid
+        for name in ("shapley", "advantage", "quality"):
+            np.testing.assert_array_equal(getattr(result, name), getattr(expected, name))
+    finally:
+        actor.shutdown()
+
+
+def test_a_slow_call_times_out_with_a_clear_error(local_ray, shared_data):
+    texts, rewards, groups = _long_batch(shared_data)
+    actor = CreditActor(options=CreditActorOptions(num_gpus=0, num_cpus=1, timeout_s=0.5, startup_timeout_s=120))
+    try:
+        with pytest.raises(CreditActorTimeout, match=r"did not return credit for 48 rollouts within 0 s|within 1 s"):
+            actor.compute(texts, rewards, groups)
+    finally:
+        actor.shutdown()
+
+
+def test_placement_inside_a_group_that_reserves_everything(local_ray, batch):
+    # verl's placement groups reserve every GPU; here a group reserves both CPUs of the local cluster
+    pg = placement_group([{"CPU": 2}])
+    ray.get(pg.ready(), timeout=60)
+    try:
+        with pytest.raises(CreditActorTimeout, match="not ready within 5 s"):
+            CreditActor(options=CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=5))
+        inside = CreditActor(options=CPU_ONLY, placement_group=pg, bundle_index=0)
+        try:
+            assert inside.compute(*batch).advantage.shape == (len(batch[0]),)
+        finally:
+            inside.shutdown()
+    finally:
+        remove_placement_group(pg)
+
+
+def test_bad_configs_fail_in_the_driver_before_any_actor_starts():
+    with pytest.raises(ValueError, match="long_text must be one of"):
+        CreditActor(encoder={"long_text": "middle"}, options=CPU_ONLY)
+    with pytest.raises(ValueError, match="unknown key"):
+        CreditActor(credit={"method": "exact", "permutation": 3}, options=CPU_ONLY)
+    with pytest.raises(ValueError, match="num_gpus must be in"):
+        CreditActorOptions(num_gpus=-1)
