@@ -25,9 +25,11 @@ import torch
 
 from gcpo_core.registry import Registry
 
-# Bytes of float64 work space one batched chunk may use; keeps 2^16-coalition groups and big MC batches in
-# bounded memory on both CPU and GPU.
+# Bytes of float64 work space one batched chunk may use: keeps 2^16-coalition groups and big MC batches in
+# bounded memory. On a GPU, larger chunks mean fewer kernel launches (the exact sweep launches O(c^2) small
+# kernels per chunk).
 CHUNK_BYTES = 256 * 2**20
+GPU_CHUNK_BYTES = 2 * 2**30
 
 # (phi [n, c], stderr [n, c]) from the contributing sub-game L [n, c, c].
 Estimator = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -216,14 +218,28 @@ def leave_one_out_credit(weighted_kernel: torch.Tensor, **_: object) -> tuple[to
     return credit, torch.zeros_like(credit)
 
 
-def _chunk_size(method: str, c: int, permutations: int) -> int:
+def _game_size(contributors: int, group_size: int, device: torch.device) -> int:
+    """Players in the sub-game of a group with ``contributors`` correct rollouts.
+
+    On a CPU the work is what costs, so each group plays with its contributors only. On a GPU, kernel
+    launches cost more than arithmetic, so groups are padded to a multiple of 4 players (the extra players
+    are non-contributors: zero rows of L, null players whose marginals are exactly 0) and solved in a few
+    large batches instead of one small batch per contributor count.
+    """
+    if device.type != "cuda":
+        return contributors
+    return min(group_size, -(-contributors // 4) * 4)
+
+
+def _chunk_size(method: str, c: int, permutations: int, device: torch.device) -> int:
     if method == "exact":
         per_group = 6 * 2**c * 8  # residual blocks (sum over m of 2^m (c-m-1)^2 ~ 3 * 2^c) + values + temporaries
     elif method == "mc":
         per_group = 4 * permutations * c * c * 8
     else:
         per_group = 4 * c * c * 8
-    return max(1, int(CHUNK_BYTES // max(per_group, 1)))
+    budget = GPU_CHUNK_BYTES if device.type == "cuda" else CHUNK_BYTES
+    return max(1, int(budget // max(per_group, 1)))
 
 
 def shapley_values(
@@ -265,23 +281,31 @@ def shapley_values(
     # contributors first, in their original order, so that a group's sub-game is the leading c x c block
     order = torch.argsort((~contributing).to(torch.int8), dim=1, stable=True)
     counts = contributing.sum(dim=1).cpu().numpy()  # the one host sync: bucket sizes decide the shapes
-    for c in np.unique(counts):
-        c = int(c)
-        if c == 0:
-            continue
-        chosen = method if method != "auto" else ("exact" if c <= exact_max_contributors else "mc")
+    chosen_by_group = [
+        method if method != "auto" else ("exact" if c <= exact_max_contributors else "mc") for c in counts
+    ]
+    sizes = np.array([_game_size(int(c), group_size, device) for c in counts])
+    for chosen in sorted(set(chosen_by_group)):
         estimator = SHAPLEY_ESTIMATORS.get(chosen)
-        bucket = torch.from_numpy(np.flatnonzero(counts == c)).to(device)
-        step = _chunk_size(chosen, c, permutations)
-        for start in range(0, len(bucket), step):
-            groups = bucket[start : start + step]
-            players = order[groups, :c]
-            sub_game = L[groups[:, None, None], players[:, :, None], players[:, None, :]]
-            phi, err = estimator(
-                sub_game, permutations=permutations, antithetic=antithetic, stratified=stratified, generator=generator
-            )
-            values[groups[:, None], players] = phi
-            stderr[groups[:, None], players] = err
-        for g in np.flatnonzero(counts == c):
+        uses = np.array([m == chosen for m in chosen_by_group])
+        for size in np.unique(sizes[uses & (counts > 0)]):
+            size = int(size)
+            bucket = torch.from_numpy(np.flatnonzero(uses & (counts > 0) & (sizes == size))).to(device)
+            step = _chunk_size(chosen, size, permutations, device)
+            for start in range(0, len(bucket), step):
+                groups = bucket[start : start + step]
+                players = order[groups, :size]
+                sub_game = L[groups[:, None, None], players[:, :, None], players[:, None, :]]
+                phi, err = estimator(
+                    sub_game, permutations=permutations, antithetic=antithetic, stratified=stratified,
+                    generator=generator,
+                )
+                values[groups[:, None], players] = phi
+                stderr[groups[:, None], players] = err
+    for g, (c, chosen) in enumerate(zip(counts, chosen_by_group)):
+        if c > 0:
             methods[g] = chosen
+    # padded players are null players: exactly 0, not the 1e-16 a weighted sum leaves
+    values = values * contributing
+    stderr = stderr * contributing
     return ShapleyResult(values=values, stderr=stderr, methods=methods)

@@ -93,16 +93,17 @@ def main(argv=None) -> int:
     parser.add_argument("--sample", type=int, default=None, help="CPU: responses actually run (default 256)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--batch-size", type=int, default=EncoderConfig().batch_size)
     args = parser.parse_args(argv)
 
-    encoder = RolloutEncoder(EncoderConfig(model=args.model, device=args.device))
+    encoder = RolloutEncoder(EncoderConfig(model=args.model, device=args.device, batch_size=args.batch_size))
     device = encoder.device
     on_gpu = device.type == "cuda"
     name = torch.cuda.get_device_name(device) if on_gpu else f"CPU ({torch.get_num_threads()} threads)"
     per_length = args.texts_per_length or (2048 if on_gpu else 64)
     corpus = corpus_text(args.data)
     tokenizer = encoder.tokenizer
-    print(f"# encoder benchmark: {args.model}, {encoder.dtype}, {name}, torch {torch.__version__}")
+    print(f"# encoder benchmark: {args.model}, {encoder.dtype}, batch {args.batch_size}, {name}, torch {torch.__version__}")
     print(f"# texts: windows of {args.data.name if args.data.is_file() else 'bundled demo solutions'}; "
           f"medians of {args.repeats}")
     print()
@@ -138,15 +139,17 @@ def main(argv=None) -> int:
         return credit_rollouts(texts, rewards, groups, encoder, config)
 
     seconds = timed(call, device, args.repeats)
-    timings = call().timings
+    result = call()
+    timings = result.timings
     scale = total / run
     print(f"## whole credit call: {args.prompts} prompts x {args.group_size} responses of 256 word pieces "
           f"({total} responses), Shapley {config.method}")
     if scale != 1:
         print(f"(ran {run} responses on the CPU and extrapolated linearly x{scale:.0f})")
-    print(f"| embed (s) | Shapley + advantages (s) | total (s) |")
-    print(f"|---:|---:|---:|")
-    print(f"| {timings['embed'] * scale:.3f} | {timings['shapley'] * scale:.3f} | {seconds * scale:.3f} |")
+    print("| tokenize (s) | encoder forward (s) | embed total (s) | Shapley + advantages (s) | credit call (s) |")
+    print("|---:|---:|---:|---:|---:|")
+    print(f"| {result.metrics['gcpo/encoder/tokenize_s'] * scale:.3f} | {result.metrics['gcpo/encoder/model_s'] * scale:.3f} "
+          f"| {timings['embed'] * scale:.3f} | {timings['shapley'] * scale:.3f} | {seconds * scale:.3f} |")
     print()
     if on_gpu:
         passed = seconds <= 0.5

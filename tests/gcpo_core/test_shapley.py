@@ -205,3 +205,25 @@ def test_unknown_method_and_bad_permutation_budgets_are_rejected():
         mc_design(8, 3, antithetic=True, stratified=True)
     assert mc_design(16, 64, antithetic=True, stratified=True) == (4, 8)
     assert mc_design(16, 64, antithetic=False, stratified=False) == (64, 1)
+
+
+@pytest.mark.parametrize("method", ["exact", "mc"])
+def test_padding_games_with_null_players_as_on_a_gpu_changes_nothing_exact_and_keeps_mc_unbiased(monkeypatch, method):
+    import gcpo_core.shapley as shapley_module
+
+    rng = np.random.default_rng(7)
+    emb = torch.from_numpy(clustered_embeddings(rng, groups=40, size=12))
+    L = emb @ emb.transpose(-1, -2)
+    contributing = torch.from_numpy(rng.random((40, 12)) < 0.5)
+    q = contributing.double()
+    L = q[:, :, None] * L * q[:, None, :]
+    exact = shapley_values(L, contributing, method="exact").values
+    monkeypatch.setattr(shapley_module, "_game_size", lambda c, g, device: min(g, -(-c // 4) * 4))
+    padded = shapley_values(L, contributing, method=method, permutations=256)
+    assert torch.all(padded.values[~contributing] == 0) and torch.all(padded.stderr[~contributing] == 0)
+    torch.testing.assert_close(padded.values.sum(1), exact.sum(1), rtol=0, atol=1e-10)  # efficiency
+    if method == "exact":
+        torch.testing.assert_close(padded.values, exact, rtol=0, atol=1e-12)
+    else:
+        rel = ((padded.values - exact).abs()[contributing] / exact[contributing]).mean()
+        assert rel < 0.01
