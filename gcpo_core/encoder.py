@@ -44,7 +44,9 @@ class EncoderConfig:
     model: sentence-transformers model name or local path.
     device: ``auto`` (cuda when available, else cpu), or a torch device string.
     dtype: ``auto`` (bfloat16 / float16 on GPU, float32 on CPU) or one of float32, float16, bfloat16.
-    batch_size: pieces per forward pass (pieces are sorted by length, so batches are evenly filled).
+    batch_size: pieces per forward pass (pieces are sorted by length, so batches are evenly filled); None:
+        1024 on a GPU (fewer, larger launches: 0.68 s vs 0.73 s with 256 for 8,192 responses on an H100), 64 on
+        a CPU (bounded attention memory).
     max_seq_length: word pieces the model reads (None: the model's own, 256 for MiniLM).
     text_span: ``full``, ``reasoning`` or ``answer`` (see gcpo_core.text_span).
     long_text: ``chunk``, ``truncate`` or ``head_tail``.
@@ -54,7 +56,7 @@ class EncoderConfig:
     model: str = DEFAULT_MODEL
     device: str = "auto"
     dtype: str = "auto"
-    batch_size: int = 256
+    batch_size: Optional[int] = None
     max_seq_length: Optional[int] = None
     text_span: str = "full"
     long_text: str = "chunk"
@@ -71,7 +73,10 @@ class EncoderConfig:
             raise ValueError(
                 f"encoder config: long_text must be one of {list(LONG_TEXT_POLICIES)}, got {self.long_text!r}"
             )
-        for name, value, low in (("batch_size", self.batch_size, 1), ("max_chunks", self.max_chunks, 1)):
+        checked = [("max_chunks", self.max_chunks, 1)]
+        if self.batch_size is not None:
+            checked.append(("batch_size", self.batch_size, 1))
+        for name, value, low in checked:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"encoder config: {name} must be an integer >= {low}, got {value!r}")
         if self.max_seq_length is not None and (
@@ -180,6 +185,7 @@ class RolloutEncoder:
         if self.piece_length < 4:
             raise ValueError(f"max_seq_length {self.model.max_seq_length} leaves no room for text")
         self.dimension = int(self.model.get_embedding_dimension())
+        self.batch_size = config.batch_size or (1024 if self.device.type == "cuda" else 64)
 
     def _pick_dtype(self, name: str) -> torch.dtype:
         if name != "auto":
@@ -279,8 +285,8 @@ class RolloutEncoder:
         """(P, d) float32 unit embeddings of token pieces; on a GPU the work is queued, not waited for."""
         order = np.argsort([-len(p) for p in pieces], kind="stable")
         out = torch.empty(len(pieces), self.dimension, dtype=torch.float32, device=self.device)
-        for start in range(0, len(order), self.config.batch_size):
-            batch = order[start : start + self.config.batch_size]
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
             embedded = self.model(self._padded_batch([pieces[i] for i in batch]))["sentence_embedding"]
             out[self._to_device(batch)] = embedded.float()
         return out

@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sample", type=int, default=None, help="CPU: responses actually run (default 256)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-baseline", action="store_true")
-    parser.add_argument("--batch-size", type=int, default=EncoderConfig().batch_size)
+    parser.add_argument("--batch-size", type=int, default=None, help="default: the encoder's (1024 GPU, 64 CPU)")
     args = parser.parse_args(argv)
 
     encoder = RolloutEncoder(EncoderConfig(model=args.model, device=args.device, batch_size=args.batch_size))
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     per_length = args.texts_per_length or (2048 if on_gpu else 64)
     corpus = corpus_text(args.data)
     tokenizer = encoder.tokenizer
-    print(f"# encoder benchmark: {args.model}, {encoder.dtype}, batch {args.batch_size}, {name}, torch {torch.__version__}")
+    print(f"# encoder benchmark: {args.model}, {encoder.dtype}, batch {encoder.batch_size}, {name}, torch {torch.__version__}")
     print(f"# texts: windows of {args.data.name if args.data.is_file() else 'bundled demo solutions'}; "
           f"medians of {args.repeats}")
     print()
