@@ -6,6 +6,7 @@ padding rows) are left out of every group and get zeros.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ def credit_rollouts(
     valid: Optional[Sequence[bool]] = None,
     expected_group_size: Optional[int] = None,
     return_embeddings: bool = False,
+    seed: Optional[int] = None,
 ) -> RolloutCredit:
     """Credit a batch of rollout texts.
 
@@ -63,10 +65,13 @@ def credit_rollouts(
         expected_group_size: `(int | None)` rollouts per prompt; smaller groups are counted
             (``gcpo/incomplete_groups``), larger ones are an error (a grouping bug).
         return_embeddings: keep the embeddings in the result.
+        seed: `(int | None)` overrides ``config.seed`` (the Monte-Carlo permutations) for this call.
     Returns:
         :class:`RolloutCredit`.
     """
     start = time.perf_counter()
+    if seed is not None:
+        config = dataclasses.replace(config, seed=int(seed))
     n = len(texts)
     if len(rewards) != n or len(group_ids) != n or (valid is not None and len(valid) != n):
         raise ValueError(f"texts, rewards, group ids and valid flags must have one entry per rollout (N={n})")

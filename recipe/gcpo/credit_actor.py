@@ -96,6 +96,7 @@ class CreditWorker:
         valid: Optional[Sequence[bool]] = None,
         expected_group_size: Optional[int] = None,
         return_embeddings: bool = False,
+        seed: Optional[int] = None,
     ) -> RolloutCredit:
         return credit_rollouts(
             texts,
@@ -106,6 +107,7 @@ class CreditWorker:
             valid=valid,
             expected_group_size=expected_group_size,
             return_embeddings=return_embeddings,
+            seed=seed,
         )
 
 
@@ -157,11 +159,12 @@ class CreditActor:
         valid: Optional[Sequence[bool]] = None,
         expected_group_size: Optional[int] = None,
         return_embeddings: bool = False,
+        seed: Optional[int] = None,
     ) -> RolloutCredit:
         """Credit one batch; see :func:`gcpo_core.pipeline.credit_rollouts`."""
         ref = self.handle.compute.remote(
             list(texts), list(rewards), list(group_ids), None if valid is None else list(valid),
-            expected_group_size, return_embeddings,
+            expected_group_size, return_embeddings, seed,
         )
         try:
             return ray.get(ref, timeout=self.options.timeout_s)

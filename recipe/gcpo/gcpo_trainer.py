@@ -1,0 +1,124 @@
+"""The GCPO trainer: verl 0.9.1's V1 synchronous trainer with Shapley credit before the advantage step.
+
+Registered as ``trainer.v1.trainer_mode=gcpo_sync``. With ``algorithm.adv_estimator=gcpo`` each step's
+``_compute_advantage`` first reads the responses of the batch from TransferQueue, decodes them, and has the
+credit actor embed them and compute every rollout's Shapley credit in one call; verl's own advantage step
+then runs unchanged (KL-in-reward, rollout correction, write-back) with the ``gcpo`` estimator, which
+normalises that credit per prompt. With any other estimator the trainer is verl's sync trainer.
+
+Sync mode only: in sync mode vLLM sleeps during the advantage step (so the encoder can share GPU 0) and all
+rollouts of a group come from one policy version.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import transfer_queue as tq
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.debug import marked_timer
+
+from recipe.gcpo.credit_actor import CreditActor
+from recipe.gcpo.estimator import StepCredit, provide_credit
+from recipe.gcpo.settings import GCPO_TRAINER_MODE, validate_gcpo_config
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+GLOBAL_POOL = "global_pool"
+
+
+@register_trainer(GCPO_TRAINER_MODE)
+class GCPOTrainer(PPOTrainerSync):
+    """verl's sync trainer plus the GCPO credit actor."""
+
+    def __init__(self, config):
+        self.gcpo = validate_gcpo_config(config)
+        self.credit_actor: CreditActor | None = None
+        super().__init__(config)
+
+    def _setup(self):
+        super()._setup()
+        if self.gcpo is not None:
+            self.credit_actor = self._create_credit_actor()
+
+    def _create_credit_actor(self) -> CreditActor:
+        """The actor takes a fraction of GPU 0 inside verl's global placement group (outside it, it would never
+        be scheduled: verl's placement groups reserve every GPU)."""
+        placement_group = None
+        if self.gcpo.actor.num_gpus > 0:
+            pool = self.resource_pool_manager.resource_pool_dict[GLOBAL_POOL]
+            placement_group = pool.get_placement_groups()[0]
+        return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor, placement_group=placement_group)
+
+    def on_train_end(self):
+        super().on_train_end()
+        if self.credit_actor is not None:
+            self.credit_actor.shutdown()
+            self.credit_actor = None
+
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        if self.gcpo is None:
+            return super()._compute_advantage(batch, metrics)
+        credit = self._compute_credit(batch, metrics)
+        with provide_credit(credit):
+            return super()._compute_advantage(batch, metrics)
+
+    def _compute_credit(self, batch: KVBatchMeta, metrics: dict) -> StepCredit:
+        """Decode the batch's responses and credit them; rows are grouped by uid, padding rows left out."""
+        timing_raw = getattr(self, "timing_raw", None)
+        timing_raw = timing_raw if timing_raw is not None else {}
+        with marked_timer("gcpo_total", timing_raw):
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "responses", "rm_scores"])
+            uids = np.array(list(data["uid"]), dtype=object)  # a LinkedList, NonTensorStack or array by backend
+            valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
+            reward = data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).double().cpu().numpy()
+            responses = [ids.tolist() for ids in data["responses"].unbind()]
+            decoded = self.tokenizer.batch_decode([responses[i] for i in np.flatnonzero(valid)], skip_special_tokens=True)
+            texts = [""] * len(responses)
+            for row, text in zip(np.flatnonzero(valid), decoded):
+                texts[row] = text
+            # a new draw of Monte-Carlo permutations each step, the same one when a resumed run repeats a step
+            seed = self.gcpo.credit.seed + int(getattr(self, "global_steps", 0))
+            result = self.credit_actor.compute(
+                texts, reward.tolist(), uids.tolist(), valid=valid.tolist(),
+                expected_group_size=self._expected_group_size(), seed=seed,
+                return_embeddings=self._dumping_now(),
+            )
+        timing_raw["gcpo_embed"] = result.timings["embed"]
+        timing_raw["gcpo_shapley"] = result.timings["shapley"]
+        metrics.update({key: value for key, value in result.metrics.items() if key.startswith("gcpo/")})
+        metrics["gcpo/mean_credit_score"] = float(result.score[valid].mean()) if valid.any() else 0.0
+        if self._dumping_now():
+            self._dump_credit(texts, reward, uids, valid, result)
+        return StepCredit(uids=uids, reward=reward, score=result.score, valid=valid)
+
+    def _expected_group_size(self) -> int | None:
+        rollout = self.config.actor_rollout_ref.rollout
+        multi_turn = rollout.get("multi_turn", {}) or {}
+        # agent loops with several outputs per session put more than n rows under one uid
+        return None if multi_turn.get("enable", False) else int(rollout.n)
+
+    def _dumping_now(self) -> bool:
+        every = self.gcpo.dump.every_n_steps
+        return every > 0 and int(getattr(self, "global_steps", 0)) % every == 0
+
+    def _dump_credit(self, texts, reward, uids, valid, result) -> None:
+        from gcpo_core.dump import write_credit_dump
+
+        path = write_credit_dump(
+            directory=self.gcpo.dump.directory,
+            step=int(getattr(self, "global_steps", 0)),
+            texts=texts,
+            rewards=reward,
+            uids=uids,
+            valid=valid,
+            result=result,
+            max_groups=self.gcpo.dump.max_groups,
+            seed=self.gcpo.credit.seed,
+        )
+        logger.info("GCPO credit dump written to %s", path)

@@ -1,0 +1,153 @@
+"""The ``algorithm.gcpo`` block of the Hydra config, typed and validated at start-up.
+
+A wrong value fails naming its full key (``algorithm.gcpo.credit.method``) and what it accepts; an unknown key
+fails naming the known ones. The GRPO-style normalisation switch is verl's own
+``algorithm.norm_adv_by_std_in_grpo``, shared with GRPO so that the two estimators are configured alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from gcpo_core.config import CreditConfig
+from gcpo_core.encoder import EncoderConfig
+from recipe.gcpo.credit_actor import CreditActorOptions
+
+GCPO_ESTIMATOR = "gcpo"
+GCPO_TRAINER_MODE = "gcpo_sync"
+# reward_extra_info key written by recipe.gcpo.reward: constant within a group exactly when GCPO has no signal
+GCPO_FILTER_METRIC = "gcpo_signal"
+
+
+@dataclass(frozen=True)
+class DumpSettings:
+    """Credit dumps for ``gcpo report``: every ``every_n_steps`` steps, up to ``max_groups`` groups."""
+
+    every_n_steps: int = 0
+    max_groups: int = 16
+    directory: str = "gcpo_dumps"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.every_n_steps, int) or self.every_n_steps < 0:
+            raise ValueError(f"every_n_steps must be an integer >= 0 (0: off), got {self.every_n_steps!r}")
+        if not isinstance(self.max_groups, int) or self.max_groups < 1:
+            raise ValueError(f"max_groups must be an integer >= 1, got {self.max_groups!r}")
+
+
+@dataclass(frozen=True)
+class GCPOSettings:
+    """Everything GCPO adds to verl's config.
+
+    Attributes:
+        encoder: the sentence encoder (``algorithm.gcpo.encoder.*``).
+        credit: the credit engine (``algorithm.gcpo.credit.*``); ``norm_by_std`` comes from
+            ``algorithm.norm_adv_by_std_in_grpo``.
+        actor: the Ray credit actor's resources and failure handling (``algorithm.gcpo.actor.*``).
+        filter_all_correct: accept DAPO group filtering on a metric that drops all-correct groups (the groups
+            where GCPO's extra signal lives). Off: such a filter is refused at start-up.
+        dump: credit dumps for reports (``algorithm.gcpo.dump.*``).
+    """
+
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    credit: CreditConfig = field(default_factory=CreditConfig)
+    actor: CreditActorOptions = field(default_factory=CreditActorOptions)
+    filter_all_correct: bool = False
+    dump: DumpSettings = field(default_factory=DumpSettings)
+
+    @classmethod
+    def from_algorithm_config(cls, algorithm: DictConfig | Mapping[str, Any]) -> "GCPOSettings":
+        """Parse ``algorithm.gcpo`` (absent: defaults)."""
+        algorithm = _plain(algorithm)
+        block = algorithm.get("gcpo") or {}
+        if not isinstance(block, Mapping):
+            raise ValueError(f"algorithm.gcpo must be a mapping, got {block!r}")
+        _known("algorithm.gcpo", block, {"encoder", "credit", "actor", "filter_all_correct", "dump"})
+        credit = dict(block.get("credit") or {})
+        if "norm_by_std" in credit:
+            raise ValueError(
+                "algorithm.gcpo.credit.norm_by_std is not a key: use verl's algorithm.norm_adv_by_std_in_grpo"
+            )
+        credit["norm_by_std"] = bool(algorithm.get("norm_adv_by_std_in_grpo", True))
+        filter_all_correct = block.get("filter_all_correct", False)
+        if not isinstance(filter_all_correct, bool):
+            raise ValueError(f"algorithm.gcpo.filter_all_correct must be true or false, got {filter_all_correct!r}")
+        return cls(
+            encoder=_build(EncoderConfig, block.get("encoder"), "algorithm.gcpo.encoder"),
+            credit=_build(CreditConfig, credit, "algorithm.gcpo.credit"),
+            actor=_build(CreditActorOptions, block.get("actor"), "algorithm.gcpo.actor"),
+            filter_all_correct=filter_all_correct,
+            dump=_build(DumpSettings, block.get("dump"), "algorithm.gcpo.dump"),
+        )
+
+
+def validate_gcpo_config(config: DictConfig) -> GCPOSettings | None:
+    """Start-up checks of a full trainer config; returns the GCPO settings (None when GCPO is not selected).
+
+    Raises:
+        ValueError: a bad ``algorithm.gcpo`` value, ``gcpo`` selected without the GCPO trainer, fewer than two
+            rollouts per prompt, or DAPO group filtering that would silently discard all-correct groups.
+    """
+    algorithm = config.algorithm
+    if algorithm.adv_estimator != GCPO_ESTIMATOR:
+        return None
+    settings = GCPOSettings.from_algorithm_config(algorithm)
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
+    if not config.trainer.get("use_v1", True) or mode != GCPO_TRAINER_MODE:
+        raise ValueError(needs_gcpo_trainer(f"trainer.use_v1={config.trainer.get('use_v1')}, trainer.v1.trainer_mode={mode}"))
+    n = config.actor_rollout_ref.rollout.n
+    if n < 2:
+        raise ValueError(f"GCPO credits rollouts within a group: actor_rollout_ref.rollout.n must be >= 2, got {n}")
+    if n > settings.credit.max_group_size:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.n={n} exceeds algorithm.gcpo.credit.max_group_size="
+            f"{settings.credit.max_group_size}"
+        )
+    filter_groups = algorithm.get("filter_groups") or {}
+    if filter_groups.get("enable", False):
+        metric = filter_groups.get("metric")
+        if metric != GCPO_FILTER_METRIC and not settings.filter_all_correct:
+            raise ValueError(
+                f"algorithm.filter_groups.enable=true with metric={metric!r} drops every group whose rollouts are "
+                "all correct, which is where GCPO gives a signal GRPO does not. Use "
+                f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} with the GCPO reward function "
+                "(recipe/gcpo/reward.py: it drops only groups without a GCPO signal), or set "
+                "algorithm.gcpo.filter_all_correct=true to accept DAPO's filtering."
+            )
+    return settings
+
+
+def needs_gcpo_trainer(found: str) -> str:
+    return (
+        "algorithm.adv_estimator=gcpo needs the GCPO trainer, which embeds the responses and computes Shapley "
+        "credit before advantages; verl's stock trainers give an estimator neither. Launch with "
+        "`python -m recipe.gcpo.main_gcpo` (or scripts/run_qwen3_4b_gcpo.sh), which sets "
+        f"trainer.use_v1=true and trainer.v1.trainer_mode={GCPO_TRAINER_MODE} (found: {found})."
+    )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, DictConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _known(path: str, block: Mapping, allowed: set[str]) -> None:
+    unknown = sorted(set(block) - allowed)
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {unknown}; known: {sorted(allowed)}")
+
+
+def _build(cls, values: Mapping[str, Any] | None, path: str):
+    values = dict(values or {})
+    _known(path, values, {f.name for f in dataclasses.fields(cls)})
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as err:
+        # "credit config: method must be ..." -> "algorithm.gcpo.credit.method must be ..."
+        message = re.sub(r"^[a-z ]+config: |^credit actor: ", "", str(err))
+        raise ValueError(f"{path}.{message}") from None

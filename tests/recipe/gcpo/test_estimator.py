@@ -1,0 +1,121 @@
+"""The registered ``gcpo`` estimator through verl's own ``compute_advantage``."""
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.protocol import DataProto
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+from verl.trainer.ppo.ray_trainer import compute_advantage
+
+from gcpo_core.config import CreditConfig
+from gcpo_core.credit import compute_credit
+from recipe.gcpo.estimator import StepCredit, compute_gcpo_outcome_advantage, provide_credit
+from tests.gcpo_core.helpers import clustered_embeddings
+
+ALGORITHM = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"epsilon": 1e-6, "std_floor": 0.0}}})
+
+
+def _data(rewards, uids, lengths=None):
+    n = len(rewards)
+    lengths = lengths or [6] * n
+    mask = torch.zeros(n, 8)
+    scores = torch.zeros(n, 8)
+    for i, (r, length) in enumerate(zip(rewards, lengths)):
+        mask[i, :length] = 1
+        if length:
+            scores[i, length - 1] = r
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": scores, "response_mask": mask},
+        non_tensors={"uid": np.array(uids, dtype=object)},
+    )
+
+
+def _credit(rewards, uids, embeddings, valid=None):
+    valid = np.ones(len(rewards), dtype=bool) if valid is None else np.asarray(valid)
+    rows = np.flatnonzero(valid)
+    result = compute_credit(np.asarray(rewards)[rows], embeddings[rows], [uids[i] for i in rows], CreditConfig())
+    score = np.zeros(len(rewards))
+    score[rows] = result.score.numpy()
+    return StepCredit(np.array(uids, dtype=object), np.asarray(rewards, dtype=float), score, valid)
+
+
+def _verl(data, estimator):
+    out = compute_advantage(data, adv_estimator=estimator, norm_adv_by_std_in_grpo=True, config=ALGORITHM)
+    return out.batch["advantages"]
+
+
+def test_registered_in_verls_registry():
+    assert get_adv_estimator_fn("gcpo") is compute_gcpo_outcome_advantage
+
+
+def test_one_correct_rollout_per_group_gives_verls_grpo_advantages():
+    rng = np.random.default_rng(0)
+    uids = [f"p{g}" for g in range(6) for _ in range(5)]
+    rewards = [-1.0] * 30
+    for g in range(6):
+        rewards[g * 5 + int(rng.integers(0, 5))] = 1.0
+    emb = torch.from_numpy(clustered_embeddings(rng, 6, 5).reshape(30, -1))
+    with provide_credit(_credit(rewards, uids, emb)):
+        gcpo = _verl(_data(rewards, uids), "gcpo")
+    grpo = _verl(_data(rewards, uids), "grpo")
+    torch.testing.assert_close(gcpo, grpo, atol=1e-5, rtol=0)
+
+
+def test_all_correct_groups_with_redundancy_get_a_signal_grpo_does_not_give():
+    emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    uids = ["g"] * 4
+    rewards = [1.0] * 4
+    with provide_credit(_credit(rewards, uids, emb)):
+        gcpo = _verl(_data(rewards, uids), "gcpo")[:, 0]
+    assert torch.all(_verl(_data(rewards, uids), "grpo") == 0)
+    # copies share log 4 (phi = log(4)/3 each), the distinct solution keeps log 2: the copies go down
+    phi = np.array([np.log(4) / 3] * 3 + [np.log(2)])
+    expected = (phi - phi.mean()) / (phi.std(ddof=1) + 1e-6)
+    np.testing.assert_allclose(gcpo.numpy(), expected, atol=1e-5)
+
+
+def test_padding_rows_are_left_out_and_stay_zero():
+    rng = np.random.default_rng(1)
+    uids = ["a"] * 3 + ["b"] * 3 + ["pad0"] * 2
+    rewards = [1.0, -1.0, 1.0, -1.0, 1.0, 1.0, 0.0, 0.0]
+    valid = [True] * 6 + [False] * 2
+    emb = torch.from_numpy(rng.normal(size=(8, 16)))
+    data = _data(rewards, uids, lengths=[6] * 6 + [0, 0])
+    with provide_credit(_credit(rewards, uids, emb, valid)):
+        adv = _verl(data, "gcpo")
+    assert torch.all(adv[6:] == 0)
+    with provide_credit(_credit(rewards[:6], uids[:6], emb[:6])):
+        clean = _verl(_data(rewards[:6], uids[:6]), "gcpo")
+    torch.testing.assert_close(adv[:6], clean, atol=1e-6, rtol=0)
+
+
+def test_without_credit_it_names_the_entry_point_to_use():
+    with pytest.raises(RuntimeError, match="python -m recipe.gcpo.main_gcpo"):
+        _verl(_data([1.0, 0.0], ["a", "a"]), "gcpo")
+
+
+def test_credit_for_another_batch_is_refused():
+    emb = torch.eye(3, dtype=torch.float64)
+    credit = _credit([1.0, 0.0, 1.0], ["a", "a", "b"], emb)
+    with provide_credit(credit), pytest.raises(RuntimeError, match="another batch"):
+        _verl(_data([1.0, 0.0, 1.0], ["a", "b", "a"]), "gcpo")
+    with provide_credit(credit), pytest.raises(RuntimeError, match="covers 3 rows but the batch has 2"):
+        _verl(_data([1.0, 0.0], ["a", "a"]), "gcpo")
+
+
+def test_dr_grpo_switch_and_std_floor_are_read_from_the_algorithm_config():
+    emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    uids, rewards = ["g"] * 3, [1.0] * 3
+    credit = _credit(rewards, uids, emb)
+    data = _data(rewards, uids)
+    centred = OmegaConf.create({"norm_adv_by_std_in_grpo": False})
+    with provide_credit(credit):
+        adv, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
+                                                index=data.non_tensor_batch["uid"], config=centred)
+    np.testing.assert_allclose(adv[:, 0].numpy(), credit.score - credit.score.mean(), atol=1e-6)
+    floored = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"std_floor": 10.0}}})
+    with provide_credit(credit):
+        adv, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
+                                                index=data.non_tensor_batch["uid"], config=floored)
+    assert float(adv.abs().max()) < 0.02

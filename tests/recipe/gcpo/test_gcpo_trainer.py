@@ -1,0 +1,217 @@
+"""The GCPO trainer's advantage step on a local Ray cluster and a local TransferQueue, with real verl classes,
+a tiny word-level tokenizer built here and the real encoder (CPU). No GPU, no hub download."""
+
+import numpy as np
+import pytest
+import ray
+import torch
+import transfer_queue as tq
+from omegaconf import OmegaConf
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transfer_queue import KVBatchMeta
+from transformers import PreTrainedTokenizerFast
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+from gcpo_core.advantages import group_normalize
+from gcpo_core.cli.demo import load_demo_rollouts
+from gcpo_core.config import CreditConfig
+from gcpo_core.grouping import layout_groups
+from gcpo_core.pipeline import credit_rollouts
+from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions
+from recipe.gcpo.gcpo_trainer import GCPOTrainer
+from recipe.gcpo.settings import validate_gcpo_config
+from tests.recipe.gcpo.conftest import compose_gcpo
+
+GROUP_SIZE = 4
+BASE_OVERRIDES = [f"actor_rollout_ref.rollout.n={GROUP_SIZE}", "algorithm.gcpo.actor.num_gpus=0"]
+
+
+@pytest.fixture(scope="module")
+def local_tq():
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}})
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1, "total_storage_size": 10000}}}))
+    yield
+    tq.close()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer():
+    """A word-level tokenizer over the demo solutions' words: tiny, random-free, built offline."""
+    words = sorted({w for r in load_demo_rollouts() for w in r["text"].split()})
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "</s>"] + words)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", eos_token="</s>")
+
+
+@pytest.fixture(scope="module")
+def credit_actor(local_tq):
+    actor = CreditActor(credit=CreditConfig(), options=CreditActorOptions(num_gpus=0, startup_timeout_s=120))
+    yield actor
+    actor.shutdown()
+
+
+def _rollouts():
+    """Three prompts from the demo set: groups of 4, 4 and 3 (one member missing), rewards +-1."""
+    rows = load_demo_rollouts()
+    groups = {"sprints": rows[0:4], "salary": rows[6:10], "sheep": rows[11:14]}
+    out = []
+    for uid, members in groups.items():
+        for session, r in enumerate(members):
+            wrong = "6b finetuning" in r["kind"] or (uid == "salary" and "6b verification" in r["kind"])
+            out.append((uid, session, r["text"], -1.0 if wrong else 1.0))
+    return out
+
+
+def _put_batch(tokenizer, step_seed=0):
+    rng = np.random.default_rng(step_seed)
+    keys, fields, tags = [], [], []
+    for uid, session, text, reward in _rollouts():
+        ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
+        length = len(ids)
+        rm = torch.zeros(length)
+        rm[-1] = reward
+        fields.append({
+            "uid": uid,
+            "prompts": torch.tensor([3, 4, 5]),
+            "responses": ids,
+            "response_mask": torch.ones(length, dtype=torch.int64),
+            "rm_scores": rm,
+            "rollout_log_probs": torch.from_numpy(-rng.random(length)).float(),
+            "old_log_probs": torch.from_numpy(-rng.random(length)).float(),
+            "ref_log_prob": torch.from_numpy(-rng.random(length)).float(),
+        })
+        key = f"{uid}-{step_seed}"
+        keys.append(f"{key}_{session}_0")
+        fields[-1]["uid"] = key
+        tags.append({"status": "success", "prompt_len": 3, "response_len": length, "seq_len": 3 + length, "global_steps": 1})
+    meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
+    batch = KVBatchMeta(partition_id="train", keys=meta.keys, tags=meta.tags)
+    # verl pads the batch with synthetic rows (shared uid pad<hex>, zero response mask) to a divisible size
+    return upsample_batch_to_divisible_size(batch, GROUP_SIZE, tokenizer.eos_token_id)
+
+
+def _trainer(cls, config, tokenizer, credit_actor=None, global_steps=3):
+    trainer = cls.__new__(cls)
+    trainer.config = config
+    trainer.tokenizer = tokenizer
+    trainer.global_steps = global_steps
+    trainer.timing_raw = {}
+    if cls is GCPOTrainer:
+        trainer.gcpo = validate_gcpo_config(config)
+        trainer.credit_actor = credit_actor
+    if config.algorithm.use_kl_in_reward:
+        trainer.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl)
+    return trainer
+
+
+def _row_advantages(batch):
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "response_mask"])
+    advantages = data["advantages"].to_padded_tensor(padding=0.0)
+    mask = data["response_mask"].to_padded_tensor(padding=0)
+    first = advantages[:, 0]
+    assert torch.allclose(advantages, first[:, None] * mask)  # constant over each response's tokens
+    return first.double().numpy()
+
+
+def _expected(tokenizer, batch, minilm, config: CreditConfig, shaping=None):
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "responses", "rm_scores"])
+    valid = np.array([not t.get("is_padding", False) for t in batch.tags])
+    texts = [tokenizer.decode(ids.tolist(), skip_special_tokens=True) for ids in data["responses"].unbind()]
+    rewards = data["rm_scores"].to_padded_tensor(padding=0.0).sum(-1).double().numpy()
+    uids = list(data["uid"])
+    rows = np.flatnonzero(valid)
+    result = credit_rollouts([texts[i] for i in rows], rewards[rows].tolist(), [uids[i] for i in rows], minilm, config)
+    score = result.score + (0 if shaping is None else shaping[rows])
+    layout = layout_groups([uids[i] for i in rows])
+    expected = np.zeros(len(valid))
+    expected[rows] = layout.scatter(group_normalize(layout.gather(torch.from_numpy(score)), layout.mask)).numpy()
+    return expected, valid
+
+
+def test_gcpo_advantages_from_transfer_queue_with_padding_and_an_incomplete_group(
+    local_tq, tiny_tokenizer, credit_actor, minilm
+):
+    config = compose_gcpo(BASE_OVERRIDES)
+    batch = _put_batch(tiny_tokenizer, step_seed=1)
+    assert sum(t.get("is_padding", False) for t in batch.tags) == 1  # 11 rollouts padded to 12
+    trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor)
+    metrics = {}
+    trainer._compute_advantage(batch, metrics)
+
+    got = _row_advantages(batch)
+    expected, valid = _expected(tiny_tokenizer, batch, minilm, CreditConfig())
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert np.all(got[~valid] == 0)
+    assert metrics["gcpo/groups"] == 3.0 and metrics["gcpo/incomplete_groups"] == 1.0
+    assert metrics["gcpo/excluded_rows"] == 1.0 and metrics["gcpo/rescued_groups"] == 1.0  # sheep: all correct
+    assert {"gcpo_embed", "gcpo_shapley", "gcpo_total"} <= set(trainer.timing_raw)
+    assert "gcpo/encoder/truncated_frac" in metrics
+
+
+def test_kl_in_reward_shapes_gcpo_as_it_shapes_grpo(local_tq, tiny_tokenizer, credit_actor, minilm):
+    config = compose_gcpo(BASE_OVERRIDES + ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0.5"])
+    batch = _put_batch(tiny_tokenizer, step_seed=2)
+    trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor)
+    metrics = {}
+    trainer._compute_advantage(batch, metrics)
+
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                           select_fields=["old_log_probs", "ref_log_prob", "response_mask", "token_level_rewards", "rm_scores"])
+    mask = data["response_mask"].to_padded_tensor(padding=0).float()
+    kl = (data["old_log_probs"].to_padded_tensor(padding=0.0) - data["ref_log_prob"].to_padded_tensor(padding=0.0)) * mask
+    shaping = (-0.5 * kl).sum(-1).double().numpy()
+    written = data["token_level_rewards"].to_padded_tensor(padding=0.0).sum(-1).double().numpy()
+    scores = data["rm_scores"].to_padded_tensor(padding=0.0).sum(-1).double().numpy()
+    np.testing.assert_allclose(written - scores, shaping, atol=1e-5)  # verl's KL path ran and wrote back
+    expected, _ = _expected(tiny_tokenizer, batch, minilm, CreditConfig(), shaping=shaping)
+    np.testing.assert_allclose(_row_advantages(batch), expected, atol=1e-4)
+    assert "actor/reward_kl_penalty" in metrics
+
+
+def test_other_estimators_run_exactly_as_verls_sync_trainer(local_tq, tiny_tokenizer):
+    config = compose_gcpo(BASE_OVERRIDES + ["algorithm.adv_estimator=grpo"])
+    results = []
+    for cls in (GCPOTrainer, PPOTrainerSync):
+        batch = _put_batch(tiny_tokenizer, step_seed=3)
+        trainer = _trainer(cls, config, tiny_tokenizer)
+        trainer._compute_advantage(batch, {})
+        results.append(_row_advantages(batch))
+    assert np.array_equal(results[0], results[1])
+    assert trainer.config.algorithm.adv_estimator == "grpo"
+
+
+def test_resuming_a_step_reproduces_its_monte_carlo_credit(local_tq, tiny_tokenizer):
+    config = compose_gcpo(BASE_OVERRIDES + ["algorithm.gcpo.credit.method=mc", "algorithm.gcpo.credit.permutations=8"])
+    runs = {}
+    own_actor = None
+    try:
+        for name, step in (("first", 5), ("resumed", 5), ("next", 6)):
+            batch = _put_batch(tiny_tokenizer, step_seed=4)
+            trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, own_actor, global_steps=step)
+            if own_actor is None:  # the trainer builds its actor from algorithm.gcpo (CPU here: num_gpus=0)
+                own_actor = trainer.credit_actor = trainer._create_credit_actor()
+            trainer._compute_advantage(batch, {})
+            runs[name] = _row_advantages(batch)
+    finally:
+        if own_actor is not None:
+            own_actor.shutdown()
+    assert np.array_equal(runs["first"], runs["resumed"])
+    assert not np.array_equal(runs["first"], runs["next"])
+
+
+def test_credit_dumps_are_written_every_n_steps(local_tq, tiny_tokenizer, credit_actor, tmp_path):
+    from gcpo_core.dump import read_credit_dump
+
+    config = compose_gcpo(BASE_OVERRIDES + ["algorithm.gcpo.dump.every_n_steps=2", f"algorithm.gcpo.dump.directory={tmp_path}"])
+    for step in (3, 4):
+        trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor, global_steps=step)
+        trainer._compute_advantage(_put_batch(tiny_tokenizer, step_seed=10 + step), {})
+    assert [p.name for p in tmp_path.iterdir()] == ["credit_step000004.jsonl"]
+    records = list(read_credit_dump(tmp_path))
+    assert len(records) == 3 and all(len(r["embeddings"][0]) == 384 for r in records)
+    assert all(len(r["texts"]) == len(r["shapley"]) == len(r["advantage"]) for r in records)

@@ -1,0 +1,65 @@
+import pytest
+from omegaconf import OmegaConf
+
+from recipe.gcpo.settings import GCPOSettings, validate_gcpo_config
+from tests.recipe.gcpo.conftest import compose_gcpo
+
+
+def test_the_recipe_config_parses_to_the_engine_defaults():
+    settings = GCPOSettings.from_algorithm_config(compose_gcpo(["actor_rollout_ref.rollout.n=8"]).algorithm)
+    assert settings.credit.method == "auto" and settings.credit.norm_by_std
+    assert settings.encoder.model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert settings.actor.num_gpus == 0.1 and not settings.filter_all_correct
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("algorithm.gcpo.credit.method=shap", r"algorithm.gcpo.credit.method must be one of \['auto', 'exact', 'mc', 'loo'\]"),
+        ("algorithm.gcpo.credit.permutations=3", "algorithm.gcpo.credit.permutations must be an even number"),
+        ("algorithm.gcpo.encoder.long_text=middle", "algorithm.gcpo.encoder.long_text must be one of"),
+        ("algorithm.gcpo.actor.num_gpus=-1", r"algorithm.gcpo.actor.num_gpus must be in \[0, 64\]"),
+        ("+algorithm.gcpo.credit.permutation=8", r"algorithm.gcpo.credit: unknown key\(s\) \['permutation'\]"),
+        ("+algorithm.gcpo.colour=red", r"algorithm.gcpo: unknown key\(s\) \['colour'\]"),
+        ("algorithm.gcpo.dump.every_n_steps=-2", "algorithm.gcpo.dump.every_n_steps must be an integer >= 0"),
+        ("+algorithm.gcpo.credit.norm_by_std=false", "use verl's algorithm.norm_adv_by_std_in_grpo"),
+    ],
+)
+def test_bad_values_fail_at_start_up_naming_the_key(override, message):
+    config = compose_gcpo(["actor_rollout_ref.rollout.n=8", override])
+    with pytest.raises(ValueError, match=message):
+        validate_gcpo_config(config)
+
+
+def test_norm_by_std_follows_verls_grpo_switch():
+    config = compose_gcpo(["actor_rollout_ref.rollout.n=8", "algorithm.norm_adv_by_std_in_grpo=false"])
+    assert validate_gcpo_config(config).credit.norm_by_std is False
+
+
+def test_gcpo_without_the_gcpo_trainer_mode_is_refused_naming_the_entry_point():
+    for override in ("trainer.v1.trainer_mode=sync", "trainer.use_v1=false"):
+        with pytest.raises(ValueError, match="python -m recipe.gcpo.main_gcpo"):
+            validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=8", override]))
+
+
+def test_groups_need_at_least_two_rollouts():
+    with pytest.raises(ValueError, match="rollout.n must be >= 2"):
+        validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=1"]))
+
+
+def test_other_estimators_skip_the_gcpo_checks():
+    assert validate_gcpo_config(compose_gcpo(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"])) is None
+
+
+def test_dapo_filtering_that_would_drop_all_correct_groups_is_explicit():
+    base = ["actor_rollout_ref.rollout.n=8", "algorithm.filter_groups.enable=true"]
+    assert validate_gcpo_config(compose_gcpo(base)) is not None  # the recipe's default metric is gcpo_signal
+    with pytest.raises(ValueError, match="drops every group whose rollouts are all correct"):
+        validate_gcpo_config(compose_gcpo(base + ["algorithm.filter_groups.metric=acc"]))
+    accepted = compose_gcpo(base + ["algorithm.filter_groups.metric=acc", "algorithm.gcpo.filter_all_correct=true"])
+    assert validate_gcpo_config(accepted).filter_all_correct
+
+
+def test_a_missing_block_means_defaults():
+    algorithm = OmegaConf.create({"adv_estimator": "gcpo", "norm_adv_by_std_in_grpo": True})
+    assert GCPOSettings.from_algorithm_config(algorithm).credit.method == "auto"
