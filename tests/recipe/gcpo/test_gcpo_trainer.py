@@ -173,6 +173,20 @@ def test_kl_in_reward_shapes_gcpo_as_it_shapes_grpo(local_tq, tiny_tokenizer, cr
     assert "actor/reward_kl_penalty" in metrics
 
 
+def test_rollout_correction_runs_and_writes_its_weights_beside_the_gcpo_advantages(
+    local_tq, tiny_tokenizer, credit_actor, minilm
+):
+    config = compose_gcpo(BASE_OVERRIDES + ["algorithm.rollout_correction.rollout_is=token"])
+    batch = _put_batch(tiny_tokenizer, step_seed=5)
+    metrics = {}
+    _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor)._compute_advantage(batch, metrics)
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["rollout_is_weights"])
+    assert "rollout_is_weights" in data.keys()
+    assert any(key.startswith("rollout_corr/") for key in metrics)
+    expected, _ = _expected(tiny_tokenizer, batch, minilm, CreditConfig())
+    np.testing.assert_allclose(_row_advantages(batch), expected, atol=1e-5)
+
+
 def test_other_estimators_run_exactly_as_verls_sync_trainer(local_tq, tiny_tokenizer):
     config = compose_gcpo(BASE_OVERRIDES + ["algorithm.adv_estimator=grpo"])
     results = []
