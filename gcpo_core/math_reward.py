@@ -30,6 +30,23 @@ def final_answer_region(text: str) -> str:
     return text[-_TAIL_CHARS:]
 
 
+def _parse_answer(region: str, parse_timeout: Optional[int]):
+    """math-verify's reading of an answer region. A bare LaTeX answer ("Answer: \\sqrt{51}", "Answer: 6 - 5i")
+    has no anchor math-verify's LaTeX extraction recognises, so it is read as the content of a box first."""
+    from math_verify import parse
+
+    if region.lstrip().startswith(("\\boxed", "\\fbox")):
+        return parse(region, parsing_timeout=parse_timeout)
+    bare = region.strip().rstrip(".").strip()
+    if bare.startswith("$") and bare.endswith("$"):
+        bare = bare.strip("$").strip()
+    if bare:
+        boxed = parse(f"\\boxed{{{bare}}}", parsing_timeout=parse_timeout)
+        if boxed:
+            return boxed
+    return parse(region, parsing_timeout=parse_timeout)
+
+
 def _timeouts() -> tuple[Optional[int], Optional[int]]:
     on_main = threading.current_thread() is threading.main_thread()
     return (5, 5) if on_main else (None, None)
@@ -49,7 +66,7 @@ def is_correct(response: str, ground_truth: str) -> bool:
     gold = parse(f"\\boxed{{{ground_truth}}}", parsing_timeout=parse_timeout)
     if not gold:
         gold = parse(str(ground_truth), parsing_timeout=parse_timeout)
-    predicted = parse(final_answer_region(response), parsing_timeout=parse_timeout)
+    predicted = _parse_answer(final_answer_region(response), parse_timeout)
     if not gold or not predicted:
         return False
     return bool(verify(gold, predicted, timeout_seconds=verify_timeout))
@@ -57,8 +74,6 @@ def is_correct(response: str, ground_truth: str) -> bool:
 
 def extracted_answer(response: str) -> str:
     """The final answer as math-verify reads it (its string form), or '' when none is found."""
-    from math_verify import parse
-
     parse_timeout, _ = _timeouts()
-    parsed = parse(final_answer_region(response), parsing_timeout=parse_timeout)
+    parsed = _parse_answer(final_answer_region(response), parse_timeout)
     return str(parsed[-1]) if parsed else ""

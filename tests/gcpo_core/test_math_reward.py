@@ -39,3 +39,20 @@ def test_aime_leading_zeros(shared_data):
     assert padded, "aime24 has answers such as 025"
     for r in padded:
         assert is_correct(f"Answer: {int(r['answer'])}", r["answer"])
+
+
+def test_bare_latex_answer_lines_are_read_whole():
+    # without a box, math-verify alone reads "Answer: 6 - 5i" as 5 and "Answer: \sqrt{51}" as nothing
+    assert is_correct("Work...\nAnswer: 6 - 5i", "6 - 5i")
+    assert is_correct("Work...\nAnswer: \\sqrt{51}", "\\sqrt{51}")
+    assert is_correct("Answer: $3\\sqrt{13}$.", "3\\sqrt{13}")
+    assert is_correct("Answer: 3, 5, 7", "3, 5, 7")
+    assert not is_correct("Work...\nAnswer: 6 + 5i", "6 - 5i")
+    assert not is_correct("Answer: \\sqrt{52}", "\\sqrt{51}")
+
+
+def test_every_gold_answer_of_math500_verifies_against_itself(shared_data):
+    rows = [json.loads(line) for line in (shared_data / "math500.jsonl").read_text().splitlines()]
+    for r in rows:
+        assert is_correct(f"Reasoning.\nAnswer: {r['answer']}", r["answer"]), r["answer"]
+        assert is_correct(f"So the answer is \\boxed{{{r['answer']}}}.", r["answer"]), r["answer"]
