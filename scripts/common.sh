@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Shared settings of every launcher (sourced by scripts/run_*.sh, never run by itself).
+#
+# Qwen3 base models on DAPO-Math-17K with DAPO's trainer settings (clip-higher 0.2/0.28, token-mean loss,
+# no KL, overlong reward shaping), identical for GCPO and its baselines; a launcher only sets METHOD_ARGS
+# (the estimator) and MODEL_PATH / EXPERIMENT_NAME. Everything below can be changed with an environment
+# variable, and any Hydra override given on the command line wins over all of it.
+#
+#   NNODES (1)  GPUS_PER_NODE (8)  MODEL_PATH  DATA_DIR (~/data/gcpo)  CKPT_DIR (~/checkpoints)
+#   LOGGER ('["console","wandb"]' if WANDB_API_KEY is set, else '["console"]')  PROJECT_NAME (gcpo-verl)
+#   EXPERIMENT_NAME  TRAIN_BATCH_SIZE (256 prompts)  N_RESP (16 rollouts per prompt)  MINI_BATCH_SIZE (64)
+#   MAX_PROMPT_LENGTH (2048)  MAX_RESPONSE_LENGTH (8192)  OVERLONG_BUFFER (4096)  LR (1e-6)
+#   TOTAL_STEPS (500)  VAL_SETS ("aime24 aime25 math500 amc23")  VAL_N (16)  TP_SIZE (1)  GPU_MEM_UTIL (0.7)
+#   RAY_ADDRESS (an existing Ray cluster: head_ip:6379)  RAY_NUM_CPUS (fixed CPU count for a local Ray)
+#   DRY_RUN=1 or --dry-run: print the composed, validated config and stop (no GPU, no Ray).
+
+: "${NNODES:=1}"
+: "${GPUS_PER_NODE:=8}"
+: "${DATA_DIR:=${HOME}/data/gcpo}"
+: "${CKPT_DIR:=${HOME}/checkpoints}"
+: "${PROJECT_NAME:=gcpo-verl}"
+: "${TRAIN_BATCH_SIZE:=256}"
+: "${N_RESP:=16}"
+: "${MINI_BATCH_SIZE:=64}"
+: "${MAX_PROMPT_LENGTH:=2048}"
+: "${MAX_RESPONSE_LENGTH:=8192}"
+: "${OVERLONG_BUFFER:=4096}"
+: "${LR:=1e-6}"
+: "${TOTAL_STEPS:=500}"
+: "${VAL_SETS:=aime24 aime25 math500 amc23}"
+: "${VAL_N:=16}"
+: "${TP_SIZE:=1}"
+: "${GPU_MEM_UTIL:=0.7}"
+: "${DRY_RUN:=0}"
+if [[ -z "${LOGGER:-}" ]]; then
+  if [[ -n "${WANDB_API_KEY:-}" ]]; then LOGGER='["console","wandb"]'; else LOGGER='["console"]'; fi
+fi
+
+gcpo_launch() {
+  local args=()
+  local arg
+  for arg in "$@"; do
+    if [[ "${arg}" == "--dry-run" ]]; then DRY_RUN=1; else args+=("${arg}"); fi
+  done
+
+  local seq_len=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))
+  local val_files="" name
+  for name in ${VAL_SETS}; do val_files+="${val_files:+,}'${DATA_DIR}/val_${name}.parquet'"; done
+
+  local data=(
+    "data.train_files=${DATA_DIR}/train.parquet"
+    "data.val_files=[${val_files}]"
+    "data.train_batch_size=${TRAIN_BATCH_SIZE}"
+    "data.max_prompt_length=${MAX_PROMPT_LENGTH}"
+    "data.max_response_length=${MAX_RESPONSE_LENGTH}"
+    "data.filter_overlong_prompts=true"
+    "data.truncation=left"
+  )
+  local model=(
+    "actor_rollout_ref.model.path=${MODEL_PATH}"
+    "actor_rollout_ref.model.use_remove_padding=true"
+    "actor_rollout_ref.model.enable_gradient_checkpointing=true"
+  )
+  local actor=(
+    "actor_rollout_ref.actor.optim.lr=${LR}"
+    "actor_rollout_ref.actor.optim.lr_warmup_steps=10"
+    "actor_rollout_ref.actor.optim.weight_decay=0.1"
+    "actor_rollout_ref.actor.ppo_mini_batch_size=${MINI_BATCH_SIZE}"
+    "actor_rollout_ref.actor.use_dynamic_bsz=true"
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$((2 * seq_len))"
+    "actor_rollout_ref.actor.clip_ratio_low=0.2"
+    "actor_rollout_ref.actor.clip_ratio_high=0.28"
+    "actor_rollout_ref.actor.clip_ratio_c=10.0"
+    "actor_rollout_ref.actor.loss_agg_mode=token-mean"
+    "actor_rollout_ref.actor.use_kl_loss=false"
+    "actor_rollout_ref.actor.entropy_coeff=0"
+    "actor_rollout_ref.actor.grad_clip=1.0"
+  )
+  local rollout=(
+    "actor_rollout_ref.rollout.name=vllm"
+    "actor_rollout_ref.rollout.n=${N_RESP}"
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=${TP_SIZE}"
+    "actor_rollout_ref.rollout.gpu_memory_utilization=${GPU_MEM_UTIL}"
+    "actor_rollout_ref.rollout.enable_chunked_prefill=true"
+    "actor_rollout_ref.rollout.max_num_batched_tokens=${seq_len}"
+    "actor_rollout_ref.rollout.temperature=1.0"
+    "actor_rollout_ref.rollout.top_p=1.0"
+    "actor_rollout_ref.rollout.top_k=-1"
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$((3 * seq_len))"
+    "actor_rollout_ref.rollout.val_kwargs.temperature=0.6"
+    "actor_rollout_ref.rollout.val_kwargs.top_p=0.95"
+    "actor_rollout_ref.rollout.val_kwargs.do_sample=true"
+    "actor_rollout_ref.rollout.val_kwargs.n=${VAL_N}"
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true"
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$((3 * seq_len))"
+  )
+  local reward=(
+    "algorithm.use_kl_in_reward=false"
+    "reward.reward_manager.name=dapo"
+    "+reward.reward_kwargs.max_resp_len=${MAX_RESPONSE_LENGTH}"
+    "+reward.reward_kwargs.overlong_buffer_cfg.enable=true"
+    "+reward.reward_kwargs.overlong_buffer_cfg.len=${OVERLONG_BUFFER}"
+    "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0"
+    "+reward.reward_kwargs.overlong_buffer_cfg.log=false"
+  )
+  local trainer=(
+    "trainer.logger=${LOGGER}"
+    "trainer.project_name=${PROJECT_NAME}"
+    "trainer.experiment_name=${EXPERIMENT_NAME}"
+    "trainer.nnodes=${NNODES}"
+    "trainer.n_gpus_per_node=${GPUS_PER_NODE}"
+    "trainer.total_training_steps=${TOTAL_STEPS}"
+    "trainer.val_before_train=true"
+    "trainer.test_freq=10"
+    "trainer.save_freq=50"
+    "trainer.resume_mode=auto"
+    "trainer.log_val_generations=10"
+    "trainer.default_local_dir=${CKPT_DIR}/${PROJECT_NAME}/${EXPERIMENT_NAME}"
+  )
+  if [[ -n "${RAY_NUM_CPUS:-}" && -z "${RAY_ADDRESS:-}" ]]; then
+    trainer+=("ray_kwargs.ray_init.num_cpus=${RAY_NUM_CPUS}")
+  fi
+
+  if [[ "${DRY_RUN}" == "1" ]]; then export GCPO_DRY_RUN=1; fi
+  if [[ -n "${RAY_ADDRESS:-}" ]]; then export RAY_ADDRESS; fi
+  local cmd=(python3 -m recipe.gcpo.main_gcpo
+    "${data[@]}" "${model[@]}" "${actor[@]}" "${rollout[@]}" "${reward[@]}" "${trainer[@]}"
+    "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"})
+  echo "+ ${cmd[*]}" >&2
+  exec "${cmd[@]}"
+}

@@ -1,0 +1,111 @@
+"""The launchers: real dry runs against verl 0.9.1's config, and their shell logic with a stub python3."""
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCHERS = {
+    "run_qwen3_4b_gcpo.sh": ("gcpo", "Qwen/Qwen3-4B-Base", False),
+    "run_qwen3_1.7b_gcpo.sh": ("gcpo", "Qwen/Qwen3-1.7B-Base", False),
+    "run_qwen3_4b_grpo.sh": ("grpo", "Qwen/Qwen3-4B-Base", False),
+    "run_qwen3_4b_dapo.sh": ("grpo", "Qwen/Qwen3-4B-Base", True),
+}
+
+
+def _run(script, *args, env=None, path_prefix=None):
+    full_env = dict(os.environ, **(env or {}))
+    full_env.pop("WANDB_API_KEY", None)
+    if path_prefix:
+        full_env["PATH"] = f"{path_prefix}:{full_env['PATH']}"
+    return subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True, env=full_env)
+
+
+def _composed(proc):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return yaml.safe_load(proc.stdout.split(DRY_RUN_MARKER, 1)[1].rsplit("# GCPO dry run", 1)[0])
+
+
+@pytest.mark.parametrize("script", sorted(LAUNCHERS))
+def test_every_launcher_composes_against_verl_with_its_estimator(script):
+    estimator, model, filtered = LAUNCHERS[script]
+    config = _composed(_run(script, "--dry-run", env={"DATA_DIR": "/data/gcpo"}))
+    assert config["algorithm"]["adv_estimator"] == estimator
+    assert config["algorithm"]["filter_groups"]["enable"] is filtered
+    assert config["actor_rollout_ref"]["model"]["path"] == model
+    assert config["trainer"]["v1"]["trainer_mode"] == "gcpo_sync"
+    assert config["data"]["train_files"] == "/data/gcpo/train.parquet"
+    assert config["actor_rollout_ref"]["actor"]["clip_ratio_high"] == 0.28
+    assert config["reward"]["reward_manager"]["name"] == "dapo"
+
+
+def test_baselines_share_every_setting_but_the_estimator():
+    configs = {s: _composed(_run(s, "--dry-run", env={"EXPERIMENT_NAME": "same"})) for s in ("run_qwen3_4b_gcpo.sh", "run_qwen3_4b_grpo.sh")}
+    for config in configs.values():
+        config["algorithm"].pop("adv_estimator")
+    assert configs["run_qwen3_4b_gcpo.sh"] == configs["run_qwen3_4b_grpo.sh"]
+
+
+def test_a_command_line_override_wins_over_the_launchers_settings():
+    config = _composed(_run("run_qwen3_4b_gcpo.sh", "--dry-run", "actor_rollout_ref.rollout.n=8",
+                            "algorithm.gcpo.credit.method=mc", env={"N_RESP": "4"}))
+    assert config["actor_rollout_ref"]["rollout"]["n"] == 8
+    assert config["algorithm"]["gcpo"]["credit"]["method"] == "mc"
+
+
+def test_environment_variables_set_the_shared_settings():
+    config = _composed(_run("run_qwen3_4b_gcpo.sh", "--dry-run", env={
+        "N_RESP": "8", "NNODES": "4", "GPUS_PER_NODE": "4", "VAL_SETS": "aime24 gsm8k", "DATA_DIR": "/d",
+        "MAX_RESPONSE_LENGTH": "4096", "CKPT_DIR": "/ckpt", "EXPERIMENT_NAME": "exp1"}))
+    assert config["actor_rollout_ref"]["rollout"]["n"] == 8
+    assert (config["trainer"]["nnodes"], config["trainer"]["n_gpus_per_node"]) == (4, 4)
+    assert config["data"]["val_files"] == ["/d/val_aime24.parquet", "/d/val_gsm8k.parquet"]
+    assert config["reward"]["reward_kwargs"]["max_resp_len"] == 4096
+    assert config["trainer"]["default_local_dir"] == "/ckpt/gcpo-verl/exp1"
+
+
+def test_a_bad_override_fails_with_a_clear_message():
+    proc = _run("run_qwen3_4b_gcpo.sh", "--dry-run", "algorithm.gcpo.credit.kernel=laplace")
+    assert proc.returncode != 0
+    assert "algorithm.gcpo.credit.kernel must be one of ['cosine', 'rbf']" in proc.stderr
+    proc = _run("run_qwen3_4b_gcpo.sh", "--dry-run", "algorithm.gcpo.no_such_key=1")
+    assert proc.returncode != 0 and "no_such_key" in proc.stderr
+
+
+@pytest.fixture
+def stub_python(tmp_path):
+    """A python3 that prints its environment and arguments instead of training."""
+    stub = tmp_path / "python3"
+    stub.write_text('#!/usr/bin/env bash\necho "RAY_ADDRESS=${RAY_ADDRESS:-}"\necho "GCPO_DRY_RUN=${GCPO_DRY_RUN:-}"\n'
+                    'printf "%s\\n" "$@"\n')
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    return tmp_path
+
+
+def test_an_existing_ray_cluster_is_joined_through_ray_address(stub_python):
+    proc = _run("run_qwen3_4b_gcpo.sh", env={"RAY_ADDRESS": "10.0.0.1:6379", "RAY_NUM_CPUS": "32"}, path_prefix=stub_python)
+    assert "RAY_ADDRESS=10.0.0.1:6379" in proc.stdout
+    assert "ray_kwargs.ray_init.num_cpus=32" not in proc.stdout  # the cluster has its own counts
+    proc = _run("run_qwen3_4b_gcpo.sh", env={"RAY_NUM_CPUS": "32"}, path_prefix=stub_python)
+    assert "ray_kwargs.ray_init.num_cpus=32" in proc.stdout and "GCPO_DRY_RUN=\n" in proc.stdout
+
+
+def test_dry_run_by_environment_and_overrides_come_last(stub_python):
+    proc = _run("run_qwen3_4b_gcpo.sh", "trainer.save_freq=3", env={"DRY_RUN": "1"}, path_prefix=stub_python)
+    lines = proc.stdout.splitlines()
+    assert "GCPO_DRY_RUN=1" in lines and lines[-1] == "trainer.save_freq=3"
+    assert lines[2:4] == ["-m", "recipe.gcpo.main_gcpo"]
+
+
+def test_wandb_is_used_when_a_key_is_set(stub_python):
+    proc = _run("run_qwen3_4b_gcpo.sh", env={"WANDB_API_KEY": "x"}, path_prefix=stub_python)
+    assert 'trainer.logger=["console"]' in proc.stdout  # _run drops the key: console only
+    env = dict(os.environ, WANDB_API_KEY="x", PATH=f"{stub_python}:{os.environ['PATH']}")
+    out = subprocess.run(["bash", str(ROOT / "scripts/run_qwen3_4b_gcpo.sh")], capture_output=True, text=True, env=env).stdout
+    assert 'trainer.logger=["console","wandb"]' in out

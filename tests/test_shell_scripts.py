@@ -1,0 +1,35 @@
+"""Every shell script of the project passes shellcheck, and the version pins agree with each other."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHELL_SCRIPTS = sorted([*ROOT.glob("scripts/*.sh"), *ROOT.glob("docker/*.sbatch"), ROOT / ".ci" / "run"])
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shellcheck_clean(script):
+    proc = subprocess.run(["shellcheck", "-x", "-P", str(ROOT), str(script)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_verl_pin_is_the_same_in_setup_recipe_and_docker():
+    setup = re.search(r'VERL = "verl\[verl-core\]==([\d.]+)"', (ROOT / "setup.py").read_text()).group(1)
+    required = re.search(r"VERL_VERSION=([\d.]+)", (ROOT / "recipe/gcpo/REQUIRED_VERL.txt").read_text()).group(1)
+    dockerfile = (ROOT / "docker/Dockerfile").read_text()
+    docker = re.search(r"ARG VERL_VERSION=([\d.]+)", dockerfile).group(1)
+    assert setup == required == docker == "0.9.1"
+    # verl 0.9.1's vllm extra is vLLM 0.24: the base image tag must carry it
+    assert re.search(r"ARG BASE_IMAGE=verlai/verl:vllm024", dockerfile)
+
+
+def test_dockerfile_copies_only_what_exists_and_checks_the_offline_encoder():
+    dockerfile = (ROOT / "docker/Dockerfile").read_text()
+    for line in dockerfile.splitlines():
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert (ROOT / source).exists(), source
+    assert "HF_HUB_OFFLINE=1" in dockerfile and "RolloutEncoder" in dockerfile
