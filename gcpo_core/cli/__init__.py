@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from gcpo_core.cli import credit, demo
+from gcpo_core.cli import credit, demo, eval, report
 from gcpo_core.cli.common import CommandError
 
-SUBCOMMANDS = (credit, demo)
+SUBCOMMANDS = (credit, demo, eval, report)
 
 
 def build_parser() -> argparse.ArgumentParser:

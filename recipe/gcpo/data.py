@@ -22,14 +22,8 @@ from typing import Any, Iterable, Optional
 import pandas as pd
 from tqdm import tqdm
 
-INSTRUCTIONS = {
-    "dapo": (
-        "Solve the following math problem step by step. The last line of your response should be of the form "
-        "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{problem}\n\n"
-        'Remember to put your answer on its own line after "Answer:".'
-    ),
-    "boxed": "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
-}
+from gcpo_core.prompts import INSTRUCTIONS
+
 # The DAPO release wraps each problem in its own instruction: recognise it to recover the bare problem.
 _DAPO_WRAPPED = re.compile(
     r"^Solve the following math problem step by step\..*?problem\.\s*\n\n(?P<problem>.*?)\n\n"
