@@ -110,6 +110,7 @@ def compute_group_credit(
         norm_by_std=config.norm_by_std,
         epsilon=config.epsilon,
         std_floor=config.std_floor,
+        kernel=kernel,
     )
     diagnostics = group_diagnostics(L, mask, contributing, rewards, shapley.values, shapley.stderr, shapley.methods)
     return GroupCredit(

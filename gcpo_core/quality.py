@@ -2,7 +2,8 @@
 
 Quality weights the kernel, ``L = diag(q) K diag(q)``. A wrong rollout must get ``q = 0`` so it adds no volume;
 squaring a signed reward (DAPO's -1 for wrong) would make a wrong rollout count as much as a correct one, so
-every mapping here first sends non-positive rewards to 0.
+every GCPO mapping here first sends non-positive rewards to 0. (``none`` ignores rewards on purpose: an
+ablation and a baseline, never GCPO.)
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ def clipped_quality(rewards: torch.Tensor) -> torch.Tensor:
 def sqrt_quality(rewards: torch.Tensor) -> torch.Tensor:
     """``sqrt(clip(r, 0, 1))``, so that ``L_ii = r``: the DPP quality convention with the reward as quality."""
     return clipped_quality(rewards).sqrt()
+
+
+@QUALITY_MAPS.register("none")
+def no_quality(rewards: torch.Tensor) -> torch.Tensor:
+    """Every rollout has quality 1: the kernel is not reward-weighted (the "no quality coupling" ablation, and
+    DQO's diversity term, which does not look at correctness)."""
+    return torch.ones_like(rewards, dtype=_float_dtype(rewards))
 
 
 def quality_from_rewards(rewards: torch.Tensor, mapping: str = "binary") -> torch.Tensor:

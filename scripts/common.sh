@@ -6,7 +6,8 @@
 # (the estimator) and MODEL_PATH / EXPERIMENT_NAME. Everything below can be changed with an environment
 # variable, and any Hydra override given on the command line wins over all of it.
 #
-#   NNODES (1)  GPUS_PER_NODE (8)  MODEL_PATH  DATA_DIR (~/data/gcpo)  CKPT_DIR (~/checkpoints)
+#   NNODES (1)  GPUS_PER_NODE (8)  MODEL_PATH  DATA_DIR (~/data/gcpo)  TRAIN_FILE ($DATA_DIR/train.parquet)
+#   CKPT_DIR (~/checkpoints)
 #   LOGGER ('["console","wandb"]' if WANDB_API_KEY is set, else '["console"]')  PROJECT_NAME (gcpo-verl)
 #   EXPERIMENT_NAME  TRAIN_BATCH_SIZE (256 prompts)  N_RESP (16 rollouts per prompt)  MINI_BATCH_SIZE (64)
 #   MAX_PROMPT_LENGTH (2048)  MAX_RESPONSE_LENGTH (8192)  OVERLONG_BUFFER (4096)  LR (1e-6)
@@ -48,7 +49,7 @@ gcpo_launch() {
   for name in ${VAL_SETS}; do val_files+="${val_files:+,}'${DATA_DIR}/val_${name}.parquet'"; done
 
   local data=(
-    "data.train_files=${DATA_DIR}/train.parquet"
+    "data.train_files=${TRAIN_FILE:-${DATA_DIR}/train.parquet}"
     "data.val_files=[${val_files}]"
     "data.train_batch_size=${TRAIN_BATCH_SIZE}"
     "data.max_prompt_length=${MAX_PROMPT_LENGTH}"

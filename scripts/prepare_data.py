@@ -6,7 +6,8 @@
 
 Writes ``<out>/train.parquet`` (DAPO-Math-17K, deduplicated) and ``<out>/val_<set>.parquet`` for AIME 2024,
 AIME 2025, MATH-500, AMC 2023 and GSM8K, then prints what was read, kept and dropped (and why). The launchers
-read these paths (``DATA_DIR``). See recipe/gcpo/data.py for the row format.
+read these paths (``DATA_DIR``). ``--datasets math`` writes ``train_math.parquet`` (MATH train, with reference
+solutions) for the Group Contrastive PO baseline. See recipe/gcpo/data.py for the row format.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from recipe.gcpo.data import DATASETS, INSTRUCTIONS, PrepareReport, load_source,
 
 
 def output_path(out_dir: Path, name: str, split: str) -> Path:
-    return out_dir / ("train.parquet" if split == "train" else f"val_{name}.parquet")
+    if split == "train":
+        return out_dir / ("train.parquet" if name == "dapo_math_17k" else f"train_{name}.parquet")
+    return out_dir / f"val_{name}.parquet"
 
 
 def main(argv=None) -> int:
@@ -33,7 +36,9 @@ def main(argv=None) -> int:
     parser.add_argument("--train-limit", type=int, default=None, help="keep at most this many training prompts")
     args = parser.parse_args(argv)
 
-    names = list(DATASETS) if args.datasets == "all" else [n.strip() for n in args.datasets.split(",") if n.strip()]
+    # "all": DAPO-Math-17K and the validation sets (MATH train only on request)
+    names = [n for n in DATASETS if n != "math"] if args.datasets == "all" else [
+        n.strip() for n in args.datasets.split(",") if n.strip()]
     unknown = [n for n in names if n not in DATASETS]
     if unknown:
         parser.error(f"unknown dataset(s) {unknown}; known: {', '.join(DATASETS)}")

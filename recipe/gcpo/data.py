@@ -7,7 +7,9 @@ parquet holds 30 problems x 32 copies; evaluate avg@k with ``val_kwargs.n=k`` in
 Every prompt gets the same answer instruction (DAPO's: the last line is ``Answer: $Answer``), and every row is
 scored by ``recipe/gcpo/reward.py`` with math-verify. Rows: ``data_source`` (the set's name, which verl's
 validation metrics group by), ``prompt`` (a one-message chat), ``ability``, ``reward_model`` (``style: rule``,
-``ground_truth``), ``extra_info`` (``index``, ``split``, the bare ``problem``, the source's id).
+``ground_truth``), ``extra_info`` (``index``, ``split``, the bare ``problem``, the source's id, and the reference
+``solution`` where the source has one). MATH's training set (with solutions) is there for the Group
+Contrastive PO baseline.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from gcpo_core.prompts import INSTRUCTIONS
+from gcpo_core.text_span import last_boxed
 
 # The DAPO release wraps each problem in its own instruction: recognise it to recover the bare problem.
 _DAPO_WRAPPED = re.compile(
@@ -53,6 +56,9 @@ DATASETS: dict[str, DatasetSpec] = {
     for spec in (
         DatasetSpec("dapo_math_17k", "train", ("dapo-math-17k.parquet", "dapo_math_17k.jsonl", "dapo_math_sample.jsonl"),
                     "BytedTsinghua-SIA/DAPO-Math-17k", "train"),
+        # MATH train (7.5k, with reference solutions): the training set of the Group Contrastive PO baseline
+        DatasetSpec("math", "train", ("math_train.jsonl", "math_train.parquet"), "DigitalLearningGmbH/MATH-lighteval",
+                    "train"),
         DatasetSpec("aime24", "val", ("aime24.jsonl", "aime-2024.parquet"), "Maxwell-Jia/AIME_2024", "train"),
         DatasetSpec("aime25", "val", ("aime25.jsonl", "aime-2025.parquet"), "yentinglin/aime_2025", "train"),
         DatasetSpec("math500", "val", ("math500.jsonl", "math500.parquet"), "HuggingFaceH4/MATH-500", "test"),
@@ -121,6 +127,11 @@ def problem_and_answer(row: dict, spec: DatasetSpec) -> tuple[str, str]:
     answer = next((row[k] for k in spec.answer_keys if row.get(k) not in (None, "")), None)
     if answer is None and isinstance(row.get("reward_model"), dict):
         answer = row["reward_model"].get("ground_truth")
+    if answer is None and isinstance(row.get("solution"), str):  # MATH: the answer is the solution's last box
+        span = last_boxed(row["solution"])
+        if span is not None:
+            boxed = row["solution"][span[0] : span[1]]
+            answer = boxed[boxed.find("{") + 1 : -1]
     answer = "" if answer is None else str(answer)
     if "####" in answer:  # GSM8K's original answer field: worked solution, then "#### n"
         answer = answer.rsplit("####", 1)[1]
@@ -157,12 +168,15 @@ def prepare(
             report.dropped["over --limit"] += 1
             continue
         seen.add(key)
+        extra_info = {"index": len(out), "split": spec.split, "problem": problem, "source_id": str(_source_id(row, position))}
+        if isinstance(row.get("solution"), str) and row["solution"].strip():
+            extra_info["solution"] = row["solution"].strip()  # a reference solution (Group Contrastive PO)
         out.append({
             "data_source": spec.name,
             "prompt": [{"role": "user", "content": template.format(problem=problem)}],
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": answer},
-            "extra_info": {"index": len(out), "split": spec.split, "problem": problem, "source_id": str(_source_id(row, position))},
+            "extra_info": extra_info,
         })
     report.kept = len(out)
     return pd.DataFrame(out), report

@@ -25,7 +25,7 @@ from verl.trainer.ppo.core_algos import register_adv_est
 
 from gcpo_core.advantages import group_normalize
 from gcpo_core.grouping import layout_groups
-from recipe.gcpo.settings import GCPO_ESTIMATOR, needs_gcpo_trainer
+from recipe.gcpo.settings import EMBEDDING_ESTIMATORS, needs_gcpo_trainer
 
 _active = threading.local()
 
@@ -59,7 +59,6 @@ def provide_credit(credit: StepCredit) -> Iterator[None]:
         _active.credit = previous
 
 
-@register_adv_est(GCPO_ESTIMATOR)
 def compute_gcpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -84,7 +83,8 @@ def compute_gcpo_outcome_advantage(
     """
     credit: Optional[StepCredit] = getattr(_active, "credit", None)
     if credit is None:
-        raise RuntimeError(needs_gcpo_trainer("no credit was provided to the gcpo estimator"))
+        raise RuntimeError(needs_gcpo_trainer("no credit was provided to the estimator",
+                                              (config or {}).get("adv_estimator", "gcpo")))
     rows = token_level_rewards.shape[0]
     if len(credit.score) != rows:
         raise RuntimeError(f"GCPO credit covers {len(credit.score)} rows but the batch has {rows}")
@@ -105,6 +105,11 @@ def compute_gcpo_outcome_advantage(
         scores = torch.from_numpy(advantage).to(token_level_rewards.device, token_level_rewards.dtype)
         scores = scores.unsqueeze(-1) * response_mask
     return scores, scores
+
+
+# gcpo, and the embedding baselines whose credit the trainer computes the same way (dqo, dra_grpo)
+for _name in EMBEDDING_ESTIMATORS:
+    register_adv_est(_name)(compute_gcpo_outcome_advantage)
 
 
 def _normalisation(config) -> tuple[bool, float, float]:

@@ -1,4 +1,5 @@
-"""The GCPO trainer: verl 0.9.1's V1 synchronous trainer with Shapley credit before the advantage step.
+"""The GCPO trainer: verl 0.9.1's V1 synchronous trainer with Shapley credit before the advantage step (and,
+optionally, Group Contrastive PO's reference injection before the old log-probabilities).
 
 Registered as ``trainer.v1.trainer_mode=gcpo_sync``. With ``algorithm.adv_estimator=gcpo`` each step's
 ``_compute_advantage`` first reads the responses of the batch from TransferQueue, decodes them, and has the
@@ -24,7 +25,8 @@ from verl.utils.debug import marked_timer
 
 from recipe.gcpo.credit_actor import CreditActor
 from recipe.gcpo.estimator import StepCredit, provide_credit
-from recipe.gcpo.settings import GCPO_TRAINER_MODE, validate_gcpo_config
+from recipe.gcpo.group_contrastive import inject_references
+from recipe.gcpo.settings import GCPO_TRAINER_MODE, validate_gcpo_config, validate_group_contrastive
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -38,6 +40,7 @@ class GCPOTrainer(PPOTrainerSync):
 
     def __init__(self, config):
         self.gcpo = validate_gcpo_config(config)
+        self.group_contrastive = validate_group_contrastive(config)
         self.credit_actor: CreditActor | None = None
         super().__init__(config)
 
@@ -60,6 +63,16 @@ class GCPOTrainer(PPOTrainerSync):
         if self.credit_actor is not None:
             self.credit_actor.shutdown()
             self.credit_actor = None
+
+    def _balance_batch(self, batch: KVBatchMeta, metrics, *args, **kwargs) -> KVBatchMeta:
+        """Group Contrastive PO (when enabled) puts reference solutions into all-wrong groups first, before the
+        old log-probabilities are computed."""
+        if self.group_contrastive.enable:
+            batch, injected = inject_references(
+                batch, self.tokenizer, self.group_contrastive, int(self.config.data.max_response_length)
+            )
+            metrics.update(injected)
+        return super()._balance_batch(batch, metrics, *args, **kwargs)
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         if self.gcpo is None:

@@ -17,7 +17,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 
-from recipe.gcpo.settings import validate_gcpo_config
+from recipe.gcpo.settings import validate_gcpo_config, validate_group_contrastive
 
 
 DRY_RUN_MARKER = "# composed config (GCPO dry run)"
@@ -44,6 +44,7 @@ def missing_data_files(config) -> list[str]:
 def validate(config) -> None:
     """Every start-up check: GCPO's own, then verl's."""
     validate_gcpo_config(config)
+    validate_group_contrastive(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 
 

@@ -8,6 +8,7 @@ fails naming the known ones. The GRPO-style normalisation switch is verl's own
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -20,6 +21,16 @@ from recipe.gcpo.credit_actor import CreditActorOptions
 
 GCPO_ESTIMATOR = "gcpo"
 GCPO_TRAINER_MODE = "gcpo_sync"
+# Estimators that need the responses' embeddings, hence the GCPO trainer and its credit actor; each fixes some
+# algorithm.gcpo.credit keys (the rest stay configurable, e.g. DQO's alpha is credit.mix_coef).
+EMBEDDING_ESTIMATORS: dict[str, dict] = {
+    GCPO_ESTIMATOR: {},
+    # DQO-style additive DPP bonus (arXiv 2509.04784): reward + alpha * leave-one-out log-det diversity of the
+    # unweighted embeddings (correctness plays no part in the diversity term)
+    "dqo": {"quality": "none", "method": "loo", "advantage": "mix"},
+    # DRA-GRPO (arXiv 2505.09655): reward / (1 + summed similarity to the other completions)
+    "dra_grpo": {"advantage": "dra"},
+}
 # reward_extra_info key written by recipe.gcpo.reward: constant within a group exactly when GCPO has no signal
 GCPO_FILTER_METRIC = "gcpo_signal"
 
@@ -60,8 +71,9 @@ class GCPOSettings:
     dump: DumpSettings = field(default_factory=DumpSettings)
 
     @classmethod
-    def from_algorithm_config(cls, algorithm: DictConfig | Mapping[str, Any]) -> "GCPOSettings":
-        """Parse ``algorithm.gcpo`` (absent: defaults)."""
+    def from_algorithm_config(cls, algorithm: DictConfig | Mapping[str, Any], estimator: str = GCPO_ESTIMATOR
+                              ) -> "GCPOSettings":
+        """Parse ``algorithm.gcpo`` (absent: defaults), with the keys ``estimator`` fixes applied."""
         algorithm = _plain(algorithm)
         block = algorithm.get("gcpo") or {}
         if not isinstance(block, Mapping):
@@ -73,6 +85,7 @@ class GCPOSettings:
                 "algorithm.gcpo.credit.norm_by_std is not a key: use verl's algorithm.norm_adv_by_std_in_grpo"
             )
         credit["norm_by_std"] = bool(algorithm.get("norm_adv_by_std_in_grpo", True))
+        credit.update(EMBEDDING_ESTIMATORS[estimator])
         filter_all_correct = block.get("filter_all_correct", False)
         if not isinstance(filter_all_correct, bool):
             raise ValueError(f"algorithm.gcpo.filter_all_correct must be true or false, got {filter_all_correct!r}")
@@ -93,15 +106,17 @@ def validate_gcpo_config(config: DictConfig) -> GCPOSettings | None:
             rollouts per prompt, or DAPO group filtering that would silently discard all-correct groups.
     """
     algorithm = config.algorithm
-    if algorithm.adv_estimator != GCPO_ESTIMATOR:
+    estimator = algorithm.adv_estimator
+    if estimator not in EMBEDDING_ESTIMATORS:
         return None
-    settings = GCPOSettings.from_algorithm_config(algorithm)
+    settings = GCPOSettings.from_algorithm_config(algorithm, estimator)
     mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
     if not config.trainer.get("use_v1", True) or mode != GCPO_TRAINER_MODE:
-        raise ValueError(needs_gcpo_trainer(f"trainer.use_v1={config.trainer.get('use_v1')}, trainer.v1.trainer_mode={mode}"))
+        raise ValueError(needs_gcpo_trainer(
+            f"trainer.use_v1={config.trainer.get('use_v1')}, trainer.v1.trainer_mode={mode}", estimator))
     n = config.actor_rollout_ref.rollout.n
     if n < 2:
-        raise ValueError(f"GCPO credits rollouts within a group: actor_rollout_ref.rollout.n must be >= 2, got {n}")
+        raise ValueError(f"{estimator} credits rollouts within a group: actor_rollout_ref.rollout.n must be >= 2, got {n}")
     if n > settings.credit.max_group_size:
         raise ValueError(
             f"actor_rollout_ref.rollout.n={n} exceeds algorithm.gcpo.credit.max_group_size="
@@ -121,13 +136,39 @@ def validate_gcpo_config(config: DictConfig) -> GCPOSettings | None:
     return settings
 
 
-def needs_gcpo_trainer(found: str) -> str:
+def needs_gcpo_trainer(found: str, estimator: str = GCPO_ESTIMATOR) -> str:
     return (
-        "algorithm.adv_estimator=gcpo needs the GCPO trainer, which embeds the responses and computes Shapley "
+        f"algorithm.adv_estimator={estimator} needs the GCPO trainer, which embeds the responses and computes their "
         "credit before advantages; verl's stock trainers give an estimator neither. Launch with "
         "`python -m recipe.gcpo.main_gcpo` (or scripts/run_qwen3_4b_gcpo.sh), which sets "
         f"trainer.use_v1=true and trainer.v1.trainer_mode={GCPO_TRAINER_MODE} (found: {found})."
     )
+
+
+def validate_group_contrastive(config: DictConfig):
+    """Start-up checks of ``algorithm.group_contrastive`` (Group Contrastive PO's reference injection)."""
+    from recipe.gcpo.group_contrastive import GroupContrastiveSettings, solution_coverage
+
+    settings = _build(GroupContrastiveSettings, _plain(config.algorithm.get("group_contrastive")),
+                      "algorithm.group_contrastive")
+    if not settings.enable:
+        return settings
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
+    if mode != GCPO_TRAINER_MODE:
+        raise ValueError(f"algorithm.group_contrastive runs in the recipe's trainer: set trainer.v1.trainer_mode="
+                         f"{GCPO_TRAINER_MODE} (found {mode}) and launch with python -m recipe.gcpo.main_gcpo")
+    correction = config.algorithm.get("rollout_correction") or {}
+    if correction.get("rollout_is") or correction.get("rollout_rs"):
+        raise ValueError("algorithm.group_contrastive injects reference solutions that were never sampled, so they "
+                         "have no rollout log-probs: set algorithm.rollout_correction.rollout_is=null and rollout_rs=null")
+    train_files = OmegaConf.select(config, "data.train_files")
+    for path in [train_files] if isinstance(train_files, str) else list(train_files or []):
+        path = os.path.expanduser(str(path))
+        if path.endswith(".parquet") and os.path.isfile(path) and solution_coverage(path, settings.solution_key) == 0:
+            raise ValueError(f"algorithm.group_contrastive needs reference solutions, but {path} has no "
+                             f"extra_info.{settings.solution_key} (DAPO-Math-17K has none; prepare a set that does, "
+                             "e.g. `scripts/prepare_data.py --datasets math`)")
+    return settings
 
 
 def _plain(value: Any) -> Any:

@@ -13,10 +13,12 @@ def test_binary_maps_zero_one_and_dapo_plus_minus_one_to_zero_one():
     assert quality_from_rewards(torch.tensor([0.6, -1.4])).tolist() == [1, 0]
 
 
-def test_a_wrong_rollout_never_gets_positive_quality_under_any_mapping():
+def test_a_wrong_rollout_never_gets_positive_quality_under_any_gcpo_mapping():
     rewards = torch.tensor([-1.0, -0.5, 0.0, -3.0])
-    for name in QUALITY_MAPS.names():
+    for name in ("binary", "clip", "sqrt"):
         assert torch.all(quality_from_rewards(rewards, name) == 0), name
+    # "none" is the ablation without quality coupling: everyone weighs 1, whatever the reward
+    assert quality_from_rewards(rewards, "none").tolist() == [1.0] * 4
 
 
 def test_soft_scores_are_clipped_or_square_rooted():
@@ -32,7 +34,7 @@ def test_non_finite_rewards_are_rejected(bad):
 
 
 def test_unknown_mapping_names_the_allowed_ones():
-    with pytest.raises(ValueError, match="allowed: binary, clip, sqrt"):
+    with pytest.raises(ValueError, match="allowed: binary, clip, none, sqrt"):
         quality_from_rewards(torch.tensor([1.0]), "square")
 
 

@@ -11,11 +11,21 @@ import yaml
 from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
-LAUNCHERS = {
-    "run_qwen3_4b_gcpo.sh": ("gcpo", "Qwen/Qwen3-4B-Base", False),
-    "run_qwen3_1.7b_gcpo.sh": ("gcpo", "Qwen/Qwen3-1.7B-Base", False),
-    "run_qwen3_4b_grpo.sh": ("grpo", "Qwen/Qwen3-4B-Base", False),
-    "run_qwen3_4b_dapo.sh": ("grpo", "Qwen/Qwen3-4B-Base", True),
+LAUNCHERS = {  # script: (estimator, model, DAPO filter on, what else it must set)
+    "run_qwen3_4b_gcpo.sh": ("gcpo", "Qwen/Qwen3-4B-Base", False, {}),
+    "run_qwen3_1.7b_gcpo.sh": ("gcpo", "Qwen/Qwen3-1.7B-Base", False, {}),
+    "run_qwen3_4b_grpo.sh": ("grpo", "Qwen/Qwen3-4B-Base", False, {}),
+    "run_qwen3_4b_dapo.sh": ("grpo", "Qwen/Qwen3-4B-Base", True, {"algorithm.filter_groups.metric": "acc"}),
+    "run_qwen3_4b_copo.sh": ("copo", "Qwen/Qwen3-4B-Base", False, {}),
+    "run_qwen3_4b_mc_grpo.sh": ("mc_grpo", "Qwen/Qwen3-4B-Base", False, {}),
+    "run_qwen3_4b_dqo.sh": ("dqo", "Qwen/Qwen3-4B-Base", False, {"algorithm.gcpo.credit.mix_coef": 0.5}),
+    "run_qwen3_4b_dra_grpo.sh": ("dra_grpo", "Qwen/Qwen3-4B-Base", False, {}),
+    "run_qwen3_4b_group_contrastive.sh": ("grpo", "Qwen/Qwen3-4B-Base", False, {
+        "algorithm.group_contrastive.enable": True, "data.train_files": "/data/gcpo/train_math.parquet"}),
+    "run_qwen3_4b_gcpo_loo.sh": ("gcpo", "Qwen/Qwen3-4B-Base", False, {"algorithm.gcpo.credit.method": "loo"}),
+    "run_qwen3_4b_gcpo_no_quality.sh": ("gcpo", "Qwen/Qwen3-4B-Base", False, {
+        "algorithm.gcpo.credit.quality": "none", "algorithm.gcpo.credit.advantage": "mix"}),
+    "run_qwen3_4b_gcpo_bonus.sh": ("gcpo", "Qwen/Qwen3-4B-Base", False, {"algorithm.gcpo.credit.advantage": "mix"}),
 }
 
 
@@ -34,13 +44,19 @@ def _composed(proc):
 
 @pytest.mark.parametrize("script", sorted(LAUNCHERS))
 def test_every_launcher_composes_against_verl_with_its_estimator(script):
-    estimator, model, filtered = LAUNCHERS[script]
+    estimator, model, filtered, specific = LAUNCHERS[script]
     config = _composed(_run(script, "--dry-run", env={"DATA_DIR": "/data/gcpo"}))
+    for key, value in specific.items():
+        node = config
+        for part in key.split("."):
+            node = node[part]
+        assert node == value, key
     assert config["algorithm"]["adv_estimator"] == estimator
     assert config["algorithm"]["filter_groups"]["enable"] is filtered
     assert config["actor_rollout_ref"]["model"]["path"] == model
     assert config["trainer"]["v1"]["trainer_mode"] == "gcpo_sync"
-    assert config["data"]["train_files"] == "/data/gcpo/train.parquet"
+    if script != "run_qwen3_4b_group_contrastive.sh":
+        assert config["data"]["train_files"] == "/data/gcpo/train.parquet"
     assert config["actor_rollout_ref"]["actor"]["clip_ratio_high"] == 0.28
     assert config["reward"]["reward_manager"]["name"] == "dapo"
 

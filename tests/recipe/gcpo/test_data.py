@@ -112,3 +112,17 @@ def test_missing_local_files_without_download_is_a_clear_error(tmp_path):
     )
     assert proc.returncode == 1
     assert "aime24: none of ['aime24.jsonl', 'aime-2024.parquet'] found" in proc.stderr and "--download" in proc.stderr
+
+
+def test_reference_solutions_are_kept_and_math_answers_come_from_the_last_box(shared_data):
+    import json
+
+    rows = [json.loads(line) for line in (shared_data / "math500.jsonl").read_text().splitlines()[:20]]
+    for row in rows:
+        row.pop("answer")  # MATH train rows carry only the solution
+    frame, report = prepare(DATASETS["math"], rows)
+    assert report.kept == 20
+    for source, row in zip(rows, frame.itertuples()):
+        assert row.extra_info["solution"] == source["solution"].strip()
+        assert compute_score("math", f"Answer: {row.reward_model['ground_truth']}", row.reward_model["ground_truth"])["acc"] == 1.0
+    assert frame.reward_model.iloc[0]["ground_truth"] == "\\left( 3, \\frac{\\pi}{2} \\right)"

@@ -229,3 +229,58 @@ def test_credit_dumps_are_written_every_n_steps(local_tq, tiny_tokenizer, credit
     records = list(read_credit_dump(tmp_path))
     assert len(records) == 3 and all(len(r["embeddings"][0]) == 384 for r in records)
     assert all(len(r["texts"]) == len(r["shapley"]) == len(r["advantage"]) for r in records)
+
+
+def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_probs(
+    local_tq, tiny_tokenizer, monkeypatch
+):
+    """Group Contrastive PO (the other "GCPO"): the trainer hook before verl's batch balancing."""
+    from recipe.gcpo.group_contrastive import GroupContrastiveSettings
+
+    rows = load_demo_rollouts()
+    solution = rows[4]["text"]  # the sprints reference solution, in the tokenizer's vocabulary
+    keys, fields, tags = [], [], []
+    for g, (uid, rewards, with_solution) in enumerate((("wrong-ref", [-1.0] * 3, True), ("wrong-none", [-1.0] * 3, False),
+                                                       ("mixed", [1.0, -1.0, -1.0], True))):
+        for s, reward in enumerate(rewards):
+            ids = torch.tensor(tiny_tokenizer(rows[s]["text"], add_special_tokens=False)["input_ids"] + [2])
+            prompts = torch.tensor([3, 4, 5])
+            n = len(ids)
+            rm = torch.zeros(n)
+            rm[-1] = reward
+            extra = {"index": g, "problem": "p"}
+            if with_solution:
+                extra["solution"] = solution
+            fields.append({"uid": uid, "prompts": prompts, "responses": ids, "response_mask": torch.ones(n, dtype=torch.int64),
+                           "loss_mask": torch.ones(n, dtype=torch.int64), "input_ids": torch.cat([prompts, ids]),
+                           "attention_mask": torch.ones(3 + n, dtype=torch.int64), "position_ids": torch.arange(3 + n),
+                           "rm_scores": rm, "rollout_log_probs": torch.zeros(n), "extra_info": extra})
+            keys.append(f"{uid}_{s}_0")
+            tags.append({"status": "success", "prompt_len": 3, "response_len": n, "seq_len": 3 + n, "global_steps": 1})
+    meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
+    batch = KVBatchMeta(partition_id="train", keys=meta.keys, tags=meta.tags)
+
+    config = compose_gcpo(BASE_OVERRIDES + ["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true"])
+    trainer = _trainer(GCPOTrainer, config, tiny_tokenizer)
+    trainer.group_contrastive = GroupContrastiveSettings(enable=True)
+    monkeypatch.setattr(PPOTrainerSync, "_balance_batch", lambda self, batch, metrics, *a, **k: batch)
+    metrics = {}
+    batch = trainer._balance_batch(batch, metrics)
+    assert metrics == {"group_contrastive/all_wrong_groups": 2.0, "group_contrastive/injected_groups": 1.0,
+                       "group_contrastive/missing_solutions": 1.0}
+
+    data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["responses", "rm_scores", "input_ids", "response_mask"])
+    responses = [r.tolist() for r in data["responses"].unbind()]
+    assert tiny_tokenizer.decode(responses[0], skip_special_tokens=True) == " ".join(solution.split())
+    assert batch.tags[0]["response_len"] == len(responses[0]) and batch.tags[0]["group_contrastive_reference"]
+    assert data["rm_scores"].unbind()[0].sum().item() == 1.0 and bool(data["response_mask"].unbind()[0].all())
+    assert data["input_ids"].unbind()[0].tolist() == [3, 4, 5] + responses[0]
+    assert all(not t.get("group_contrastive_reference") for t in batch.tags[1:])  # other groups untouched
+
+    # verl's next step computes the old log-probs of every row, the reference included
+    old = [torch.zeros(len(r)) for r in responses]
+    tq.kv_batch_put(keys=batch.keys, partition_id="train",
+                    fields=list_of_dict_to_tensordict([{"old_log_probs": o} for o in old]))
+    trainer._compute_advantage(batch, {})  # GRPO now has something to contrast in the first group
+    advantages = _row_advantages(batch)
+    assert advantages[0] > 0 and np.all(advantages[1:3] < 0) and np.all(advantages[3:6] == 0)

@@ -63,3 +63,23 @@ def test_dapo_filtering_that_would_drop_all_correct_groups_is_explicit():
 def test_a_missing_block_means_defaults():
     algorithm = OmegaConf.create({"adv_estimator": "gcpo", "norm_adv_by_std_in_grpo": True})
     assert GCPOSettings.from_algorithm_config(algorithm).credit.method == "auto"
+
+
+def test_group_contrastive_needs_solutions_and_no_rollout_correction(tmp_path):
+    import pandas as pd
+
+    from recipe.gcpo.settings import validate_group_contrastive
+
+    base = ["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true"]
+    assert validate_group_contrastive(compose_gcpo(base)).enable  # remote / absent files are not read
+    with pytest.raises(ValueError, match="set algorithm.rollout_correction.rollout_is=null"):
+        validate_group_contrastive(compose_gcpo(base + ["algorithm.rollout_correction.rollout_is=token"]))
+    no_solution = tmp_path / "train.parquet"
+    pd.DataFrame([{"extra_info": {"index": 0, "problem": "p"}}]).to_parquet(no_solution)
+    with pytest.raises(ValueError, match="has no extra_info.solution"):
+        validate_group_contrastive(compose_gcpo(base + [f"data.train_files={no_solution}"]))
+    with_solution = tmp_path / "train_math.parquet"
+    pd.DataFrame([{"extra_info": {"index": 0, "problem": "p", "solution": "s"}}]).to_parquet(with_solution)
+    assert validate_group_contrastive(compose_gcpo(base + [f"data.train_files={with_solution}"])).enable
+    with pytest.raises(ValueError, match="algorithm.group_contrastive.enable must be true or false"):
+        validate_group_contrastive(compose_gcpo(["algorithm.group_contrastive.enable=maybe"]))

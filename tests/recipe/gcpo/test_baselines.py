@@ -1,0 +1,67 @@
+"""The reward-only baselines through verl's own compute_advantage, and the embedding presets."""
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.protocol import DataProto
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+from verl.trainer.ppo.ray_trainer import compute_advantage
+
+import recipe.gcpo.baselines  # noqa: F401
+from gcpo_core.baselines import copo_advantages, median_centred_advantages
+from gcpo_core.grouping import layout_groups
+from recipe.gcpo.estimator import compute_gcpo_outcome_advantage
+from recipe.gcpo.settings import validate_gcpo_config
+from tests.recipe.gcpo.conftest import compose_gcpo
+
+ALGORITHM = OmegaConf.create({"norm_adv_by_std_in_grpo": True})
+
+
+def _data(rewards, uids, lengths):
+    mask = torch.zeros(len(rewards), 6)
+    scores = torch.zeros(len(rewards), 6)
+    for i, (r, length) in enumerate(zip(rewards, lengths)):
+        mask[i, :length] = 1
+        if length:
+            scores[i, length - 1] = r
+    return DataProto.from_dict(tensors={"token_level_rewards": scores, "response_mask": mask},
+                               non_tensors={"uid": np.array(uids, dtype=object)})
+
+
+@pytest.mark.parametrize("name, reference", [("copo", copo_advantages), ("mc_grpo", median_centred_advantages)])
+def test_reward_only_baselines_run_in_verls_advantage_step_and_skip_padding(name, reference):
+    uids = ["a"] * 4 + ["b"] * 4 + ["c"] * 4 + ["pad"] * 2
+    rewards = [1, 1, 1, 1, -1, -1, -1, -1, 1, -1, -1, 1, 0, 0]
+    lengths = [5] * 12 + [0, 0]
+    out = compute_advantage(_data(rewards, uids, lengths), adv_estimator=name, config=ALGORITHM).batch["advantages"]
+    assert torch.all(out[12:] == 0)
+    layout = layout_groups(uids[:12])
+    expected = layout.scatter(reference(layout.gather(torch.tensor(rewards[:12], dtype=torch.float64)), layout.mask))
+    torch.testing.assert_close(out[:12, 0].double(), expected, atol=1e-5, rtol=0)
+    assert get_adv_estimator_fn(name) is not None
+
+
+def test_copo_gives_all_correct_and_all_wrong_groups_a_signal_where_grpo_gives_none():
+    uids = ["a"] * 4 + ["b"] * 4 + ["c"] * 4
+    rewards = [1] * 4 + [-1] * 4 + [1, -1, -1, 1]
+    data = _data(rewards, uids, [5] * 12)
+    copo = compute_advantage(data, adv_estimator="copo", config=ALGORITHM).batch["advantages"][:, 0]
+    grpo = compute_advantage(_data(rewards, uids, [5] * 12), adv_estimator="grpo", config=ALGORITHM).batch["advantages"][:, 0]
+    assert torch.all(grpo[:8].abs() < 1e-6)
+    assert torch.all(copo[:4] > 0) and torch.all(copo[4:8] < 0)
+
+
+@pytest.mark.parametrize("estimator, fixed", [
+    ("dqo", {"quality": "none", "method": "loo", "advantage": "mix"}),
+    ("dra_grpo", {"advantage": "dra"}),
+])
+def test_embedding_baselines_are_gcpo_trainer_estimators_with_fixed_credit_keys(estimator, fixed):
+    settings = validate_gcpo_config(compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=8",
+                                                  "algorithm.gcpo.credit.mix_coef=0.25"]))
+    for key, value in fixed.items():
+        assert getattr(settings.credit, key) == value
+    assert settings.credit.mix_coef == 0.25
+    assert get_adv_estimator_fn(estimator) is compute_gcpo_outcome_advantage
+    with pytest.raises(ValueError, match=f"adv_estimator={estimator} needs the GCPO trainer"):
+        validate_gcpo_config(compose_gcpo([f"algorithm.adv_estimator={estimator}", "trainer.v1.trainer_mode=sync"]))
