@@ -79,16 +79,22 @@ def group_normalize(
         `(torch.Tensor)` float64 (B, G).
     """
     x = scores.to(torch.float64)
+    mean, std = group_statistics(x, mask)
+    centred = x - mean
+    advantages = centred / (std.clamp_min(std_floor) + epsilon) if norm_by_std else centred
+    return advantages * mask
+
+
+def group_statistics(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and unbiased std of each group's valid slots, shapes (B, 1); a group of one (or none) gets mean 0
+    and std 1, verl's GRPO convention."""
+    x = scores.to(torch.float64)
     m = mask.to(x.dtype)
     count = m.sum(dim=1, keepdim=True)
     singleton = count <= 1
     mean = (x * m).sum(dim=1, keepdim=True) / count.clamp_min(1)
     var = (((x - mean) * m) ** 2).sum(dim=1, keepdim=True) / (count - 1).clamp_min(1)
-    mean = torch.where(singleton, torch.zeros_like(mean), mean)
-    std = torch.where(singleton, torch.ones_like(var), var.sqrt().clamp_min(std_floor))
-    centred = x - mean
-    advantages = centred / (std + epsilon) if norm_by_std else centred
-    return advantages * m
+    return (torch.where(singleton, torch.zeros_like(mean), mean), torch.where(singleton, torch.ones_like(var), var.sqrt()))
 
 
 def credit_advantages(

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from gcpo_core.advantages import group_normalize
+from gcpo_core.advantages import group_normalize, group_statistics
 
 
 def median_centred_advantages(
@@ -27,14 +27,11 @@ def median_centred_advantages(
     m = mask.to(torch.bool)
     nan = torch.full_like(x, math.nan)
     median = torch.nanquantile(torch.where(m, x, nan), 0.5, dim=1, keepdim=True, interpolation="midpoint")
-    count = m.sum(dim=1, keepdim=True)
-    median = torch.where(count > 1, median, torch.zeros_like(median))
+    median = torch.where(m.sum(dim=1, keepdim=True) > 1, median, torch.zeros_like(median))
     centred = (x - median) * m
     if not norm_by_std:
         return centred
-    mean = (x * m).sum(1, keepdim=True) / count.clamp_min(1)
-    std = ((((x - mean) * m) ** 2).sum(1, keepdim=True) / (count - 1).clamp_min(1)).sqrt()
-    std = torch.where(count > 1, std, torch.ones_like(std))
+    _, std = group_statistics(x, m)
     return centred / (std + epsilon)
 
 
