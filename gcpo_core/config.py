@@ -15,10 +15,7 @@ from typing import Any, Mapping, Optional
 from gcpo_core.advantages import ADVANTAGE_MODES
 from gcpo_core.kernels import KERNELS
 from gcpo_core.quality import QUALITY_MAPS
-from gcpo_core.shapley import SHAPLEY_METHODS, mc_design
-
-# 2^c coalitions of ~50 bytes each: c = 22 is ~200 MB per group, the most one exact solve may take.
-EXACT_LIMIT = 22
+from gcpo_core.shapley import EXACT_LIMIT, SHAPLEY_METHODS, mc_design
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ are handled by a named policy:
 * ``head_tail``: the first and last half-pieces joined.
 
 Pieces of all texts are sorted by length and batched; identical texts are encoded once; empty or
-whitespace-only texts are not encoded and are flagged ``empty`` (the credit engine gives them q = 0).
+whitespace-only responses are not encoded and are flagged ``empty`` (the credit engine gives them q = 0); a
+response whose chosen span is empty (a bare answer under ``reasoning``) is embedded whole.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class EncoderStats:
     empty_texts: int = 0
     long_texts: int = 0  # longer than one piece
     truncated_texts: int = 0  # some of the text was not read (truncate / head_tail, or beyond max_chunks)
+    span_fallbacks: int = 0  # the chosen span was empty, so the whole response was embedded
     pieces: int = 0
     tokens: int = 0
     tokenize_s: float = 0.0  # CPU time in span selection, dedupe, tokenisation, cutting
@@ -112,6 +114,7 @@ class EncoderStats:
             f"{prefix}empty_frac": self.empty_texts / n,
             f"{prefix}long_frac": self.long_texts / n,
             f"{prefix}truncated_frac": self.truncated_texts / n,
+            f"{prefix}span_fallback_frac": self.span_fallbacks / n,
             f"{prefix}pieces_per_text": self.pieces / max(self.unique_texts, 1),
             f"{prefix}tokens": float(self.tokens),
             f"{prefix}tokenize_s": self.tokenize_s,
@@ -215,7 +218,7 @@ class RolloutEncoder:
         policy = self.config.long_text
         width = length * _CHARS_PER_TOKEN
         if mode == "each":  # evenly spaced windows of a very long text: one piece from each
-            return [ids[:length] for ids in token_lists if ids], True, True
+            return [ids[:length] for ids in token_lists if ids] or [[]], True, True
         if policy == "head_tail" and len(token_lists) == 2:
             head, tail = token_lists
             return [head[: length // 2] + tail[-(length - length // 2) :]], True, True
@@ -327,7 +330,12 @@ class RolloutEncoder:
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"text {i} is {type(text).__name__}, not str")
-            spans.append(select_span(text, self.config.text_span))
+            span = select_span(text, self.config.text_span)
+            if not span.strip() and text.strip():
+                # e.g. a bare "Answer: 5" has no reasoning span: embed the whole response rather than nothing
+                span = text.strip()
+                stats.span_fallbacks += 1
+            spans.append(span)
         is_empty = [not s.strip() for s in spans]
         copies = Counter(s for s, e in zip(spans, is_empty) if not e)
         unique = list(copies)

@@ -82,7 +82,7 @@ def load_benchmark(path: str | Path, name: Optional[str] = None) -> list[dict]:
             raise ValueError(f"{path}: row {index} has no gold answer")
         problems.append({
             "benchmark": name or row.get("data_source") or path.stem.removeprefix("val_"),
-            "id": str(row.get("id", extra.get("source_id", index))),
+            "id": str(_first_present(row.get("id"), extra.get("source_id"), index)),
             "problem": problem,
             "answer": answer,
             "prompt": prompt,
@@ -90,18 +90,45 @@ def load_benchmark(path: str | Path, name: Optional[str] = None) -> list[dict]:
     return problems
 
 
+def _first_present(*values):
+    """The first value that is not None (None if all are)."""
+    return next((v for v in values if v is not None), None)
+
+
+class _BenchmarkIndex:
+    """Finds a generation's benchmark problem by (benchmark, id), by problem text, or -- for verl's dumps, whose
+    ``input`` is the whole decoded prompt -- by the problem text inside it."""
+
+    def __init__(self, benchmarks: Sequence[dict]):
+        self.by_id = {(b["benchmark"], b["id"]): b for b in benchmarks}
+        self.by_text = {" ".join(b["problem"].split()): b for b in benchmarks if b["problem"]}
+        self._cache: dict[str, Optional[dict]] = {}
+
+    def find(self, benchmark: Optional[str], problem_id: Optional[str], text: str) -> Optional[dict]:
+        if benchmark is not None and problem_id is not None and (benchmark, problem_id) in self.by_id:
+            return self.by_id[(benchmark, problem_id)]
+        key = " ".join(text.split())
+        if key in self.by_text:
+            return self.by_text[key]
+        if key not in self._cache:  # the longest benchmark problem contained in the prompt
+            inside = [p for t, p in self.by_text.items() if t and t in key]
+            self._cache[key] = max(inside, key=lambda p: len(p["problem"])) if inside else None
+        return self._cache[key]
+
+
 def load_generations(path: str | Path, benchmarks: Sequence[dict] = (), default_benchmark: Optional[str] = None
                      ) -> list[ProblemGenerations]:
-    """Generations of one run; gold answers from the lines or, by id / problem text, from ``benchmarks``."""
+    """Generations of one run; gold answers from the lines or, by id / problem text, from ``benchmarks`` (which
+    also name the benchmark of lines that do not)."""
     path = Path(path)
-    by_id = {(b["benchmark"], b["id"]): b for b in benchmarks}
-    by_text = {" ".join(b["problem"].split()): b for b in benchmarks if b["problem"]}
+    index = _BenchmarkIndex(benchmarks)
     grouped: "OrderedDict[tuple, ProblemGenerations]" = OrderedDict()
     for number, row in enumerate(_read_table(path), start=1):
         where = f"{path}:{number}"
-        benchmark = row.get("benchmark") or row.get("data_source") or default_benchmark or path.stem
+        benchmark = row.get("benchmark") or row.get("data_source")
         problem = row.get("problem") or row.get("input") or ""
-        problem_id = str(row.get("id", row.get("index", " ".join(problem.split()))))
+        given_id = _first_present(row.get("id"), row.get("index"))
+        problem_id = None if given_id is None else str(given_id)
         if "responses" in row:
             responses = row["responses"]
             if not isinstance(responses, list) or not all(isinstance(r, str) for r in responses):
@@ -111,11 +138,15 @@ def load_generations(path: str | Path, benchmarks: Sequence[dict] = (), default_
         else:
             raise ValueError(f"{where}: needs 'responses' (list) or 'output' (one sample, verl's dump format)")
         answer = _gold(row)
+        match = index.find(benchmark, problem_id, problem) if benchmarks and (answer is None or benchmark is None) else None
         if answer is None:
-            match = by_id.get((benchmark, problem_id)) or by_text.get(" ".join(problem.split()))
             if match is None:
                 raise ValueError(f"{where}: no gold answer in the line and no benchmark problem matches it")
-            answer, benchmark = match["answer"], match["benchmark"]
+            answer = match["answer"]
+        if match is not None:
+            benchmark, problem_id = match["benchmark"], match["id"]
+        benchmark = benchmark or default_benchmark or path.stem
+        problem_id = problem_id if problem_id is not None else " ".join(problem.split())
         key = (benchmark, problem_id)
         if key in grouped:
             grouped[key].responses.extend(responses)

@@ -25,6 +25,9 @@ import torch
 
 from gcpo_core.registry import Registry
 
+# Most players solved exactly: 2^c coalitions of ~50 bytes of work space each is ~200 MB per group at c = 22.
+EXACT_LIMIT = 22
+
 # Bytes of float64 work space one batched chunk may use: keeps 2^16-coalition groups and big MC batches in
 # bounded memory. On a GPU, larger chunks mean fewer kernel launches (the exact sweep launches O(c^2) small
 # kernels per chunk).
@@ -93,23 +96,39 @@ def subset_team_values(weighted_kernel: torch.Tensor) -> torch.Tensor:
     return torch.cat([values for _, values, _ in blocks], dim=1)
 
 
-@functools.lru_cache(maxsize=64)
-def _shapley_weights_cpu(num_players: int) -> torch.Tensor:
-    """(2^c, c) matrix W with ``phi = v @ W`` for coalition values v in bitmask order."""
+@functools.lru_cache(maxsize=32)
+def _size_weights_cpu(num_players: int) -> torch.Tensor:
+    """For each coalition ``S`` of the other ``c - 1`` players (bitmask order), ``|S|! (c-1-|S|)! / c!``: the
+    chance that exactly ``S`` precedes a given player in a random order. Shape (2^(c-1),)."""
     c = num_players
-    masks = np.arange(2**c, dtype=np.int64)
-    members = ((masks[:, None] >> np.arange(c)[None, :]) & 1).astype(bool)  # (2^c, c)
-    size = members.sum(1)
-    # w(s) = s! (c - 1 - s)! / c!, the probability that a given coalition of size s precedes player i.
-    w = np.array([math.factorial(s) * math.factorial(c - 1 - s) / math.factorial(c) for s in range(c)] + [0.0])
-    with_i = w[np.clip(size - 1, 0, c)]  # coalition S contains i: v(S) enters with +w(|S| - 1)
-    without_i = w[size]  # S lacks i: v(S) enters with -w(|S|)
-    weights = np.where(members, with_i[:, None], -without_i[:, None])
-    return torch.from_numpy(weights)
+    per_size = np.array([math.factorial(s) * math.factorial(c - 1 - s) / math.factorial(c) for s in range(c)])
+    masks = np.arange(2 ** (c - 1), dtype=np.int64)
+    sizes = np.zeros_like(masks)
+    for bit in range(c - 1):
+        sizes += (masks >> bit) & 1
+    return torch.from_numpy(per_size[sizes])
 
 
-def shapley_weights(num_players: int, device: torch.device) -> torch.Tensor:
-    return _shapley_weights_cpu(num_players).to(device)
+def shapley_from_subset_values(values: torch.Tensor) -> torch.Tensor:
+    """Shapley values from the values of all coalitions (bitmask order): for each player i, the weighted sum of
+    its marginals ``v(S + i) - v(S)`` over the coalitions ``S`` without it. Differences are taken directly, so
+    there is no cancellation between large terms, and no (2^c, c) weight matrix is held.
+
+    Args:
+        values: `(torch.Tensor)` float64 (n, 2^c).
+    Returns:
+        `(torch.Tensor)` float64 (n, c).
+    """
+    n, subsets = values.shape
+    c = subsets.bit_length() - 1
+    weights = _size_weights_cpu(c).to(values.device)
+    phi = values.new_empty(n, c)
+    for i in range(c):
+        # bit i splits the coalitions into pairs (S, S + i); the other bits index S in bitmask order
+        paired = values.view(n, 2 ** (c - 1 - i), 2, 2**i)
+        marginals = (paired[:, :, 1, :] - paired[:, :, 0, :]).reshape(n, -1)
+        phi[:, i] = marginals @ weights
+    return phi
 
 
 @SHAPLEY_ESTIMATORS.register("exact")
@@ -122,7 +141,10 @@ def exact_shapley(weighted_kernel: torch.Tensor, **_: object) -> tuple[torch.Ten
         phi `(torch.Tensor)` float64 (n, c), and a zero stderr of the same shape.
     """
     n, c, _ = weighted_kernel.shape
-    phi = subset_team_values(weighted_kernel) @ shapley_weights(c, weighted_kernel.device)
+    if c > EXACT_LIMIT:
+        raise ValueError(f"exact Shapley of {c} players needs 2^{c} coalitions; at most {EXACT_LIMIT} are "
+                         "solved exactly (use method auto or mc)")
+    phi = shapley_from_subset_values(subset_team_values(weighted_kernel))
     return phi, torch.zeros_like(phi)
 
 
@@ -218,22 +240,24 @@ def leave_one_out_credit(weighted_kernel: torch.Tensor, **_: object) -> tuple[to
     return credit, torch.zeros_like(credit)
 
 
-def _game_size(contributors: int, group_size: int, device: torch.device) -> int:
+def _game_size(contributors: int, group_size: int, device: torch.device, largest: int) -> int:
     """Players in the sub-game of a group with ``contributors`` correct rollouts.
 
     On a CPU the work is what costs, so each group plays with its contributors only. On a GPU, kernel
     launches cost more than arithmetic, so groups are padded to a multiple of 4 players (the extra players
     are non-contributors: zero rows of L, null players whose marginals are exactly 0) and solved in a few
-    large batches instead of one small batch per contributor count.
+    large batches instead of one small batch per contributor count -- but never past ``largest`` players
+    (an exact game's cost doubles with each player).
     """
     if device.type != "cuda":
         return contributors
-    return min(group_size, -(-contributors // 4) * 4)
+    return max(contributors, min(group_size, -(-contributors // 4) * 4, largest))
 
 
 def _chunk_size(method: str, c: int, permutations: int, device: torch.device) -> int:
     if method == "exact":
-        per_group = 6 * 2**c * 8  # residual blocks (sum over m of 2^m (c-m-1)^2 ~ 3 * 2^c) + values + temporaries
+        # residual blocks (sum over m of 2^m (c-m-1)^2 ~ 3 * 2^c), values, and the marginals of one player
+        per_group = 6 * 2**c * 8
     elif method == "mc":
         per_group = 4 * permutations * c * c * 8
     else:
@@ -284,7 +308,9 @@ def shapley_values(
     chosen_by_group = [
         method if method != "auto" else ("exact" if c <= exact_max_contributors else "mc") for c in counts
     ]
-    sizes = np.array([_game_size(int(c), group_size, device) for c in counts])
+    largest = max(exact_max_contributors, 4) if method == "auto" else EXACT_LIMIT
+    sizes = np.array([_game_size(int(c), group_size, device, largest if m == "exact" else group_size)
+                      for c, m in zip(counts, chosen_by_group)])
     for chosen in sorted(set(chosen_by_group)):
         estimator = SHAPLEY_ESTIMATORS.get(chosen)
         uses = np.array([m == chosen for m in chosen_by_group])

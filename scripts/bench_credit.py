@@ -28,7 +28,7 @@ import torch
 
 from gcpo_core.config import CreditConfig
 from gcpo_core.credit import compute_group_credit
-from gcpo_core.shapley import shapley_weights
+from gcpo_core.shapley import shapley_from_subset_values
 
 TARGETS = {
     ("exact", 8): ("time_ms", 50.0),
@@ -71,17 +71,16 @@ def timed(fn, device: torch.device, repeats: int) -> tuple[float, object]:
 
 
 def naive_shapley(weighted_kernel: torch.Tensor) -> torch.Tensor:
-    """One slogdet per subset of all G rollouts (wrong ones included), then the Shapley weights."""
+    """One slogdet per subset of all G rollouts (wrong ones included), then the Shapley sums as in the engine."""
     groups, size, _ = weighted_kernel.shape
     members = ((torch.arange(2**size, device=weighted_kernel.device)[:, None] >> torch.arange(size,
                device=weighted_kernel.device)) & 1).bool()
     select = (members[:, :, None] & members[:, None, :]).to(torch.float64)
     eye = torch.eye(size, dtype=torch.float64, device=weighted_kernel.device)
-    weights = shapley_weights(size, weighted_kernel.device)
     out = []
     for g in range(groups):
         values = torch.linalg.slogdet(eye + weighted_kernel[g] * select)[1]
-        out.append(values @ weights)
+        out.append(shapley_from_subset_values(values[None])[0])
     return torch.stack(out)
 
 

@@ -110,11 +110,9 @@ class GCPOTrainer(PPOTrainerSync):
             self._dump_credit(texts, reward, uids, valid, result)
         return StepCredit(uids=uids, reward=reward, score=result.score, valid=valid)
 
-    def _expected_group_size(self) -> int | None:
-        rollout = self.config.actor_rollout_ref.rollout
-        multi_turn = rollout.get("multi_turn", {}) or {}
-        # agent loops with several outputs per session put more than n rows under one uid
-        return None if multi_turn.get("enable", False) else int(rollout.n)
+    def _expected_group_size(self) -> int:
+        # multi-turn agent loops (several outputs per session) are refused at start-up
+        return int(self.config.actor_rollout_ref.rollout.n)
 
     def _dumping_now(self) -> bool:
         every = self.gcpo.dump.every_n_steps

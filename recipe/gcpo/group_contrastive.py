@@ -86,10 +86,11 @@ def inject_references(
 
 def _reference_sample(batch, row, tokenizer, solution, reward, max_response_length):
     source = tq.kv_batch_get(keys=[batch.keys[row]], partition_id=batch.partition_id)[0]
-    old_length = int(source["responses"].shape[0])
+    old_lengths = {int(source["responses"].shape[0]), int(source["input_ids"].shape[0])}
     for key in source.keys():
         value = source[key]
-        if key not in _REBUILT and isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == old_length:
+        if key not in _REBUILT and isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] in old_lengths:
+            # e.g. routed_experts (router replay) or teacher_logprobs (distillation): nothing to rebuild them from
             raise ValueError(f"cannot inject a reference solution into a rollout with the per-token field {key!r}")
     ids = tokenizer(solution, add_special_tokens=False)["input_ids"][: max_response_length - 1] + [tokenizer.eos_token_id]
     responses = torch.tensor(ids, dtype=torch.int64)

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gcpo_core.config import CreditConfig
 from gcpo_core.encoder import EncoderConfig
+from gcpo_core.shapley import EXACT_LIMIT
 from recipe.gcpo.credit_actor import CreditActorOptions
 
 GCPO_ESTIMATOR = "gcpo"
@@ -114,6 +115,14 @@ def validate_gcpo_config(config: DictConfig) -> GCPOSettings | None:
     if not config.trainer.get("use_v1", True) or mode != GCPO_TRAINER_MODE:
         raise ValueError(needs_gcpo_trainer(
             f"trainer.use_v1={config.trainer.get('use_v1')}, trainer.v1.trainer_mode={mode}", estimator))
+    multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable")
+    if multi_turn:
+        raise ValueError(f"algorithm.adv_estimator={estimator} credits one output per rollout; multi-turn agent loops "
+                         "(actor_rollout_ref.rollout.multi_turn.enable=true) put several outputs under one rollout and "
+                         "are not supported")
+    if settings.credit.method == "exact" and config.actor_rollout_ref.rollout.n > EXACT_LIMIT:
+        raise ValueError(f"algorithm.gcpo.credit.method=exact enumerates 2^n coalitions: with rollout.n="
+                         f"{config.actor_rollout_ref.rollout.n} > {EXACT_LIMIT} use method=auto or mc")
     n = config.actor_rollout_ref.rollout.n
     if n < 2:
         raise ValueError(f"{estimator} credits rollouts within a group: actor_rollout_ref.rollout.n must be >= 2, got {n}")
@@ -158,9 +167,10 @@ def validate_group_contrastive(config: DictConfig):
         raise ValueError(f"algorithm.group_contrastive runs in the recipe's trainer: set trainer.v1.trainer_mode="
                          f"{GCPO_TRAINER_MODE} (found {mode}) and launch with python -m recipe.gcpo.main_gcpo")
     correction = config.algorithm.get("rollout_correction") or {}
-    if correction.get("rollout_is") or correction.get("rollout_rs"):
+    if correction.get("rollout_is") or correction.get("rollout_rs") or correction.get("bypass_mode"):
         raise ValueError("algorithm.group_contrastive injects reference solutions that were never sampled, so they "
-                         "have no rollout log-probs: set algorithm.rollout_correction.rollout_is=null and rollout_rs=null")
+                         "have no rollout log-probs: set algorithm.rollout_correction.rollout_is=null, rollout_rs=null "
+                         "and bypass_mode=false (bypass mode would use them as the old log-probs)")
     train_files = OmegaConf.select(config, "data.train_files")
     for path in [train_files] if isinstance(train_files, str) else list(train_files or []):
         path = os.path.expanduser(str(path))

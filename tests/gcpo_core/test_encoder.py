@@ -104,3 +104,20 @@ def test_real_solutions_near_duplicates_get_less_credit_than_a_different_approac
     assert all(copy < different for copy in near_copies)  # the two 175B answers differ by one word
     assert by_kind["model solution (6b finetuning)"] == 0.0
     assert result.shapley.sum() == pytest.approx(result.metrics["gcpo/team_value/mean"])
+
+
+def test_a_long_text_of_characters_the_tokenizer_drops_still_gets_a_valid_embedding():
+    encoder = RolloutEncoder(EncoderConfig(device="cpu", max_chunks=2))
+    invisible = "\u200b" * (3 * encoder.piece_length * 8)
+    out = encoder.encode([invisible, "x = 1"])
+    assert torch.isfinite(out.embeddings).all() and torch.allclose(out.embeddings.norm(dim=-1), torch.ones(2))
+    assert not bool(out.empty[0])
+
+
+def test_a_bare_answer_has_no_reasoning_span_and_is_embedded_whole(minilm):
+    reasoning = RolloutEncoder(EncoderConfig(device="cpu", text_span="reasoning"))
+    out = reasoning.encode(["Answer: 5", "\\boxed{5}", "3 + 2 = 5\nAnswer: 5", "   "])
+    assert out.empty.tolist() == [False, False, False, True]
+    assert out.stats.span_fallbacks == 2
+    full = minilm.encode(["Answer: 5"]).embeddings[0]
+    torch.testing.assert_close(out.embeddings[0], full, atol=1e-5, rtol=0)

@@ -119,3 +119,25 @@ def test_generation_uses_the_prepared_prompt_or_the_instruction():
     assert "1+1?" in seen["conversations"][0][0]["content"] and "Answer:" in seen["conversations"][0][0]["content"]
     assert seen["conversations"][1] == [{"role": "user", "content": "as prepared"}]
     assert seen["params"]["temperature"] == 0.6 and seen["params"]["top_p"] == 0.95
+
+
+def test_verl_dumps_are_split_by_benchmark_when_benchmark_files_are_given(tmp_path, shared_data):
+    aime = load_benchmark(shared_data / "aime24.jsonl")
+    math500 = load_benchmark(shared_data / "math500.jsonl")
+    dump = tmp_path / "100.jsonl"  # verl's dumps carry the decoded chat prompt and no benchmark name
+    lines = []
+    for problem in (aime[0], math500[0]):
+        prompt = f"<|im_start|>user\nSolve step by step.\n\n{problem['problem']}\n\nAnswer: ...<|im_end|>"
+        lines += [json.dumps({"input": prompt, "output": o, "gts": problem["answer"]}) for o in ("a", "b")]
+    dump.write_text("\n".join(lines) + "\n")
+    loaded = load_generations(dump, aime + math500)
+    assert sorted(p.benchmark for p in loaded) == ["aime24", "math500"]
+    assert all(len(p.responses) == 2 for p in loaded)
+
+
+def test_null_ids_do_not_merge_different_problems(tmp_path):
+    gens = tmp_path / "gens.jsonl"
+    gens.write_text(json.dumps({"id": None, "problem": "1+1", "answer": "2", "responses": ["2"]}) + "\n"
+                    + json.dumps({"id": None, "problem": "2+3", "answer": "5", "responses": ["5"]}) + "\n")
+    loaded = load_generations(gens)
+    assert [(p.answer, p.responses) for p in loaded] == [("2", ["2"]), ("5", ["5"])]

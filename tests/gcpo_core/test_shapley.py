@@ -218,7 +218,7 @@ def test_padding_games_with_null_players_as_on_a_gpu_changes_nothing_exact_and_k
     q = contributing.double()
     L = q[:, :, None] * L * q[:, None, :]
     exact = shapley_values(L, contributing, method="exact").values
-    monkeypatch.setattr(shapley_module, "_game_size", lambda c, g, device: min(g, -(-c // 4) * 4))
+    monkeypatch.setattr(shapley_module, "_game_size", lambda c, g, device, largest: min(g, -(-c // 4) * 4))
     padded = shapley_values(L, contributing, method=method, permutations=256)
     assert torch.all(padded.values[~contributing] == 0) and torch.all(padded.stderr[~contributing] == 0)
     torch.testing.assert_close(padded.values.sum(1), exact.sum(1), rtol=0, atol=1e-10)  # efficiency
@@ -227,3 +227,27 @@ def test_padding_games_with_null_players_as_on_a_gpu_changes_nothing_exact_and_k
     else:
         rel = ((padded.values - exact).abs()[contributing] / exact[contributing]).mean()
         assert rel < 0.01
+
+
+def test_exact_refuses_games_too_large_to_enumerate_and_gpu_padding_stops_at_the_limit():
+    import gcpo_core.shapley as shapley_module
+
+    L = torch.eye(23, dtype=torch.float64)[None]
+    with pytest.raises(ValueError, match="at most 22 are solved exactly"):
+        shapley_values(L, torch.ones(1, 23, dtype=torch.bool), method="exact")
+    cuda = torch.device("cuda")
+    assert shapley_module._game_size(21, 32, cuda, largest=22) == 22  # not 24
+    assert shapley_module._game_size(13, 32, cuda, largest=16) == 16
+    assert shapley_module._game_size(17, 32, cuda, largest=16) == 17  # never fewer than the contributors
+    assert shapley_module._game_size(5, 32, torch.device("cpu"), largest=16) == 5
+
+
+def test_shapley_from_subset_values_matches_the_weighted_definition_for_a_known_game():
+    from gcpo_core.shapley import shapley_from_subset_values
+
+    # v(S) = |S|^2 over 3 players: symmetric, so each player gets v(all) / 3 = 3
+    values = torch.tensor([[float(bin(b).count("1") ** 2) for b in range(8)]], dtype=torch.float64)
+    np.testing.assert_allclose(shapley_from_subset_values(values).numpy(), [[3.0, 3.0, 3.0]])
+    # v(S) = [0 in S] * 5: player 0 gets everything
+    values = torch.tensor([[5.0 * (b & 1) for b in range(8)]], dtype=torch.float64)
+    np.testing.assert_allclose(shapley_from_subset_values(values).numpy(), [[5.0, 0.0, 0.0]])

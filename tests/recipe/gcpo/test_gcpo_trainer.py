@@ -284,3 +284,17 @@ def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_p
     trainer._compute_advantage(batch, {})  # GRPO now has something to contrast in the first group
     advantages = _row_advantages(batch)
     assert advantages[0] > 0 and np.all(advantages[1:3] < 0) and np.all(advantages[3:6] == 0)
+
+
+def test_reference_injection_refuses_rows_with_per_token_fields_it_cannot_rebuild(local_tq, tiny_tokenizer):
+    from recipe.gcpo.group_contrastive import GroupContrastiveSettings, inject_references
+
+    prompts, responses = torch.tensor([3, 4, 5]), torch.tensor([6, 7, 2])
+    row = {"uid": "routed", "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses]),
+           "response_mask": torch.ones(3, dtype=torch.int64), "rm_scores": torch.tensor([0.0, 0.0, -1.0]),
+           "routed_experts": torch.zeros(6, 2, dtype=torch.int64), "extra_info": {"solution": "He sprints"}}
+    meta = tq.kv_batch_put(keys=["routed_0_0"], partition_id="train", fields=list_of_dict_to_tensordict([row]),
+                           tags=[{"status": "success", "prompt_len": 3, "response_len": 3, "seq_len": 6}])
+    batch = KVBatchMeta(partition_id="train", keys=meta.keys, tags=meta.tags)
+    with pytest.raises(ValueError, match="per-token field 'routed_experts'"):
+        inject_references(batch, tiny_tokenizer, GroupContrastiveSettings(enable=True), 64)

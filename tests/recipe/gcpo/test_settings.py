@@ -83,3 +83,20 @@ def test_group_contrastive_needs_solutions_and_no_rollout_correction(tmp_path):
     assert validate_group_contrastive(compose_gcpo(base + [f"data.train_files={with_solution}"])).enable
     with pytest.raises(ValueError, match="algorithm.group_contrastive.enable must be true or false"):
         validate_group_contrastive(compose_gcpo(["algorithm.group_contrastive.enable=maybe"]))
+
+
+def test_bypass_mode_is_refused_with_reference_injection():
+    from recipe.gcpo.settings import validate_group_contrastive
+
+    with pytest.raises(ValueError, match="bypass_mode=false"):
+        validate_group_contrastive(compose_gcpo(["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true",
+                                                 "algorithm.rollout_correction.bypass_mode=true"]))
+
+
+def test_multi_turn_and_oversized_exact_games_are_refused_at_start_up():
+    with pytest.raises(ValueError, match="multi-turn agent loops"):
+        validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=8",
+                                           "actor_rollout_ref.rollout.multi_turn.enable=true"]))
+    with pytest.raises(ValueError, match="method=exact enumerates 2\\^n coalitions"):
+        validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=32", "algorithm.gcpo.credit.method=exact"]))
+    assert validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=32"])).credit.method == "auto"
