@@ -96,23 +96,29 @@ def subset_team_values(weighted_kernel: torch.Tensor) -> torch.Tensor:
     return torch.cat([values for _, values, _ in blocks], dim=1)
 
 
-@functools.lru_cache(maxsize=32)
-def _size_weights_cpu(num_players: int) -> torch.Tensor:
-    """For each coalition ``S`` of the other ``c - 1`` players (bitmask order), ``|S|! (c-1-|S|)! / c!``: the
-    chance that exactly ``S`` precedes a given player in a random order. Shape (2^(c-1),)."""
+# Coalitions per block of the Shapley weight matrix: (2^16, c) float64 is at most ~3 MB for c <= 22.
+WEIGHT_BLOCK = 2**16
+
+
+@functools.lru_cache(maxsize=64)
+def _weight_block_cpu(num_players: int, start: int, rows: int) -> torch.Tensor:
+    """Rows ``start .. start + rows`` of W, (rows, c), with ``phi = v @ W`` for coalition values v in bitmask
+    order: ``W[S, i] = w(|S| - 1)`` if i is in S, else ``-w(|S|)``, where ``w(s) = s! (c - 1 - s)! / c!`` is the
+    chance that exactly a given coalition of size s precedes player i in a random order."""
     c = num_players
-    per_size = np.array([math.factorial(s) * math.factorial(c - 1 - s) / math.factorial(c) for s in range(c)])
-    masks = np.arange(2 ** (c - 1), dtype=np.int64)
-    sizes = np.zeros_like(masks)
-    for bit in range(c - 1):
-        sizes += (masks >> bit) & 1
-    return torch.from_numpy(per_size[sizes])
+    per_size = torch.tensor([math.factorial(s) * math.factorial(c - 1 - s) / math.factorial(c) for s in range(c)]
+                            + [0.0], dtype=torch.float64)
+    masks = torch.arange(start, start + rows, dtype=torch.int64)
+    members = ((masks[:, None] >> torch.arange(c)[None, :]) & 1).bool()
+    size = members.sum(dim=1)
+    with_i = per_size[(size - 1).clamp_min(0)]
+    without_i = per_size[size]
+    return torch.where(members, with_i[:, None], -without_i[:, None])
 
 
 def shapley_from_subset_values(values: torch.Tensor) -> torch.Tensor:
-    """Shapley values from the values of all coalitions (bitmask order): for each player i, the weighted sum of
-    its marginals ``v(S + i) - v(S)`` over the coalitions ``S`` without it. Differences are taken directly, so
-    there is no cancellation between large terms, and no (2^c, c) weight matrix is held.
+    """Shapley values from the values of all coalitions (bitmask order): ``phi = v @ W``, with the weight matrix
+    W built block by block so that its memory stays bounded however many players there are.
 
     Args:
         values: `(torch.Tensor)` float64 (n, 2^c).
@@ -121,13 +127,10 @@ def shapley_from_subset_values(values: torch.Tensor) -> torch.Tensor:
     """
     n, subsets = values.shape
     c = subsets.bit_length() - 1
-    weights = _size_weights_cpu(c).to(values.device)
-    phi = values.new_empty(n, c)
-    for i in range(c):
-        # bit i splits the coalitions into pairs (S, S + i); the other bits index S in bitmask order
-        paired = values.view(n, 2 ** (c - 1 - i), 2, 2**i)
-        marginals = (paired[:, :, 1, :] - paired[:, :, 0, :]).reshape(n, -1)
-        phi[:, i] = marginals @ weights
+    phi = values.new_zeros(n, c)
+    for start in range(0, subsets, WEIGHT_BLOCK):
+        rows = min(WEIGHT_BLOCK, subsets - start)
+        phi += values[:, start : start + rows] @ _weight_block_cpu(c, start, rows).to(values.device)
     return phi
 
 
@@ -256,8 +259,7 @@ def _game_size(contributors: int, group_size: int, device: torch.device, largest
 
 def _chunk_size(method: str, c: int, permutations: int, device: torch.device) -> int:
     if method == "exact":
-        # residual blocks (sum over m of 2^m (c-m-1)^2 ~ 3 * 2^c), values, and the marginals of one player
-        per_group = 6 * 2**c * 8
+        per_group = 6 * 2**c * 8  # residual blocks (sum over m of 2^m (c-m-1)^2 ~ 3 * 2^c), values, temporaries
     elif method == "mc":
         per_group = 4 * permutations * c * c * 8
     else:

@@ -247,7 +247,16 @@ def test_shapley_from_subset_values_matches_the_weighted_definition_for_a_known_
 
     # v(S) = |S|^2 over 3 players: symmetric, so each player gets v(all) / 3 = 3
     values = torch.tensor([[float(bin(b).count("1") ** 2) for b in range(8)]], dtype=torch.float64)
-    np.testing.assert_allclose(shapley_from_subset_values(values).numpy(), [[3.0, 3.0, 3.0]])
+    np.testing.assert_allclose(shapley_from_subset_values(values).numpy(), [[3.0, 3.0, 3.0]], atol=1e-14)
     # v(S) = [0 in S] * 5: player 0 gets everything
     values = torch.tensor([[5.0 * (b & 1) for b in range(8)]], dtype=torch.float64)
-    np.testing.assert_allclose(shapley_from_subset_values(values).numpy(), [[5.0, 0.0, 0.0]])
+    np.testing.assert_allclose(shapley_from_subset_values(values).numpy(), [[5.0, 0.0, 0.0]], atol=1e-14)
+
+
+def test_weight_matrix_blocks_give_the_same_credit_as_one_block(monkeypatch):
+    import gcpo_core.shapley as shapley_module
+
+    values = torch.from_numpy(np.random.default_rng(9).normal(size=(3, 2**9)))
+    whole = shapley_module.shapley_from_subset_values(values)
+    monkeypatch.setattr(shapley_module, "WEIGHT_BLOCK", 2**5)
+    torch.testing.assert_close(shapley_module.shapley_from_subset_values(values), whole, rtol=0, atol=1e-12)
