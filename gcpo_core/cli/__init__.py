@@ -7,7 +7,7 @@ import sys
 from typing import Optional, Sequence
 
 from gcpo_core.cli import credit, demo, eval, report
-from gcpo_core.cli.common import CommandError
+from gcpo_core.cli.common import CommandError, settings_file_defaults
 
 SUBCOMMANDS = (credit, demo, eval, report)
 
@@ -24,6 +24,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "config", None):
+            # settings from the file become the defaults; flags given on the command line still win
+            subparser = parser._subparsers._group_actions[0].choices[args.command]
+            subparser.set_defaults(**settings_file_defaults(args.config))
+            args = parser.parse_args(argv)
         return int(args.handler(args) or 0)
     except CommandError as err:
         print(f"gcpo {args.command}: {err}", file=sys.stderr)

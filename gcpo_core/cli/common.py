@@ -23,6 +23,51 @@ class CommandError(Exception):
     """A user-facing failure: printed as ``gcpo <command>: <message>`` with exit status 2."""
 
 
+# settings-file key -> command-line destination (the files in configs/ use the engine's field names)
+CREDIT_KEYS = {
+    "kernel": "kernel", "rbf_bandwidth": "rbf_bandwidth", "quality": "quality", "method": "method",
+    "exact_max_contributors": "exact_max", "permutations": "permutations", "antithetic": "antithetic",
+    "stratified": "stratified", "seed": "seed", "advantage": "advantage", "mix_coef": "mix_coef",
+    "norm_by_std": "norm_by_std", "epsilon": "epsilon", "std_floor": "std_floor", "max_group_size": "max_group_size",
+}
+ENCODER_KEYS = {
+    "model": "encoder", "text_span": "text_span", "long_text": "long_text", "max_chunks": "max_chunks",
+    "device": "device", "dtype": "dtype", "batch_size": "batch_size", "max_seq_length": "max_seq_length",
+}
+
+
+def settings_file_defaults(path: str) -> dict:
+    """Command-line defaults from a settings file (YAML with ``credit:`` and ``encoder:`` blocks, e.g.
+    configs/credit_default.yaml); unknown blocks or keys are errors naming them."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            settings = yaml.safe_load(handle) or {}
+    except OSError as err:
+        raise CommandError(f"cannot read {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise CommandError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(settings, dict):
+        raise CommandError(f"{path}: expected a mapping with 'credit' and/or 'encoder' blocks")
+    unknown = sorted(set(settings) - {"credit", "encoder"})
+    if unknown:
+        raise CommandError(f"{path}: unknown block(s) {unknown}; known: ['credit', 'encoder']")
+    defaults = {}
+    for block, keys in (("credit", CREDIT_KEYS), ("encoder", ENCODER_KEYS)):
+        values = settings.get(block) or {}
+        bad = sorted(set(values) - set(keys))
+        if bad:
+            raise CommandError(f"{path}: unknown {block} key(s) {bad}; known: {sorted(keys)}")
+        defaults.update({keys[k]: v for k, v in values.items()})
+    return defaults
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="SETTINGS.yaml",
+                        help="credit / encoder settings (e.g. configs/credit_default.yaml); flags win over it")
+
+
 def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for every :class:`CreditConfig` choice; defaults are the recipe's."""
     defaults = CreditConfig()
@@ -46,6 +91,7 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--mix-coef", type=float, default=defaults.mix_coef, metavar="LAMBDA")
     group.add_argument("--no-std-norm", dest="norm_by_std", action="store_false",
                        help="centre advantages without dividing by the group std (Dr.GRPO)")
+    group.add_argument("--epsilon", type=float, default=defaults.epsilon, help="added to the group std")
     group.add_argument("--std-floor", type=float, default=defaults.std_floor, metavar="NATS",
                        help="take the group std as at least this (default %(default)s: GRPO's normalisation)")
     group.add_argument("--max-group-size", type=int, default=defaults.max_group_size)
@@ -66,6 +112,7 @@ def credit_config_from_args(args: argparse.Namespace) -> CreditConfig:
             advantage=args.advantage,
             mix_coef=args.mix_coef,
             norm_by_std=args.norm_by_std,
+            epsilon=args.epsilon,
             std_floor=args.std_floor,
             max_group_size=args.max_group_size,
         )
@@ -85,6 +132,9 @@ def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
                        help="texts longer than the encoder reads (default %(default)s)")
     group.add_argument("--max-chunks", type=int, default=defaults.max_chunks)
     group.add_argument("--device", default=defaults.device, help="auto, cpu, cuda, cuda:1, ...")
+    group.add_argument("--dtype", default=defaults.dtype, help="auto, float32, float16, bfloat16")
+    group.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length,
+                       help="word pieces the encoder reads (default: the model's)")
     group.add_argument("--batch-size", type=int, default=defaults.batch_size,
                        help="pieces per forward pass (default: 1024 on a GPU, 64 on a CPU)")
 
@@ -97,7 +147,9 @@ def encoder_config_from_args(args: argparse.Namespace) -> EncoderConfig:
             long_text=args.long_text,
             max_chunks=args.max_chunks,
             device=args.device,
+            dtype=args.dtype,
             batch_size=args.batch_size,
+            max_seq_length=args.max_seq_length,
         )
     except ValueError as err:
         raise CommandError(str(err)) from None

@@ -15,6 +15,7 @@ import sys
 import torch
 
 from gcpo_core.cli.common import (
+    add_config_argument,
     CommandError,
     add_credit_arguments,
     add_encoder_arguments,
@@ -40,6 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", metavar="OUT.jsonl", help="where to write (default: stdout)")
     add_credit_arguments(parser)
     add_encoder_arguments(parser)
+    add_config_argument(parser)
     parser.set_defaults(handler=run)
 
 

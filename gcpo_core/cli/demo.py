@@ -14,6 +14,7 @@ import torch
 
 from gcpo_core.advantages import group_normalize
 from gcpo_core.cli.common import (
+    add_config_argument,
     add_credit_arguments,
     add_encoder_arguments,
     credit_config_from_args,
@@ -31,6 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--show-text", action="store_true", help="print each solution's text")
     add_credit_arguments(parser)
     add_encoder_arguments(parser)
+    add_config_argument(parser)
     parser.set_defaults(handler=run, device="cpu")
 
 

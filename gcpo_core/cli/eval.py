@@ -19,7 +19,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from gcpo_core.cli.common import CommandError, add_encoder_arguments, encoder_config_from_args
+from gcpo_core.cli.common import CommandError, add_config_argument, add_encoder_arguments, encoder_config_from_args
 from gcpo_core.prompts import INSTRUCTIONS
 
 TABLE_COLUMNS = (
@@ -60,6 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--instruction", choices=sorted(INSTRUCTIONS), default="dapo",
                      help="wraps bare problems (verl parquet prompts are used as they are)")
     add_encoder_arguments(parser)
+    add_config_argument(parser)
     parser.set_defaults(handler=run)
 
 
