@@ -99,23 +99,7 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
 
 def credit_config_from_args(args: argparse.Namespace) -> CreditConfig:
     try:
-        return CreditConfig(
-            kernel=args.kernel,
-            rbf_bandwidth=args.rbf_bandwidth,
-            quality=args.quality,
-            method=args.method,
-            exact_max_contributors=args.exact_max,
-            permutations=args.permutations,
-            antithetic=args.antithetic,
-            stratified=args.stratified,
-            seed=args.seed,
-            advantage=args.advantage,
-            mix_coef=args.mix_coef,
-            norm_by_std=args.norm_by_std,
-            epsilon=args.epsilon,
-            std_floor=args.std_floor,
-            max_group_size=args.max_group_size,
-        )
+        return CreditConfig(**{field: getattr(args, dest) for field, dest in CREDIT_KEYS.items()})
     except ValueError as err:
         raise CommandError(str(err)) from None
 
@@ -141,16 +125,7 @@ def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
 
 def encoder_config_from_args(args: argparse.Namespace) -> EncoderConfig:
     try:
-        return EncoderConfig(
-            model=args.encoder,
-            text_span=args.text_span,
-            long_text=args.long_text,
-            max_chunks=args.max_chunks,
-            device=args.device,
-            dtype=args.dtype,
-            batch_size=args.batch_size,
-            max_seq_length=args.max_seq_length,
-        )
+        return EncoderConfig(**{field: getattr(args, dest) for field, dest in ENCODER_KEYS.items()})
     except ValueError as err:
         raise CommandError(str(err)) from None
 

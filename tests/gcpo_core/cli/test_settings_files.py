@@ -53,3 +53,12 @@ def test_bad_settings_files_name_the_problem(tmp_path, capsys):
         assert message in capsys.readouterr().err
     assert main(["credit", str(rollouts), "--config", str(tmp_path / "none.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_every_engine_and_encoder_field_has_a_flag_and_a_settings_key():
+    import dataclasses
+
+    from gcpo_core.cli.common import CREDIT_KEYS, ENCODER_KEYS
+
+    assert set(CREDIT_KEYS) == {f.name for f in dataclasses.fields(CreditConfig)}
+    assert set(ENCODER_KEYS) == {f.name for f in dataclasses.fields(EncoderConfig)}
