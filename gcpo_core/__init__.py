@@ -5,17 +5,38 @@ volume ``log det(I + L)`` of their quality-weighted embeddings, and credits each
 value of that team value.
 """
 
-from gcpo_core.advantages import ADVANTAGE_MODES, credit_advantages, group_normalize
-from gcpo_core.config import CreditConfig
-from gcpo_core.credit import CreditResult, GroupCredit, compute_credit, compute_group_credit
-from gcpo_core.diagnostics import GroupDiagnostics
-from gcpo_core.grouping import GroupLayout, layout_groups
-from gcpo_core.kernels import KERNELS, compute_kernel
-from gcpo_core.quality import QUALITY_MAPS, quality_from_rewards
-from gcpo_core.shapley import SHAPLEY_ESTIMATORS, ShapleyResult, shapley_values, subset_team_values
-from gcpo_core.team_value import quality_weighted_kernel, team_value
+from importlib import import_module
 
 __version__ = "0.1.0"
+
+# Names are loaded on first use (PEP 562), so that a process needing one module (a tokenizer worker needs
+# gcpo_core.word_pieces, numpy and tokenizers) does not import torch.
+_EXPORTS = {
+    "ADVANTAGE_MODES": "advantages", "credit_advantages": "advantages", "group_normalize": "advantages",
+    "CreditConfig": "config",
+    "CreditResult": "credit", "GroupCredit": "credit", "compute_credit": "credit", "compute_group_credit": "credit",
+    "GroupDiagnostics": "diagnostics",
+    "GroupLayout": "grouping", "layout_groups": "grouping",
+    "KERNELS": "kernels", "compute_kernel": "kernels",
+    "QUALITY_MAPS": "quality", "quality_from_rewards": "quality",
+    "SHAPLEY_ESTIMATORS": "shapley", "ShapleyResult": "shapley", "shapley_values": "shapley",
+    "subset_team_values": "shapley",
+    "quality_weighted_kernel": "team_value", "team_value": "team_value",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gcpo_core' has no attribute {name!r}")
+    value = getattr(import_module(f"gcpo_core.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "ADVANTAGE_MODES",

@@ -15,8 +15,6 @@ response whose chosen span is empty (a bare answer under ``reasoning``) is embed
 
 from __future__ import annotations
 
-import itertools
-import logging
 import time
 import warnings
 from collections import Counter
@@ -27,16 +25,13 @@ import numpy as np
 import torch
 
 from gcpo_core.text_span import TEXT_SPANS, select_span
+from gcpo_core.word_pieces import LONG_TEXT_POLICIES, PieceRules, Pieces, PieceTokenizer, padded_rows, usable_cpus
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED_ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2"}
-LONG_TEXT_POLICIES = ("chunk", "truncate", "head_tail")
+# Tokenizer worker processes by default on a GPU (at most one per 4 usable CPUs): see EncoderConfig.
+WORKERS_ON_GPU = 4
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# Characters read per wanted token: word pieces average ~4 characters, so 8 per token keeps enough text
-# while never tokenizing a whole 100k-character response for one 256-token piece.
-_CHARS_PER_TOKEN = 8
-# Distinct texts tokenised at a time: on a GPU the next chunk is tokenised while the previous one is embedded.
-TOKENIZE_CHUNK = 1024
 
 
 @dataclass(frozen=True)
@@ -52,6 +47,9 @@ class EncoderConfig:
     text_span: ``full``, ``reasoning`` or ``answer`` (see gcpo_core.text_span).
     long_text: ``chunk``, ``truncate`` or ``head_tail``.
     max_chunks: most pieces pooled per text under ``chunk``.
+    tokenizer_workers: processes that tokenise while the model embeds (see gcpo_core.word_pieces); None:
+        WORKERS_ON_GPU on a GPU (as many as the CPUs allow), 0 (this process) on a CPU, where the model is
+        the bottleneck.
     """
 
     model: str = DEFAULT_MODEL
@@ -62,6 +60,7 @@ class EncoderConfig:
     text_span: str = "full"
     long_text: str = "chunk"
     max_chunks: int = 16
+    tokenizer_workers: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -77,6 +76,8 @@ class EncoderConfig:
         checked = [("max_chunks", self.max_chunks, 1)]
         if self.batch_size is not None:
             checked.append(("batch_size", self.batch_size, 1))
+        if self.tokenizer_workers is not None:
+            checked.append(("tokenizer_workers", self.tokenizer_workers, 0))
         for name, value, low in checked:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"encoder config: {name} must be an integer >= {low}, got {value!r}")
@@ -103,8 +104,10 @@ class EncoderStats:
     span_fallbacks: int = 0  # the chosen span was empty, so the whole response was embedded
     pieces: int = 0
     tokens: int = 0
-    tokenize_s: float = 0.0  # CPU time in span selection, dedupe, tokenisation, cutting
-    model_s: float = 0.0  # the rest: padding, transfers, forward passes, pooling (not overlapped with the above)
+    # time spent selecting spans, deduplicating and cutting texts into pieces, or waiting for the tokenizer
+    # workers to: what tokenisation adds to the call (with workers, most of it is hidden behind the GPU)
+    tokenize_s: float = 0.0
+    model_s: float = 0.0  # the rest: padding, transfers, forward passes, pooling
 
     def summary(self, prefix: str = "gcpo/encoder/") -> dict[str, float]:
         n = max(self.texts, 1)
@@ -189,6 +192,12 @@ class RolloutEncoder:
             raise ValueError(f"max_seq_length {self.model.max_seq_length} leaves no room for text")
         self.dimension = int(self.model.get_embedding_dimension())
         self.batch_size = config.batch_size or (1024 if self.device.type == "cuda" else 64)
+        workers = config.tokenizer_workers
+        if workers is None:
+            workers = min(WORKERS_ON_GPU, max(usable_cpus() // 4, 1)) if self.device.type == "cuda" else 0
+        self.word_pieces = PieceTokenizer(
+            self.tokenizer, PieceRules(self.piece_length, config.long_text, config.max_chunks), workers=workers
+        )
 
     def _pick_dtype(self, name: str) -> torch.dtype:
         if name != "auto":
@@ -197,84 +206,11 @@ class RolloutEncoder:
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
 
-    # ------------------------------------------------------------------ pieces
-    def _windows(self, text: str) -> tuple[list[str], str]:
-        """Character windows to tokenize for ``text`` and how to cut them: 'all' or 'each'."""
-        width = self.piece_length * _CHARS_PER_TOKEN
-        policy = self.config.long_text
-        if policy == "truncate":
-            return [text[:width]], "all"
-        if policy == "head_tail":
-            return ([text] if len(text) <= 2 * width else [text[:width], text[-width:]]), "all"
-        budget = self.config.max_chunks * width
-        if len(text) <= budget:
-            return [text], "all"
-        starts = [round(k * (len(text) - width) / (self.config.max_chunks - 1 or 1)) for k in range(self.config.max_chunks)]
-        return [text[s : s + width] for s in starts], "each"
-
-    def _cut(self, token_lists: list[list[int]], mode: str, text_length: int) -> tuple[list[list[int]], bool, bool]:
-        """(pieces, long, truncated) from the tokens of one text's windows."""
-        length = self.piece_length
-        policy = self.config.long_text
-        width = length * _CHARS_PER_TOKEN
-        if mode == "each":  # evenly spaced windows of a very long text: one piece from each
-            return [ids[:length] for ids in token_lists if ids] or [[]], True, True
-        if policy == "head_tail" and len(token_lists) == 2:
-            head, tail = token_lists
-            return [head[: length // 2] + tail[-(length - length // 2) :]], True, True
-        ids = token_lists[0]
-        long = len(ids) > length or (policy == "truncate" and text_length > width)
-        if policy == "truncate":
-            return [ids[:length]], long, long
-        if policy == "head_tail":
-            if len(ids) <= length:
-                return [ids], False, False
-            return [ids[: length // 2] + ids[-(length - length // 2) :]], True, True
-        pieces = [ids[i : i + length] for i in range(0, len(ids), length)] or [[]]
-        truncated = False
-        if len(pieces) > self.config.max_chunks:
-            keep = [round(k * (len(pieces) - 1) / (self.config.max_chunks - 1 or 1)) for k in range(self.config.max_chunks)]
-            pieces = [pieces[k] for k in sorted(set(keep))]
-            truncated = True
-        return pieces, long, truncated
-
-    def _tokenize(self, windows: list[str]) -> list[list[int]]:
-        if not windows:
-            return []
-        backend = getattr(self.tokenizer, "backend_tokenizer", None)
-        if backend is not None:
-            # the Rust tokenizer, parallel and without transformers' Python wrapping (~40 % faster); we cut
-            # long texts ourselves, so its own truncation and padding stay off
-            backend.no_truncation()
-            backend.no_padding()
-            return [encoding.ids for encoding in backend.encode_batch(windows, add_special_tokens=False)]
-        # we cut long texts into pieces ourselves: silence the tokenizer's "longer than the maximum" warning
-        logger = logging.getLogger("transformers.tokenization_utils_base")
-        level = logger.level
-        logger.setLevel(logging.ERROR)
-        try:
-            return self.tokenizer(windows, add_special_tokens=False)["input_ids"]
-        finally:
-            logger.setLevel(level)
+    def close(self) -> None:
+        """Stop the tokenizer worker processes, if any (a later :meth:`encode` starts them again)."""
+        self.word_pieces.close()
 
     # ------------------------------------------------------------------ encoding
-    def _padded_batch(self, pieces: list[list[int]]) -> dict[str, torch.Tensor]:
-        """[prefix] piece [suffix] rows, right-padded, as model features (numpy, not the tokenizer's slow
-        Python padding)."""
-        extra = len(self._prefix) + len(self._suffix)
-        lengths = np.fromiter((len(p) + extra for p in pieces), dtype=np.int64, count=len(pieces))
-        width = int(lengths.max())
-        ids = np.full((len(pieces), width), self._pad_id, dtype=np.int64)
-        mask = np.arange(width)[None, :] < lengths[:, None]
-        ids[mask] = np.fromiter(
-            itertools.chain.from_iterable(self._prefix + p + self._suffix for p in pieces),
-            dtype=np.int64, count=int(lengths.sum()),
-        )
-        features = {"input_ids": ids, "attention_mask": mask.astype(np.int64)}
-        if "token_type_ids" in self.tokenizer.model_input_names:
-            features["token_type_ids"] = np.zeros_like(ids)
-        return {k: self._to_device(v) for k, v in features.items()}
-
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         """Host -> device without making the CPU wait for the GPU (pinned memory, non-blocking copy), so the
         next batch is prepared while this one runs."""
@@ -284,40 +220,32 @@ class RolloutEncoder:
         return tensor.pin_memory().to(self.device, non_blocking=True)
 
     @torch.inference_mode()
-    def _embed_pieces(self, pieces: list[list[int]]) -> torch.Tensor:
-        """(P, d) float32 unit embeddings of token pieces; on a GPU the work is queued, not waited for."""
-        order = np.argsort([-len(p) for p in pieces], kind="stable")
-        out = torch.empty(len(pieces), self.dimension, dtype=torch.float32, device=self.device)
+    def _embed_pieces(self, pieces: Pieces) -> torch.Tensor:
+        """(P, d) float32 unit embeddings of the pieces, in length-sorted batches; on a GPU the work is queued,
+        not waited for."""
+        order = np.argsort(-pieces.lengths, kind="stable")
+        out = torch.empty(len(order), self.dimension, dtype=torch.float32, device=self.device)
+        wants_types = "token_type_ids" in self.tokenizer.model_input_names
         for start in range(0, len(order), self.batch_size):
-            batch = order[start : start + self.batch_size]
-            embedded = self.model(self._padded_batch([pieces[i] for i in batch]))["sentence_embedding"]
-            out[self._to_device(batch)] = embedded.float()
+            rows = order[start : start + self.batch_size]
+            ids, mask = padded_rows(pieces, rows, self._prefix, self._suffix, self._pad_id)
+            features = {"input_ids": self._to_device(ids), "attention_mask": self._to_device(mask)}
+            if wants_types:
+                features["token_type_ids"] = torch.zeros_like(features["input_ids"])
+            out[self._to_device(rows)] = self.model(features)["sentence_embedding"].float()
         return out
 
-    def _pieces_of(self, texts: list[str], copies: Counter, stats: EncoderStats) -> tuple[list[list[int]], list[int]]:
-        """Token pieces of each text (long-text policy applied) and the index of the text each belongs to."""
-        windows, owners, modes = [], [], []
-        for u, text in enumerate(texts):
-            text_windows, mode = self._windows(text)
-            windows += text_windows
-            owners += [u] * len(text_windows)
-            modes.append(mode)
-        per_text: list[list[list[int]]] = [[] for _ in texts]
-        for owner, ids in zip(owners, self._tokenize(windows)):
-            per_text[owner].append(ids)
-        pieces, piece_owner = [], []
-        for u, (text, ids) in enumerate(zip(texts, per_text)):
-            text_pieces, long, truncated = self._cut(ids, modes[u], len(text))
-            stats.long_texts += long * copies[text]
-            stats.truncated_texts += truncated * copies[text]
-            pieces += text_pieces
-            piece_owner += [u] * len(text_pieces)
-        return pieces, piece_owner
+    def _pool_into(self, pooled: torch.Tensor, pieces: Pieces) -> None:
+        """Add each piece's embedding, weighted by its length, to its text's row of ``pooled``."""
+        weight = np.maximum(pieces.lengths, 1).astype(np.float32)
+        pooled.index_add_(0, self._to_device(pieces.owner), self._embed_pieces(pieces) * self._to_device(weight)[:, None])
 
     def encode(self, texts: Sequence[str]) -> Encoded:
         """Embed ``texts`` (after selecting ``text_span``).
 
-        Texts are tokenised in chunks; on a GPU, while one chunk is embedded the next is tokenised.
+        Texts are cut into pieces chunk by chunk (in worker processes when there are any), and pieces are
+        embedded as soon as a forward batch of them is cut, so on a GPU tokenisation and the forward passes
+        overlap.
 
         Args:
             texts: `(Sequence[str])` length N.
@@ -339,20 +267,30 @@ class RolloutEncoder:
         is_empty = [not s.strip() for s in spans]
         copies = Counter(s for s, e in zip(spans, is_empty) if not e)
         unique = list(copies)
+        counts = np.fromiter(copies.values(), dtype=np.int64, count=len(unique))
         stats.empty_texts = sum(is_empty)
         stats.unique_texts = len(unique)
 
         pooled = torch.zeros(len(unique), self.dimension, dtype=torch.float32, device=self.device)
         cpu_seconds = time.perf_counter() - start
-        for first in range(0, len(unique), TOKENIZE_CHUNK):
+        chunks = self.word_pieces.chunks(unique)
+        waiting: list[tuple[int, Pieces]] = []  # cut chunks gathered into full forward batches
+        while True:
             tick = time.perf_counter()
-            pieces, owner = self._pieces_of(unique[first : first + TOKENIZE_CHUNK], copies, stats)
-            stats.pieces += len(pieces)
-            stats.tokens += sum(len(p) for p in pieces)
-            weight = np.array([max(len(p), 1) for p in pieces], dtype=np.float32)
+            first, pieces = next(chunks, (None, None))
             cpu_seconds += time.perf_counter() - tick
-            piece_embeddings = self._embed_pieces(pieces)
-            pooled.index_add_(0, self._to_device(np.asarray(owner) + first), piece_embeddings * self._to_device(weight)[:, None])
+            if pieces is not None:
+                texts_here = counts[first : first + len(pieces.long)]
+                stats.long_texts += int(texts_here @ pieces.long)
+                stats.truncated_texts += int(texts_here @ pieces.truncated)
+                stats.pieces += len(pieces.lengths)
+                stats.tokens += int(pieces.lengths.sum())
+                waiting.append((first, pieces))
+            if waiting and (pieces is None or sum(len(p.lengths) for _, p in waiting) >= self.batch_size):
+                self._pool_into(pooled, Pieces.concatenate(waiting))
+                waiting = []
+            if pieces is None:
+                break
         pooled = torch.nn.functional.normalize(pooled, dim=-1)
 
         embeddings = torch.zeros(len(texts), self.dimension, dtype=torch.float32, device=self.device)

@@ -6,7 +6,8 @@
    truncates at 256) on the same texts, measured in the same run.
 2. The whole credit call of a DAPO-size batch (512 prompts x 16 responses of 256 word pieces):
    texts -> embeddings -> kernel -> Shapley -> advantages. On a GPU the full batch; on a CPU a sample,
-   extrapolated linearly (stated in the output). Goal on one H100: <= 0.5 s.
+   extrapolated linearly (stated in the output). Goal on one H100: <= 0.5 s. Measured for each
+   ``--tokenizer-workers`` value, against tokenising in the calling process (0) in the same run.
 
 Texts are windows of real math solutions (MATH-500 from ../shared/data, or the bundled demo solutions),
 cut to the wanted number of word pieces, so that every text is distinct.
@@ -94,8 +95,19 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--batch-size", type=int, default=None, help="default: the encoder's (1024 GPU, 64 CPU)")
+    parser.add_argument("--tokenizer-workers", default=["0", "auto"], nargs="+",
+                        help="whole credit call: tokenizer worker processes to compare ('auto': the encoder's "
+                             "default; 0, tokenising in this process, is the baseline)")
+    parser.add_argument("--tokenize-chunk", type=int, default=None,
+                        help="whole credit call: texts per tokenised chunk (default gcpo_core.word_pieces.TOKENIZE_CHUNK)")
     args = parser.parse_args(argv)
 
+    try:
+        worker_choices = [None if w == "auto" else int(w) for w in args.tokenizer_workers]
+    except ValueError:
+        parser.error(f"--tokenizer-workers: integers or 'auto', got {args.tokenizer_workers}")
+    if 0 not in worker_choices:
+        worker_choices.insert(0, 0)
     encoder = RolloutEncoder(EncoderConfig(model=args.model, device=args.device, batch_size=args.batch_size))
     device = encoder.device
     on_gpu = device.type == "cuda"
@@ -135,28 +147,44 @@ def main(argv=None) -> int:
     groups = [f"p{i // args.group_size}" for i in range(run)]
     config = CreditConfig()
 
-    def call():
-        return credit_rollouts(texts, rewards, groups, encoder, config)
-
-    seconds = timed(call, device, args.repeats)
-    result = call()
-    timings = result.timings
-    scale = total / run
     print(f"## whole credit call: {args.prompts} prompts x {args.group_size} responses of 256 word pieces "
           f"({total} responses), Shapley {config.method}")
+    scale = total / run
     if scale != 1:
         print(f"(ran {run} responses on the CPU and extrapolated linearly x{scale:.0f})")
-    print("| tokenize (s) | encoder forward (s) | embed total (s) | Shapley + advantages (s) | credit call (s) |")
-    print("|---:|---:|---:|---:|---:|")
-    print(f"| {result.metrics['gcpo/encoder/tokenize_s'] * scale:.3f} | {result.metrics['gcpo/encoder/model_s'] * scale:.3f} "
-          f"| {timings['embed'] * scale:.3f} | {timings['shapley'] * scale:.3f} | {seconds * scale:.3f} |")
+    print("| tokenizer workers | tokenize, not overlapped (s) | encoder forward (s) | embed total (s) "
+          "| Shapley + advantages (s) | credit call (s) | speed-up vs 0 |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    encoder.close()
+    seconds_by_choice = {}
+    for choice in worker_choices:
+        timed_encoder = RolloutEncoder(EncoderConfig(
+            model=args.model, device=args.device, batch_size=args.batch_size, tokenizer_workers=choice,
+        ))
+
+        if args.tokenize_chunk:
+            timed_encoder.word_pieces.chunk = args.tokenize_chunk
+
+        def call():
+            return credit_rollouts(texts, rewards, groups, timed_encoder, config)
+
+        seconds = seconds_by_choice[choice] = timed(call, device, args.repeats)
+        result = call()
+        timings = result.timings
+        label = f"auto ({timed_encoder.word_pieces.workers})" if choice is None else str(choice)
+        timed_encoder.close()
+        print(f"| {label} | {result.metrics['gcpo/encoder/tokenize_s'] * scale:.3f} "
+              f"| {result.metrics['gcpo/encoder/model_s'] * scale:.3f} | {timings['embed'] * scale:.3f} "
+              f"| {timings['shapley'] * scale:.3f} | {seconds * scale:.3f} | {seconds_by_choice[0] / seconds:.2f}x |")
     print()
+    best = min(seconds_by_choice.values())
+    default = seconds_by_choice.get(None, best)
     if on_gpu:
-        passed = seconds <= 0.5
-        print(f"{'PASS' if passed else 'FAIL'}  whole credit call for {total} responses <= 0.5 s on one GPU "
-              f"({seconds:.3f} s)")
+        passed = default <= 0.5
+        print(f"{'PASS' if passed else 'FAIL'}  whole credit call for {total} responses <= 0.5 s on one GPU, "
+              f"default settings ({default:.3f} s; best {best:.3f} s)")
         return 0 if passed else 1
-    print(f"(the 0.5 s goal is for one H100; this CPU run extrapolates to {seconds * scale:.1f} s)")
+    print(f"(the 0.5 s goal is for one H100; this CPU run extrapolates to {default * scale:.1f} s)")
     return 0
 
 

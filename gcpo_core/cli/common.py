@@ -33,6 +33,7 @@ CREDIT_KEYS = {
 ENCODER_KEYS = {
     "model": "encoder", "text_span": "text_span", "long_text": "long_text", "max_chunks": "max_chunks",
     "device": "device", "dtype": "dtype", "batch_size": "batch_size", "max_seq_length": "max_seq_length",
+    "tokenizer_workers": "tokenizer_workers",
 }
 
 
@@ -121,6 +122,8 @@ def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
                        help="word pieces the encoder reads (default: the model's)")
     group.add_argument("--batch-size", type=int, default=defaults.batch_size,
                        help="pieces per forward pass (default: 1024 on a GPU, 64 on a CPU)")
+    group.add_argument("--tokenizer-workers", type=int, default=defaults.tokenizer_workers,
+                       help="processes that tokenise while the model embeds (default: up to 4 on a GPU, 0 on a CPU)")
 
 
 def encoder_config_from_args(args: argparse.Namespace) -> EncoderConfig:

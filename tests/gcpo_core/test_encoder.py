@@ -121,3 +121,21 @@ def test_a_bare_answer_has_no_reasoning_span_and_is_embedded_whole(minilm):
     assert out.stats.span_fallbacks == 2
     full = minilm.encode(["Answer: 5"]).embeddings[0]
     torch.testing.assert_close(out.embeddings[0], full, atol=1e-5, rtol=0)
+
+
+def test_tokenizer_workers_give_the_embeddings_of_tokenising_in_process(minilm, shared_data):
+    texts = _long_solutions(shared_data, count=3) + ["short one", "", "short one"]
+    pooled = RolloutEncoder(EncoderConfig(device="cpu", tokenizer_workers=1))
+    try:
+        assert pooled.word_pieces.workers == 1 and minilm.word_pieces.workers == 0  # none by default on a CPU
+        ours, reference = pooled.encode(texts), minilm.encode(texts)
+        assert torch.equal(ours.embeddings, reference.embeddings)
+        assert ours.stats.pieces == reference.stats.pieces and ours.stats.long_texts == reference.stats.long_texts
+    finally:
+        pooled.close()
+
+
+def test_tokenizer_workers_must_be_a_count():
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="tokenizer_workers must be an integer >= 0"):
+            EncoderConfig(tokenizer_workers=bad)

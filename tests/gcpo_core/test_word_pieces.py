@@ -1,0 +1,199 @@
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from gcpo_core.word_pieces import (
+    CHARS_PER_TOKEN,
+    PieceRules,
+    Pieces,
+    PieceTokenizer,
+    cut_into_pieces,
+    padded_rows,
+)
+
+WORDS = [f"w{i}" for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def word_tokenizer() -> Tokenizer:
+    """One token per whitespace-separated word: w0 -> 1, w1 -> 2, ... (0 is [UNK])."""
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, **{w: i + 1 for i, w in enumerate(WORDS)}}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tokenizer
+
+
+def _text(count: int) -> str:
+    return " ".join(WORDS[:count])
+
+
+def _pieces_of(pieces: Pieces, owner: int) -> list[list[int]]:
+    starts = pieces.offsets
+    return [pieces.ids[starts[p] : starts[p] + pieces.lengths[p]].tolist() for p in np.flatnonzero(pieces.owner == owner)]
+
+
+def _cut(tokenizer, texts, **rules) -> Pieces:
+    return PieceTokenizer(tokenizer, PieceRules(**rules)).pieces(texts)
+
+
+def test_chunk_covers_the_whole_text_in_consecutive_pieces(word_tokenizer):
+    pieces = _cut(word_tokenizer, [_text(10), _text(3)], piece_length=4)
+    assert _pieces_of(pieces, 0) == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
+    assert _pieces_of(pieces, 1) == [[1, 2, 3]]
+    assert pieces.long.tolist() == [True, False] and pieces.truncated.tolist() == [False, False]
+
+
+def test_chunk_beyond_max_chunks_keeps_evenly_spaced_pieces_including_both_ends(word_tokenizer):
+    pieces = _cut(word_tokenizer, [_text(20)], piece_length=4, max_chunks=3)
+    assert _pieces_of(pieces, 0) == [[1, 2, 3, 4], [9, 10, 11, 12], [17, 18, 19, 20]]
+    assert pieces.truncated.tolist() == [True]
+
+
+def test_truncate_and_head_tail(word_tokenizer):
+    truncated = _cut(word_tokenizer, [_text(10)], piece_length=4, long_text="truncate")
+    assert _pieces_of(truncated, 0) == [[1, 2, 3, 4]] and truncated.truncated.tolist() == [True]
+    head_tail = _cut(word_tokenizer, [_text(10)], piece_length=4, long_text="head_tail")
+    assert _pieces_of(head_tail, 0) == [[1, 2, 9, 10]] and head_tail.truncated.tolist() == [True]
+    short = _cut(word_tokenizer, [_text(4)], piece_length=4, long_text="head_tail")
+    assert _pieces_of(short, 0) == [[1, 2, 3, 4]] and short.truncated.tolist() == [False]
+
+
+def test_a_text_too_long_to_tokenize_whole_is_read_in_evenly_spaced_windows(word_tokenizer):
+    text = " ".join(WORDS[i % 40] for i in range(4 * 3 * CHARS_PER_TOKEN))  # longer than max_chunks windows
+    pieces = _cut(word_tokenizer, [text], piece_length=4, max_chunks=3)
+    assert len(_pieces_of(pieces, 0)) == 3 and pieces.truncated.tolist() == [True]
+    assert all(0 < len(p) <= 4 for p in _pieces_of(pieces, 0))
+
+
+def test_a_text_whose_characters_the_tokenizer_drops_gets_one_empty_piece(word_tokenizer):
+    pieces = _cut(word_tokenizer, ["   ", _text(2)], piece_length=4)
+    assert _pieces_of(pieces, 0) == [[]] and _pieces_of(pieces, 1) == [[1, 2]]
+
+
+def test_padded_rows_frame_each_piece_with_special_tokens_and_pad_the_rest():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 9, size=12)
+    lengths[3] = 0
+    flat = rng.integers(5, 100, size=int(lengths.sum())).astype(np.int32)
+    pieces = Pieces(ids=flat, lengths=lengths, owner=np.arange(12), long=np.zeros(12, bool), truncated=np.zeros(12, bool))
+    rows = np.array([5, 3, 0, 11, 7])
+    ids, mask = padded_rows(pieces, rows, prefix=[101], suffix=[102, 103], pad_id=0)
+    starts = pieces.offsets
+    width = int(lengths[rows].max()) + 3
+    for r, p in enumerate(rows):
+        expected = [101] + flat[starts[p] : starts[p] + lengths[p]].tolist() + [102, 103]
+        assert ids[r].tolist() == expected + [0] * (width - len(expected))
+        assert mask[r].tolist() == [1] * len(expected) + [0] * (width - len(expected))
+
+
+def test_concatenated_chunks_index_the_texts_of_the_whole_list(word_tokenizer):
+    texts = [_text(n) for n in (3, 9, 1, 6, 2)]
+    cutter = PieceTokenizer(word_tokenizer, PieceRules(piece_length=4), chunk=2)
+    parts = list(cutter.chunks(texts))
+    assert [first for first, _ in parts] == [0, 2, 4]
+    whole = cutter.pieces(texts)
+    joined = Pieces.concatenate(parts)
+    for name in ("ids", "lengths", "owner", "long", "truncated"):
+        np.testing.assert_array_equal(getattr(joined, name), getattr(whole, name))
+
+
+def test_the_model_tokenizer_is_left_untouched(minilm):
+    backend = minilm.tokenizer.backend_tokenizer
+    before = backend.to_str()
+    PieceTokenizer(minilm.tokenizer, PieceRules(piece_length=8)).pieces(["a long enough text " * 20])
+    assert backend.to_str() == before
+
+
+def test_bad_settings_are_refused(word_tokenizer):
+    for kwargs in ({"workers": -1}, {"workers": 1.5}, {"chunk": 0}, {"threads_per_worker": 0}, {"workers": True}):
+        with pytest.raises(ValueError):
+            PieceTokenizer(word_tokenizer, PieceRules(piece_length=4), **kwargs)
+    with pytest.raises(ValueError):
+        PieceRules(piece_length=4, long_text="middle")
+
+
+def test_a_python_tokenizer_cannot_use_workers_and_says_so(minilm):
+    class PythonOnly:  # a transformers "slow" tokenizer: callable, no Rust backend
+        def __call__(self, texts, add_special_tokens=False):
+            return {"input_ids": [[len(w) for w in t.split()] for t in texts]}
+
+    with pytest.warns(RuntimeWarning, match="fast"):
+        cutter = PieceTokenizer(PythonOnly(), PieceRules(piece_length=2), workers=2)
+    assert cutter.workers == 0
+    assert _pieces_of(cutter.pieces(["ab cde f"]), 0) == [[2, 3], [1]]
+
+
+# ---------------------------------------------------------------------------------------------- workers
+def _same(a: Pieces, b: Pieces) -> bool:
+    return all(np.array_equal(getattr(a, n), getattr(b, n)) for n in ("ids", "lengths", "owner", "long", "truncated"))
+
+
+@pytest.fixture(scope="module")
+def math_texts():
+    from gcpo_core.cli.demo import load_demo_rollouts
+
+    texts = [r["text"] for r in load_demo_rollouts()]
+    return [t * (1 + k % 4) for k, t in enumerate(texts * 8)]  # 120 texts, some past one piece
+
+
+def test_worker_processes_cut_exactly_as_this_process_does(minilm, math_texts):
+    rules = PieceRules(piece_length=32, max_chunks=3)
+    local = PieceTokenizer(minilm.tokenizer, rules)
+    pooled = PieceTokenizer(minilm.tokenizer, rules, workers=2, threads_per_worker=1, chunk=7)
+    try:
+        parts = list(pooled.chunks(math_texts))
+        assert [first for first, _ in parts] == list(range(0, len(math_texts), 7))
+        assert _same(Pieces.concatenate(parts), local.pieces(math_texts))
+        assert list(pooled.chunks([])) == []
+    finally:
+        pooled.close()
+
+
+def _kill_workers(cutter: PieceTokenizer) -> None:
+    for process in list(cutter._pool._processes.values()):
+        process.kill()
+        process.join()
+
+
+def test_a_worker_killed_during_a_call_costs_nothing_but_a_warning(minilm, math_texts):
+    rules = PieceRules(piece_length=32)
+    expected = PieceTokenizer(minilm.tokenizer, rules).pieces(math_texts)
+    cutter = PieceTokenizer(minilm.tokenizer, rules, workers=1, threads_per_worker=1, chunk=1)
+    try:
+        chunks = cutter.chunks(math_texts)
+        parts = [next(chunks)]
+        _kill_workers(cutter)
+        with pytest.warns(RuntimeWarning, match="died"):
+            parts += list(chunks)
+        assert _same(Pieces.concatenate(parts), expected)
+        # the next call starts new workers
+        assert _same(Pieces.concatenate(list(cutter.chunks(math_texts))), expected)
+        assert cutter._pool is not None and all(p.is_alive() for p in cutter._pool._processes.values())
+    finally:
+        cutter.close()
+
+
+def test_a_worker_that_died_between_calls_is_replaced(minilm, math_texts):
+    rules = PieceRules(piece_length=32)
+    expected = PieceTokenizer(minilm.tokenizer, rules).pieces(math_texts)
+    cutter = PieceTokenizer(minilm.tokenizer, rules, workers=1, threads_per_worker=1)
+    try:
+        _kill_workers(cutter)
+        with pytest.warns(RuntimeWarning, match="starting new workers"):
+            parts = list(cutter.chunks(math_texts))
+        assert _same(Pieces.concatenate(parts), expected)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert _same(Pieces.concatenate(list(cutter.chunks(math_texts))), expected)
+    finally:
+        cutter.close()
+
+
+def test_a_tokenizer_worker_does_not_import_torch():
+    # workers are spawned and import gcpo_core.word_pieces: the package must not pull torch in with it
+    code = "import sys, gcpo_core.word_pieces; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
