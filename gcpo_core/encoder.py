@@ -104,6 +104,7 @@ class EncoderStats:
     span_fallbacks: int = 0  # the chosen span was empty, so the whole response was embedded
     pieces: int = 0
     tokens: int = 0
+    prefetched_texts: int = 0  # distinct texts whose embeddings were kept from RolloutEncoder.prefetch
     # time spent selecting spans, deduplicating and cutting texts into pieces, or waiting for the tokenizer
     # workers to: what tokenisation adds to the call (with workers, most of it is hidden behind the GPU)
     tokenize_s: float = 0.0
@@ -120,9 +121,22 @@ class EncoderStats:
             f"{prefix}span_fallback_frac": self.span_fallbacks / n,
             f"{prefix}pieces_per_text": self.pieces / max(self.unique_texts, 1),
             f"{prefix}tokens": float(self.tokens),
+            f"{prefix}prefetched_frac": self.prefetched_texts / max(self.unique_texts, 1),
             f"{prefix}tokenize_s": self.tokenize_s,
             f"{prefix}model_s": self.model_s,
         }
+
+
+@dataclass
+class _DistinctTexts:
+    """Embeddings of distinct texts, with what their cutting found, per text."""
+
+    embeddings: torch.Tensor  # (U, d) unit rows
+    long: np.ndarray  # bool (U,)
+    truncated: np.ndarray  # bool (U,)
+    pieces: np.ndarray  # int64 (U,)
+    tokens: np.ndarray  # int64 (U,)
+    index: dict[str, int] = field(default_factory=dict)  # text -> row, for prefetched texts
 
 
 @dataclass
@@ -195,6 +209,7 @@ class RolloutEncoder:
         workers = config.tokenizer_workers
         if workers is None:
             workers = min(WORKERS_ON_GPU, max(usable_cpus() // 4, 1)) if self.device.type == "cuda" else 0
+        self._prefetched: Optional[_DistinctTexts] = None
         self.word_pieces = PieceTokenizer(
             self.tokenizer, PieceRules(self.piece_length, config.long_text, config.max_chunks), workers=workers
         )
@@ -240,15 +255,56 @@ class RolloutEncoder:
         weight = np.maximum(pieces.lengths, 1).astype(np.float32)
         pooled.index_add_(0, self._to_device(pieces.owner), self._embed_pieces(pieces) * self._to_device(weight)[:, None])
 
-    def encode(self, texts: Sequence[str]) -> Encoded:
-        """Embed ``texts`` (after selecting ``text_span``).
+    def _embed_distinct(self, texts: list[str]) -> tuple[_DistinctTexts, float]:
+        """Embeddings of distinct non-empty texts, and the seconds spent waiting for them to be cut.
 
         Texts are cut into pieces chunk by chunk (in worker processes when there are any), and pieces are
         embedded as soon as a forward batch of them is cut, so on a GPU tokenisation and the forward passes
         overlap.
+        """
+        n = len(texts)
+        out = _DistinctTexts(
+            embeddings=torch.zeros(n, self.dimension, dtype=torch.float32, device=self.device),
+            long=np.zeros(n, dtype=bool), truncated=np.zeros(n, dtype=bool),
+            pieces=np.zeros(n, dtype=np.int64), tokens=np.zeros(n, dtype=np.int64),
+        )
+        waited = 0.0
+        chunks = self.word_pieces.chunks(texts)
+        waiting: list[tuple[int, Pieces]] = []  # cut chunks gathered into full forward batches
+        while True:
+            tick = time.perf_counter()
+            first, pieces = next(chunks, (None, None))
+            waited += time.perf_counter() - tick
+            if pieces is not None:
+                here = slice(first, first + len(pieces.long))
+                out.long[here], out.truncated[here] = pieces.long, pieces.truncated
+                out.pieces[here] = np.bincount(pieces.owner, minlength=len(pieces.long))
+                out.tokens[here] = np.bincount(pieces.owner, weights=pieces.lengths, minlength=len(pieces.long))
+                waiting.append((first, pieces))
+            if waiting and (pieces is None or sum(len(p.lengths) for _, p in waiting) >= self.batch_size):
+                self._pool_into(out.embeddings, Pieces.concatenate(waiting))
+                waiting = []
+            if pieces is None:
+                break
+        out.embeddings = torch.nn.functional.normalize(out.embeddings, dim=-1)
+        return out, waited
+
+    def prefetch(self, texts: Sequence[str]) -> EncoderStats:
+        """Embed ``texts`` now and keep their embeddings, so that a later :meth:`encode` of the same texts (e.g.
+        the advantage step, after verl has computed log-probabilities meanwhile) only looks them up. Only the
+        last prefetched batch is kept; the lookup is by text, so it can never return another text's embedding."""
+        return self.encode(texts, remember=True).stats
+
+    def forget(self) -> None:
+        """Drop the prefetched embeddings."""
+        self._prefetched = None
+
+    def encode(self, texts: Sequence[str], remember: bool = False) -> Encoded:
+        """Embed ``texts`` (after selecting ``text_span``); texts kept by :meth:`prefetch` are looked up.
 
         Args:
             texts: `(Sequence[str])` length N.
+            remember: keep these embeddings for later calls, in place of those kept before (see :meth:`prefetch`).
         Returns:
             :class:`Encoded` with (N, d) float32 unit embeddings on the encoder's device.
         """
@@ -271,34 +327,39 @@ class RolloutEncoder:
         stats.empty_texts = sum(is_empty)
         stats.unique_texts = len(unique)
 
-        pooled = torch.zeros(len(unique), self.dimension, dtype=torch.float32, device=self.device)
+        kept = self._prefetched
+        cached = np.array([kept.index.get(u, -1) for u in unique] if kept else [-1] * len(unique), dtype=np.int64)
+        hit, fresh = np.flatnonzero(cached >= 0), np.flatnonzero(cached < 0)
         cpu_seconds = time.perf_counter() - start
-        chunks = self.word_pieces.chunks(unique)
-        waiting: list[tuple[int, Pieces]] = []  # cut chunks gathered into full forward batches
-        while True:
-            tick = time.perf_counter()
-            first, pieces = next(chunks, (None, None))
-            cpu_seconds += time.perf_counter() - tick
-            if pieces is not None:
-                texts_here = counts[first : first + len(pieces.long)]
-                stats.long_texts += int(texts_here @ pieces.long)
-                stats.truncated_texts += int(texts_here @ pieces.truncated)
-                stats.pieces += len(pieces.lengths)
-                stats.tokens += int(pieces.lengths.sum())
-                waiting.append((first, pieces))
-            if waiting and (pieces is None or sum(len(p.lengths) for _, p in waiting) >= self.batch_size):
-                self._pool_into(pooled, Pieces.concatenate(waiting))
-                waiting = []
-            if pieces is None:
-                break
-        pooled = torch.nn.functional.normalize(pooled, dim=-1)
+        embedded, waited = self._embed_distinct([unique[u] for u in fresh])
+        cpu_seconds += waited
+        distinct = _DistinctTexts(
+            embeddings=torch.empty(len(unique), self.dimension, dtype=torch.float32, device=self.device),
+            long=np.zeros(len(unique), dtype=bool), truncated=np.zeros(len(unique), dtype=bool),
+            pieces=np.zeros(len(unique), dtype=np.int64), tokens=np.zeros(len(unique), dtype=np.int64),
+        )
+        for name in ("long", "truncated", "pieces", "tokens"):
+            getattr(distinct, name)[fresh] = getattr(embedded, name)
+            if len(hit):
+                getattr(distinct, name)[hit] = getattr(kept, name)[cached[hit]]
+        distinct.embeddings[self._to_device(fresh)] = embedded.embeddings
+        if len(hit):
+            distinct.embeddings[self._to_device(hit)] = kept.embeddings[self._to_device(cached[hit])]
+        stats.long_texts = int(counts @ distinct.long)
+        stats.truncated_texts = int(counts @ distinct.truncated)
+        stats.pieces = int(distinct.pieces.sum())
+        stats.tokens = int(distinct.tokens.sum())
+        stats.prefetched_texts = len(hit)
+        if remember:
+            distinct.index = {text: u for u, text in enumerate(unique)}
+            self._prefetched = distinct
 
         embeddings = torch.zeros(len(texts), self.dimension, dtype=torch.float32, device=self.device)
         embeddings[:, 0] = 1.0  # the fixed unit vector of empty texts
         if unique:
-            index = {text: u for u, text in enumerate(unique)}
+            index = distinct.index or {text: u for u, text in enumerate(unique)}
             rows = np.flatnonzero(~np.asarray(is_empty, dtype=bool))
-            embeddings[self._to_device(rows)] = pooled[self._to_device(np.array([index[spans[i]] for i in rows]))]
+            embeddings[self._to_device(rows)] = distinct.embeddings[self._to_device(np.array([index[spans[i]] for i in rows]))]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         stats.tokenize_s = cpu_seconds

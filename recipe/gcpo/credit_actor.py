@@ -6,6 +6,10 @@ them never schedules. The actor therefore takes a fraction of a GPU inside the g
 (bundle 0, next to the fused FSDP actor / vLLM worker; in sync mode vLLM sleeps while advantages are
 computed). Without a GPU it computes on the CPU and says so.
 
+Prefetch: embedding does not need rewards, so the trainer hands the actor each batch's responses as soon as they
+are generated (:meth:`CreditActor.start_prefetch`); the actor embeds them while verl computes log-probabilities,
+and the credit call of the advantage step then looks the embeddings up and computes only Shapley credit.
+
 Fault tolerance: Ray restarts a dead actor (``max_restarts``) and re-runs the call (``max_task_retries``);
 the computation is a pure function of its inputs and the seeded config, so the step gets the result it
 would have got. A call that does not finish within ``timeout_s`` raises :class:`CreditActorTimeout`.
@@ -16,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Hashable, Mapping, Optional, Sequence
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from gcpo_core.config import CreditConfig
@@ -45,6 +50,8 @@ class CreditActorOptions:
         max_task_retries: re-runs of an interrupted call.
         timeout_s: longest wait for one batch.
         startup_timeout_s: longest wait for the actor to be scheduled and load the encoder.
+        prefetch: embed each batch as soon as it is generated, while verl computes log-probabilities (the
+            trainer calls :meth:`CreditActor.start_prefetch`); the advantage step then only computes credit.
     """
 
     num_gpus: float = 0.1
@@ -53,8 +60,11 @@ class CreditActorOptions:
     max_task_retries: int = 3
     timeout_s: float = 600.0
     startup_timeout_s: float = 600.0
+    prefetch: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.prefetch, bool):
+            raise ValueError(f"credit actor: prefetch must be true or false, got {self.prefetch!r}")
         for name in ("num_gpus", "num_cpus"):
             if not 0 <= getattr(self, name) <= 64:
                 raise ValueError(f"credit actor: {name} must be in [0, 64], got {getattr(self, name)!r}")
@@ -87,6 +97,12 @@ class CreditWorker:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "encoder_dtype": str(self.encoder.dtype),
         }
+
+    def prefetch(self, texts: Sequence[str]) -> dict:
+        """Embed ``texts`` and keep the embeddings for the next :meth:`compute` (see RolloutEncoder.prefetch)."""
+        start = time.perf_counter()
+        stats = self.encoder.prefetch(list(texts))
+        return {"seconds": time.perf_counter() - start, "unique_texts": stats.unique_texts}
 
     def compute(
         self,
@@ -127,6 +143,7 @@ class CreditActor:
         EncoderConfig(**encoder)  # fail here, in the driver, on a bad value
         CreditConfig.from_mapping(credit)
         self.options = options
+        self._prefetch = None
         actor_options: dict[str, Any] = {
             "num_cpus": options.num_cpus,
             "num_gpus": options.num_gpus,
@@ -161,13 +178,15 @@ class CreditActor:
         return_embeddings: bool = False,
         seed: Optional[int] = None,
     ) -> RolloutCredit:
-        """Credit one batch; see :func:`gcpo_core.pipeline.credit_rollouts`."""
+        """Credit one batch; see :func:`gcpo_core.pipeline.credit_rollouts`. Texts prefetched by
+        :meth:`start_prefetch` are not embedded again; ``timings["embed_prefetch"]`` is what the prefetch took."""
+        prefetched = self._collect_prefetch()
         ref = self.handle.compute.remote(
             list(texts), list(rewards), list(group_ids), None if valid is None else list(valid),
             expected_group_size, return_embeddings, seed,
         )
         try:
-            return ray.get(ref, timeout=self.options.timeout_s)
+            result = ray.get(ref, timeout=self.options.timeout_s)
         except GetTimeoutError:
             ray.cancel(ref, force=False)
             raise CreditActorTimeout(
@@ -178,6 +197,24 @@ class CreditActor:
             raise RuntimeError(
                 f"the GCPO credit actor died and was not restarted (max_restarts={self.options.max_restarts}): {err}"
             ) from err
+        result.timings["embed_prefetch"] = prefetched.get("seconds", 0.0)
+        return result
+
+    def start_prefetch(self, texts: Sequence[str]) -> None:
+        """Start embedding ``texts`` on the actor and return at once; the next :meth:`compute` collects it.
+        Actor calls run in order, so that compute finds the embeddings kept."""
+        self._prefetch = self.handle.prefetch.remote(list(texts))
+
+    def _collect_prefetch(self) -> dict:
+        ref, self._prefetch = self._prefetch, None
+        if ref is None:
+            return {}
+        try:
+            return ray.get(ref, timeout=self.options.timeout_s)
+        except (GetTimeoutError, RayActorError, RayTaskError) as err:
+            # the credit call embeds whatever was not kept, so a failed prefetch costs time, not correctness
+            logger.warning("GCPO embedding prefetch failed (%s); the credit call embeds the batch itself", err)
+            return {}
 
     def shutdown(self) -> None:
         ray.kill(self.handle, no_restart=True)

@@ -1,11 +1,13 @@
 """The GCPO trainer: verl 0.9.1's V1 synchronous trainer with Shapley credit before the advantage step (and,
 optionally, Group Contrastive PO's reference injection before the old log-probabilities).
 
-Registered as ``trainer.v1.trainer_mode=gcpo_sync``. With ``algorithm.adv_estimator=gcpo`` each step's
-``_compute_advantage`` first reads the responses of the batch from TransferQueue, decodes them, and has the
-credit actor embed them and compute every rollout's Shapley credit in one call; verl's own advantage step
-then runs unchanged (KL-in-reward, rollout correction, write-back) with the ``gcpo`` estimator, which
-normalises that credit per prompt. With any other estimator the trainer is verl's sync trainer.
+Registered as ``trainer.v1.trainer_mode=gcpo_sync``. With ``algorithm.adv_estimator=gcpo``, right after the
+batch is balanced the trainer reads its responses from TransferQueue, decodes them and has the credit actor
+start embedding them (``algorithm.gcpo.actor.prefetch``), while verl computes the old and reference
+log-probabilities. Each step's ``_compute_advantage`` then has the actor compute every rollout's Shapley credit
+in one call (embedding whatever was not prefetched); verl's own advantage step then runs unchanged
+(KL-in-reward, rollout correction, write-back) with the ``gcpo`` estimator, which normalises that credit per
+prompt. With any other estimator the trainer is verl's sync trainer.
 
 Sync mode only: in sync mode vLLM sleeps during the advantage step (so the encoder can share GPU 0) and all
 rollouts of a group come from one policy version.
@@ -38,6 +40,8 @@ GLOBAL_POOL = "global_pool"
 class GCPOTrainer(PPOTrainerSync):
     """verl's sync trainer plus the GCPO credit actor."""
 
+    _prefetched: tuple[list, list[str]] | None = None  # (batch keys, their decoded responses) handed to the actor
+
     def __init__(self, config):
         self.gcpo = validate_gcpo_config(config)
         self.group_contrastive = validate_group_contrastive(config)
@@ -66,13 +70,36 @@ class GCPOTrainer(PPOTrainerSync):
 
     def _balance_batch(self, batch: KVBatchMeta, metrics, *args, **kwargs) -> KVBatchMeta:
         """Group Contrastive PO (when enabled) puts reference solutions into all-wrong groups first, before the
-        old log-probabilities are computed."""
+        old log-probabilities are computed; then the credit actor starts embedding the final responses."""
         if self.group_contrastive.enable:
             batch, injected = inject_references(
                 batch, self.tokenizer, self.group_contrastive, int(self.config.data.max_response_length)
             )
             metrics.update(injected)
-        return super()._balance_batch(batch, metrics, *args, **kwargs)
+        batch = super()._balance_batch(batch, metrics, *args, **kwargs)
+        self._start_embedding(batch)
+        return batch
+
+    def _start_embedding(self, batch: KVBatchMeta) -> None:
+        """Hand the batch's responses to the credit actor now, so that they are embedded while verl computes
+        log-probabilities (nothing is waited for here)."""
+        self._prefetched = None
+        if self.gcpo is None or self.credit_actor is None or not self.gcpo.actor.prefetch:
+            return
+        texts = self._decode_responses(batch)
+        self._prefetched = (list(batch.keys), texts)
+        self.credit_actor.start_prefetch(texts)
+
+    def _decode_responses(self, batch: KVBatchMeta) -> list[str]:
+        """The batch's responses as text, "" for verl's padding rows."""
+        valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["responses"])
+        responses = [ids.tolist() for ids in data["responses"].unbind()]
+        decoded = self.tokenizer.batch_decode([responses[i] for i in np.flatnonzero(valid)], skip_special_tokens=True)
+        texts = [""] * len(responses)
+        for row, text in zip(np.flatnonzero(valid), decoded):
+            texts[row] = text
+        return texts
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         if self.gcpo is None:
@@ -82,19 +109,17 @@ class GCPOTrainer(PPOTrainerSync):
             return super()._compute_advantage(batch, metrics)
 
     def _compute_credit(self, batch: KVBatchMeta, metrics: dict) -> StepCredit:
-        """Decode the batch's responses and credit them; rows are grouped by uid, padding rows left out."""
+        """Credit the batch's responses (decoded when they were prefetched, else now); rows are grouped by uid,
+        padding rows left out."""
         timing_raw = getattr(self, "timing_raw", None)
         timing_raw = timing_raw if timing_raw is not None else {}
         with marked_timer("gcpo_total", timing_raw):
-            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "responses", "rm_scores"])
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores"])
             uids = np.array(list(data["uid"]), dtype=object)  # a LinkedList, NonTensorStack or array by backend
             valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
             reward = data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).double().cpu().numpy()
-            responses = [ids.tolist() for ids in data["responses"].unbind()]
-            decoded = self.tokenizer.batch_decode([responses[i] for i in np.flatnonzero(valid)], skip_special_tokens=True)
-            texts = [""] * len(responses)
-            for row, text in zip(np.flatnonzero(valid), decoded):
-                texts[row] = text
+            prefetched, self._prefetched = self._prefetched, None
+            texts = prefetched[1] if prefetched and prefetched[0] == list(batch.keys) else self._decode_responses(batch)
             # a new draw of Monte-Carlo permutations each step, the same one when a resumed run repeats a step
             seed = self.gcpo.credit.seed + int(getattr(self, "global_steps", 0))
             result = self.credit_actor.compute(
@@ -103,6 +128,7 @@ class GCPOTrainer(PPOTrainerSync):
                 return_embeddings=self._dumping_now(),
             )
         timing_raw["gcpo_embed"] = result.timings["embed"]
+        timing_raw["gcpo_embed_prefetch"] = result.timings.get("embed_prefetch", 0.0)
         timing_raw["gcpo_shapley"] = result.timings["shapley"]
         metrics.update({key: value for key, value in result.metrics.items() if key.startswith("gcpo/")})
         metrics["gcpo/mean_credit_score"] = float(result.score[valid].mean()) if valid.any() else 0.0

@@ -139,3 +139,30 @@ def test_tokenizer_workers_must_be_a_count():
     for bad in (-1, 1.5, "2", True):
         with pytest.raises(ValueError, match="tokenizer_workers must be an integer >= 0"):
             EncoderConfig(tokenizer_workers=bad)
+
+
+def test_prefetched_texts_are_looked_up_and_give_what_a_fresh_call_gives(shared_data):
+    texts = _long_solutions(shared_data, count=3) + ["short one", "", "short one", "another"]
+    encoder = RolloutEncoder(EncoderConfig(device="cpu"))
+    fresh = encoder.encode(texts)
+    prefetch = encoder.prefetch(texts)
+    assert prefetch.prefetched_texts == 0 and prefetch.unique_texts == 5
+    again = encoder.encode(texts)
+    assert again.stats.prefetched_texts == 5 and again.stats.summary()["gcpo/encoder/prefetched_frac"] == 1.0
+    assert torch.equal(again.embeddings, fresh.embeddings) and torch.equal(again.empty, fresh.empty)
+    for name in ("long_texts", "truncated_texts", "pieces", "tokens", "unique_texts", "empty_texts"):
+        assert getattr(again.stats, name) == getattr(fresh.stats, name), name
+
+
+def test_only_texts_not_prefetched_are_embedded(minilm):
+    encoder = RolloutEncoder(EncoderConfig(device="cpu"))
+    encoder.prefetch(["first text", "second text"])
+    mixed = encoder.encode(["second text", "a new text", "first text"])
+    assert mixed.stats.prefetched_texts == 2 and mixed.stats.unique_texts == 3
+    reference = minilm.encode(["second text", "a new text", "first text"]).embeddings
+    torch.testing.assert_close(mixed.embeddings, reference, atol=1e-6, rtol=0)
+    # a new prefetch replaces the kept batch; forget drops it
+    encoder.prefetch(["a new text"])
+    assert encoder.encode(["first text", "a new text"]).stats.prefetched_texts == 1
+    encoder.forget()
+    assert encoder.encode(["a new text"]).stats.prefetched_texts == 0

@@ -12,6 +12,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 
 from gcpo_core.cli.demo import load_demo_rollouts
 from gcpo_core.config import CreditConfig
+from gcpo_core.encoder import EncoderConfig
 from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions, CreditActorTimeout
 
 CPU_ONLY = CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=120, timeout_s=300)
@@ -112,6 +113,35 @@ def test_placement_inside_a_group_that_reserves_everything(local_ray, batch):
         remove_placement_group(pg)
 
 
+def test_a_prefetched_batch_is_credited_as_a_plain_call_credits_it(local_ray, batch):
+    # tokenizer worker processes, spawned inside the Ray actor, with the prefetch
+    actor = CreditActor(encoder=EncoderConfig(device="cpu", tokenizer_workers=1), options=CPU_ONLY)
+    try:
+        plain = actor.compute(*batch, seed=3)
+        assert plain.metrics["gcpo/encoder/prefetched_frac"] == 0.0 and plain.timings["embed_prefetch"] == 0.0
+        actor.start_prefetch(batch[0])
+        prefetched = actor.compute(*batch, seed=3)
+        assert prefetched.metrics["gcpo/encoder/prefetched_frac"] == 1.0
+        assert prefetched.timings["embed_prefetch"] > 0
+        for name in ("shapley", "advantage", "quality", "score"):
+            np.testing.assert_array_equal(getattr(prefetched, name), getattr(plain, name))
+    finally:
+        actor.shutdown()
+
+
+def test_a_failed_prefetch_is_logged_and_the_credit_call_embeds_the_batch(local_ray, batch, caplog):
+    actor = CreditActor(options=CPU_ONLY)
+    try:
+        actor.start_prefetch(batch[0][:-1] + [None])  # the actor's encoder refuses a non-text
+        with caplog.at_level("WARNING", logger="recipe.gcpo.credit_actor"):
+            result = actor.compute(*batch)
+        assert "prefetch failed" in caplog.text and "not str" in caplog.text
+        assert result.metrics["gcpo/encoder/prefetched_frac"] == 0.0
+        assert np.isfinite(result.advantage).all()
+    finally:
+        actor.shutdown()
+
+
 def test_bad_configs_fail_in_the_driver_before_any_actor_starts():
     with pytest.raises(ValueError, match="long_text must be one of"):
         CreditActor(encoder={"long_text": "middle"}, options=CPU_ONLY)
@@ -119,3 +149,5 @@ def test_bad_configs_fail_in_the_driver_before_any_actor_starts():
         CreditActor(credit={"method": "exact", "permutation": 3}, options=CPU_ONLY)
     with pytest.raises(ValueError, match="num_gpus must be in"):
         CreditActorOptions(num_gpus=-1)
+    with pytest.raises(ValueError, match="prefetch must be true or false"):
+        CreditActorOptions(prefetch="yes")

@@ -22,7 +22,7 @@ from gcpo_core.grouping import layout_groups
 from gcpo_core.pipeline import credit_rollouts
 from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
-from recipe.gcpo.settings import validate_gcpo_config
+from recipe.gcpo.settings import validate_gcpo_config, validate_group_contrastive
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 GROUP_SIZE = 4
@@ -103,6 +103,7 @@ def _trainer(cls, config, tokenizer, credit_actor=None, global_steps=3):
     trainer.timing_raw = {}
     if cls is GCPOTrainer:
         trainer.gcpo = validate_gcpo_config(config)
+        trainer.group_contrastive = validate_group_contrastive(config)
         trainer.credit_actor = credit_actor
     if config.algorithm.use_kl_in_reward:
         trainer.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl)
@@ -151,6 +152,27 @@ def test_gcpo_advantages_from_transfer_queue_with_padding_and_an_incomplete_grou
     assert metrics["gcpo/excluded_rows"] == 1.0 and metrics["gcpo/rescued_groups"] == 1.0  # sheep: all correct
     assert {"gcpo_embed", "gcpo_shapley", "gcpo_total"} <= set(trainer.timing_raw)
     assert "gcpo/encoder/truncated_frac" in metrics
+
+
+def test_responses_are_handed_to_the_actor_after_balancing_and_not_embedded_again(
+    local_tq, tiny_tokenizer, credit_actor, minilm, monkeypatch
+):
+    monkeypatch.setattr(PPOTrainerSync, "_balance_batch", lambda self, batch, metrics, *a, **k: batch)
+    config = compose_gcpo(BASE_OVERRIDES)
+    batch = _put_batch(tiny_tokenizer, step_seed=6)
+    trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor)
+    metrics = {}
+    batch = trainer._balance_batch(batch, metrics)
+    assert trainer._prefetched is not None and trainer._prefetched[0] == list(batch.keys)
+    trainer._compute_advantage(batch, metrics)
+    assert trainer._prefetched is None
+    assert metrics["gcpo/encoder/prefetched_frac"] == 1.0 and trainer.timing_raw["gcpo_embed_prefetch"] > 0
+    expected, _ = _expected(tiny_tokenizer, batch, minilm, CreditConfig())
+    np.testing.assert_allclose(_row_advantages(batch), expected, atol=1e-5)
+
+    off = _trainer(GCPOTrainer, compose_gcpo(BASE_OVERRIDES + ["algorithm.gcpo.actor.prefetch=false"]), tiny_tokenizer, credit_actor)
+    off._balance_batch(_put_batch(tiny_tokenizer, step_seed=7), {})
+    assert off._prefetched is None
 
 
 def test_kl_in_reward_shapes_gcpo_as_it_shapes_grpo(local_tq, tiny_tokenizer, credit_actor, minilm):
