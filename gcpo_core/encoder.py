@@ -138,6 +138,14 @@ class _DistinctTexts:
     tokens: np.ndarray  # int64 (U,)
     index: dict[str, int] = field(default_factory=dict)  # text -> row, for prefetched texts
 
+    @classmethod
+    def zeros(cls, count: int, dimension: int, device: torch.device) -> "_DistinctTexts":
+        return cls(
+            embeddings=torch.zeros(count, dimension, dtype=torch.float32, device=device),
+            long=np.zeros(count, dtype=bool), truncated=np.zeros(count, dtype=bool),
+            pieces=np.zeros(count, dtype=np.int64), tokens=np.zeros(count, dtype=np.int64),
+        )
+
 
 @dataclass
 class Encoded:
@@ -262,15 +270,11 @@ class RolloutEncoder:
         embedded as soon as a forward batch of them is cut, so on a GPU tokenisation and the forward passes
         overlap.
         """
-        n = len(texts)
-        out = _DistinctTexts(
-            embeddings=torch.zeros(n, self.dimension, dtype=torch.float32, device=self.device),
-            long=np.zeros(n, dtype=bool), truncated=np.zeros(n, dtype=bool),
-            pieces=np.zeros(n, dtype=np.int64), tokens=np.zeros(n, dtype=np.int64),
-        )
+        out = _DistinctTexts.zeros(len(texts), self.dimension, self.device)
         waited = 0.0
         chunks = self.word_pieces.chunks(texts)
         waiting: list[tuple[int, Pieces]] = []  # cut chunks gathered into full forward batches
+        waiting_pieces = 0
         while True:
             tick = time.perf_counter()
             first, pieces = next(chunks, (None, None))
@@ -281,9 +285,10 @@ class RolloutEncoder:
                 out.pieces[here] = np.bincount(pieces.owner, minlength=len(pieces.long))
                 out.tokens[here] = np.bincount(pieces.owner, weights=pieces.lengths, minlength=len(pieces.long))
                 waiting.append((first, pieces))
-            if waiting and (pieces is None or sum(len(p.lengths) for _, p in waiting) >= self.batch_size):
+                waiting_pieces += len(pieces.lengths)
+            if waiting and (pieces is None or waiting_pieces >= self.batch_size):
                 self._pool_into(out.embeddings, Pieces.concatenate(waiting))
-                waiting = []
+                waiting, waiting_pieces = [], 0
             if pieces is None:
                 break
         out.embeddings = torch.nn.functional.normalize(out.embeddings, dim=-1)
@@ -333,11 +338,7 @@ class RolloutEncoder:
         cpu_seconds = time.perf_counter() - start
         embedded, waited = self._embed_distinct([unique[u] for u in fresh])
         cpu_seconds += waited
-        distinct = _DistinctTexts(
-            embeddings=torch.empty(len(unique), self.dimension, dtype=torch.float32, device=self.device),
-            long=np.zeros(len(unique), dtype=bool), truncated=np.zeros(len(unique), dtype=bool),
-            pieces=np.zeros(len(unique), dtype=np.int64), tokens=np.zeros(len(unique), dtype=np.int64),
-        )
+        distinct = _DistinctTexts.zeros(len(unique), self.dimension, self.device)
         for name in ("long", "truncated", "pieces", "tokens"):
             getattr(distinct, name)[fresh] = getattr(embedded, name)
             if len(hit):
