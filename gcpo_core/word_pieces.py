@@ -16,6 +16,7 @@ processes that hand back numpy arrays, chunk by chunk, while the caller embeds t
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
@@ -191,9 +192,104 @@ def padded_rows(pieces: Pieces, rows: np.ndarray, prefix: Sequence[int], suffix:
     return ids, mask
 
 
-def rust_tokenize(backend) -> Tokenize:
+# What a normaliser does to ASCII text, as ``str.translate`` tables and ``str.lower``. BERT's "clean text" drops
+# control characters and turns \t \n \r into spaces; Unicode normal forms and accent stripping leave ASCII as
+# it is. Checked against the Rust normalisers on every ASCII character (tests).
+_BERT_CLEAN_TEXT = {
+    **{c: None for c in (*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F)},
+    **{c: " " for c in (0x09, 0x0A, 0x0D)},
+}
+_IDENTITY_ON_ASCII = ("NFC", "NFD", "NFKC", "NFKD", "StripAccents")
+
+
+def ascii_normalizer(spec: Optional[dict]) -> Optional[Callable[[str], str]]:
+    """The normaliser ``spec`` (a ``tokenizer.json`` "normalizer" entry) as a Python function that gives the same
+    string for ASCII text, or None if this normaliser is not one whose effect on ASCII is known here."""
+    if spec is None:
+        return lambda text: text
+    kind = spec.get("type")
+    if kind == "BertNormalizer":
+        clean, lower = spec.get("clean_text", True), spec.get("lowercase", True)
+        if clean and lower:
+            return lambda text: text.translate(_BERT_CLEAN_TEXT).lower()
+        if clean:
+            return lambda text: text.translate(_BERT_CLEAN_TEXT)
+        return str.lower if lower else (lambda text: text)
+    if kind == "Lowercase":
+        return str.lower
+    if kind in _IDENTITY_ON_ASCII:
+        return lambda text: text
+    if kind == "Sequence":
+        steps = [ascii_normalizer(step) for step in spec.get("normalizers", [])]
+        if any(step is None for step in steps):
+            return None
+        return lambda text: _apply(steps, text)
+    return None
+
+
+def _apply(steps: list[Callable[[str], str]], text: str) -> str:
+    for step in steps:
+        text = step(text)
+    return text
+
+
+class AsciiShortcut:
+    """Tokenises ASCII windows with a copy of the tokenizer that has no normaliser, after normalising them in
+    Python (:func:`ascii_normalizer`): the Rust normaliser keeps a character alignment for every output character
+    and costs about 30 % of tokenising. The token ids are the same (tests: every ASCII character, random ASCII
+    strings, real solutions).
+
+    Added tokens matched on the raw text (``normalized: false``, e.g. ``[CLS]``) are matched before the
+    normaliser runs, so a window containing one, before or after normalising, is tokenised the usual way.
+    """
+
+    def __init__(self, tokenizer, normalize: Callable[[str], str]):
+        from tokenizers import Tokenizer
+
+        serialized = tokenizer.to_str()
+        self._bare = Tokenizer.from_str(serialized)
+        self._bare.normalizer = None
+        self._bare.no_truncation()
+        self._bare.no_padding()
+        self._bare_encode = getattr(self._bare, "encode_batch_fast", self._bare.encode_batch)
+        self._normalize = normalize
+        added = json.loads(serialized).get("added_tokens", [])
+        self._raw_tokens = [token["content"] for token in added if not token.get("normalized", False)]
+
+    @classmethod
+    def of(cls, tokenizer) -> Optional["AsciiShortcut"]:
+        """The shortcut for a ``tokenizers.Tokenizer`` (its copy tokenises without truncation or padding), or
+        None when the tokenizer has no normaliser or one whose effect on ASCII is not known."""
+        spec = json.loads(tokenizer.to_str()).get("normalizer")
+        normalize = ascii_normalizer(spec)
+        return None if normalize is None or spec is None else cls(tokenizer, normalize)
+
+    def tokenize(self, windows: list[str], tokenize: Tokenize) -> list[list[int]]:
+        """Token ids of ``windows``: the ASCII ones here, the others (and those holding a raw added token) by
+        ``tokenize``."""
+        fast_rows, fast_texts, slow_rows = [], [], []
+        for row, window in enumerate(windows):
+            if window.isascii():
+                normalized = self._normalize(window)
+                if not any(token in window or token in normalized for token in self._raw_tokens):
+                    fast_rows.append(row)
+                    fast_texts.append(normalized)
+                    continue
+            slow_rows.append(row)
+        ids: list[list[int]] = [[] for _ in windows]
+        if fast_texts:
+            for row, encoding in zip(fast_rows, self._bare_encode(fast_texts, add_special_tokens=False)):
+                ids[row] = encoding.ids
+        if slow_rows:
+            for row, row_ids in zip(slow_rows, tokenize([windows[row] for row in slow_rows])):
+                ids[row] = row_ids
+        return ids
+
+
+def rust_tokenize(backend, ascii_shortcut: bool = True) -> Tokenize:
     """Token ids from a ``tokenizers.Tokenizer`` (a private copy: its truncation and padding are turned off,
-    since texts are cut here), without offsets when the library can skip them."""
+    since texts are cut here), without offsets when the library can skip them, and with :class:`AsciiShortcut`
+    when its normaliser allows (``ascii_shortcut``)."""
     from tokenizers import Tokenizer
 
     own = Tokenizer.from_str(backend.to_str())
@@ -204,7 +300,10 @@ def rust_tokenize(backend) -> Tokenize:
     def tokenize(windows: list[str]) -> list[list[int]]:
         return [encoding.ids for encoding in encode(windows, add_special_tokens=False)]
 
-    return tokenize
+    shortcut = AsciiShortcut.of(own) if ascii_shortcut else None
+    if shortcut is None:
+        return tokenize
+    return lambda windows: shortcut.tokenize(windows, tokenize)
 
 
 def transformers_tokenize(tokenizer) -> Tokenize:
@@ -236,14 +335,14 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _start_worker(tokenizer_json: str, rules: PieceRules, threads: int) -> None:
+def _start_worker(tokenizer_json: str, rules: PieceRules, threads: int, ascii_shortcut: bool) -> None:
     global _worker_tokenize, _worker_rules
     # the Rust tokenizer's thread pool reads this when it first runs: several processes of a few threads
     # each tokenise faster than one process of many (measured: 0.37 s vs 0.58 s for 8,192 texts, 16 CPUs)
     os.environ["RAYON_NUM_THREADS"] = str(threads)
     from tokenizers import Tokenizer
 
-    _worker_tokenize = rust_tokenize(Tokenizer.from_str(tokenizer_json))
+    _worker_tokenize = rust_tokenize(Tokenizer.from_str(tokenizer_json), ascii_shortcut)
     _worker_rules = rules
 
 
@@ -258,7 +357,8 @@ def _worker_ready() -> bool:
 class PieceTokenizer:
     """Cuts texts into pieces chunk by chunk, in this process (``workers=0``) or in ``workers`` spawned
     processes (a ``tokenizers`` Rust tokenizer only) of ``threads_per_worker`` tokenizer threads each (None: the
-    usable CPUs less one, for the caller, shared out).
+    usable CPUs less one, for the caller, shared out). ``ascii_shortcut``: see :class:`AsciiShortcut` (the same
+    ids either way; off only to measure it).
 
     Worker processes are started once, with a copy of the tokenizer; if one dies, the chunks it owed are cut
     in this process (with a warning) and a new pool is started on the next call. Results are identical either
@@ -272,6 +372,7 @@ class PieceTokenizer:
         workers: int = 0,
         threads_per_worker: Optional[int] = None,
         chunk: Optional[int] = None,
+        ascii_shortcut: bool = True,
     ):
         for name, value, low in (("workers", workers, 0), ("threads_per_worker", threads_per_worker, 1), ("chunk", chunk, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
@@ -281,7 +382,11 @@ class PieceTokenizer:
         if backend is None and hasattr(tokenizer, "encode_batch"):
             backend = tokenizer  # a tokenizers.Tokenizer itself
         self._tokenizer_json = backend.to_str() if backend is not None else None
-        self._tokenize = rust_tokenize(backend) if backend is not None else transformers_tokenize(tokenizer)
+        self._ascii_shortcut = ascii_shortcut
+        if backend is not None:
+            self._tokenize = rust_tokenize(backend, ascii_shortcut)
+        else:
+            self._tokenize = transformers_tokenize(tokenizer)
         if workers and backend is None:
             warnings.warn("tokenizer workers need a fast (Rust) tokenizer; tokenising in this process", RuntimeWarning)
             workers = 0
@@ -298,7 +403,7 @@ class PieceTokenizer:
             # spawn, not fork: the parent may hold CUDA state and a busy Rust thread pool
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_start_worker,
-            initargs=(self._tokenizer_json, self.rules, self.threads_per_worker),
+            initargs=(self._tokenizer_json, self.rules, self.threads_per_worker, self._ascii_shortcut),
         )
         for ready in [self._pool.submit(_worker_ready) for _ in range(self.workers)]:
             if not ready.result():

@@ -4,7 +4,10 @@
 1. Encoder throughput by response length (word pieces), ours (length-sorted batches, fp16/bf16 on GPU,
    chunk-and-pool past 256 pieces) against sentence-transformers' own ``encode`` (fp32, batch 32, which
    truncates at 256) on the same texts, measured in the same run.
-2. The whole credit call of a DAPO-size batch (512 prompts x 16 responses of 256 word pieces):
+2. Tokenising a DAPO-size batch of real solution text (case and Unicode as written) in this process, with
+   the ASCII shortcut (ASCII texts normalised in Python, no Rust normaliser) against the tokenizer's own
+   normaliser, in the same run; the token ids are checked to be identical.
+3. The whole credit call of a DAPO-size batch (512 prompts x 16 responses of 256 word pieces):
    texts -> embeddings -> kernel -> Shapley -> advantages. On a GPU the full batch; on a CPU a sample,
    extrapolated linearly (stated in the output). Goal on one H100: <= 0.5 s. Measured for each
    ``--tokenizer-workers`` value, against tokenising in the calling process (0) in the same run; then the
@@ -32,6 +35,7 @@ import torch
 from gcpo_core.config import CreditConfig
 from gcpo_core.encoder import DEFAULT_MODEL, EncoderConfig, RolloutEncoder
 from gcpo_core.pipeline import credit_rollouts
+from gcpo_core.word_pieces import PieceTokenizer
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math500.jsonl"
 
@@ -63,6 +67,15 @@ def make_texts(tokenizer, corpus: str, count: int, pieces: int, seed: int) -> li
             text = tokenizer.decode(window)
         texts.append(text)
     return texts
+
+
+def corpus_windows(corpus: str, count: int, chars: int, seed: int) -> list[str]:
+    """``count`` character windows of the corpus at random offsets: text as written, unlike
+    :func:`make_texts`, whose decoded word pieces are lower-case ASCII."""
+    while len(corpus) < chars + count:
+        corpus += "\n\n" + corpus
+    starts = np.random.default_rng(seed).choice(len(corpus) - chars, size=count, replace=False)
+    return [corpus[s : s + chars] for s in starts]
 
 
 def synchronize(device: torch.device) -> None:
@@ -99,6 +112,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tokenizer-workers", default=["0", "auto"], nargs="+",
                         help="whole credit call: tokenizer worker processes to compare ('auto': the encoder's "
                              "default; 0, tokenising in this process, is the baseline)")
+    parser.add_argument("--window-chars", type=int, default=570,
+                        help="tokenising: characters per response (570 of the MATH-500 solutions are ~250 word pieces)")
     parser.add_argument("--tokenize-chunk", type=int, default=None,
                         help="whole credit call: texts per tokenised chunk (default gcpo_core.word_pieces.TOKENIZE_CHUNK)")
     args = parser.parse_args(argv)
@@ -139,6 +154,26 @@ def main(argv=None) -> int:
     print()
 
     total = args.prompts * args.group_size
+    windows = corpus_windows(corpus, total, args.window_chars, seed=11)
+    shortcut = PieceTokenizer(tokenizer, encoder.word_pieces.rules)
+    usual = PieceTokenizer(tokenizer, encoder.word_pieces.rules, ascii_shortcut=False)
+    expected, got = usual.pieces(windows), shortcut.pieces(windows)
+    if not (np.array_equal(got.ids, expected.ids) and np.array_equal(got.lengths, expected.lengths)):
+        print("FAIL  the ASCII shortcut changed token ids")
+        return 1
+    ascii_share = sum(w.isascii() for w in windows) / len(windows)
+    pieces_per_text = len(expected.ids) / len(windows)
+    print(f"## tokenising {total} responses in this process: {args.window_chars}-character windows of the solutions "
+          f"({pieces_per_text:.0f} word pieces each on average, {ascii_share:.0%} ASCII); identical token ids")
+    print("| tokenizer | seconds | texts/s | speed-up |")
+    print("|---|---:|---:|---:|")
+    usual_seconds = timed(lambda: usual.pieces(windows), torch.device("cpu"), args.repeats)
+    shortcut_seconds = timed(lambda: shortcut.pieces(windows), torch.device("cpu"), args.repeats)
+    print(f"| Rust normaliser | {usual_seconds:.3f} | {total / usual_seconds:,.0f} | 1.00x |")
+    print(f"| ASCII shortcut | {shortcut_seconds:.3f} | {total / shortcut_seconds:,.0f} | "
+          f"{usual_seconds / shortcut_seconds:.2f}x |")
+    print()
+
     run = total if on_gpu else min(total, args.sample or 256)
     run -= run % args.group_size
     texts = make_texts(tokenizer, corpus, run, encoder.piece_length, seed=7)

@@ -1,18 +1,22 @@
+import json
 import subprocess
 import sys
 import warnings
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from gcpo_core.word_pieces import (
     CHARS_PER_TOKEN,
+    AsciiShortcut,
     PieceRules,
     Pieces,
     PieceTokenizer,
+    ascii_normalizer,
     cut_into_pieces,
     padded_rows,
+    rust_tokenize,
 )
 
 WORDS = [f"w{i}" for i in range(40)]
@@ -148,6 +152,9 @@ def test_worker_processes_cut_exactly_as_this_process_does(minilm, math_texts):
         assert [first for first, _ in parts] == list(range(0, len(math_texts), 7))
         assert _same(Pieces.concatenate(parts), local.pieces(math_texts))
         assert list(pooled.chunks([])) == []
+        # the workers' ASCII shortcut cuts as the Rust normaliser does
+        usual = PieceTokenizer(minilm.tokenizer, rules, ascii_shortcut=False)
+        assert _same(Pieces.concatenate(parts), usual.pieces(math_texts))
     finally:
         pooled.close()
 
@@ -197,3 +204,107 @@ def test_a_tokenizer_worker_does_not_import_torch():
     code = "import sys, gcpo_core.word_pieces; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------------------------------- ASCII shortcut
+def _ascii_strings(count: int, seed: int = 0) -> list[str]:
+    """Every ASCII character between and beside letters, then random ASCII strings leaning to letters,
+    digits, spaces, brackets and control characters."""
+    every = [f"A{chr(c)}b {chr(c)}{chr(c)}Word{chr(c)}" for c in range(128)] + [chr(c) for c in range(128)]
+    rng = np.random.default_rng(seed)
+    alphabet = [chr(c) for c in range(128)] + list("aZ09 [](){}$\\^_") * 4
+    random = ["".join(rng.choice(alphabet, size=rng.integers(0, 60))) for _ in range(count)]
+    return every + random
+
+
+def _with_normalizer(normalizer) -> Tokenizer:
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizer
+    return tokenizer
+
+
+KNOWN_ON_ASCII = {
+    "bert": normalizers.BertNormalizer(),
+    "bert, cased": normalizers.BertNormalizer(lowercase=False),
+    "bert, no clean-up": normalizers.BertNormalizer(clean_text=False),
+    "bert, neither": normalizers.BertNormalizer(clean_text=False, lowercase=False, strip_accents=False),
+    "lowercase": normalizers.Lowercase(),
+    "nfkc": normalizers.NFKC(),
+    "nfd, strip accents, lowercase": normalizers.Sequence(
+        [normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase()]
+    ),
+    "nfc then bert": normalizers.Sequence([normalizers.NFC(), normalizers.BertNormalizer(lowercase=False)]),
+}
+
+
+@pytest.mark.parametrize("name", list(KNOWN_ON_ASCII))
+def test_the_python_normalizer_equals_the_rust_one_on_ascii(name):
+    rust = KNOWN_ON_ASCII[name]
+    python = ascii_normalizer(json.loads(_with_normalizer(rust).to_str())["normalizer"])
+    assert python is not None
+    for text in _ascii_strings(300):
+        assert python(text) == rust.normalize_str(text), repr(text)
+
+
+def test_normalizers_not_known_on_ascii_get_no_shortcut():
+    for rust in (
+        normalizers.Replace("a", "b"),
+        normalizers.Strip(),
+        normalizers.Prepend("_"),
+        normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace(" ", "_")]),
+    ):
+        tokenizer = _with_normalizer(rust)
+        assert ascii_normalizer(json.loads(tokenizer.to_str())["normalizer"]) is None
+        assert AsciiShortcut.of(tokenizer) is None
+    assert AsciiShortcut.of(_with_normalizer(None)) is None  # nothing to skip
+
+
+def _tokenizers(minilm):
+    backend = minilm.tokenizer.backend_tokenizer
+    return rust_tokenize(backend), rust_tokenize(backend, ascii_shortcut=False)
+
+
+def test_the_ascii_shortcut_gives_the_same_token_ids_as_the_rust_normalizer(minilm, math_texts):
+    shortcut, usual = _tokenizers(minilm)
+    raw_tokens = ["[CLS] x", "a[SEP]b", "[cls]", "[MASK]", "x [UNK]", "[PAD][pad]"]
+    other = ["Janet\u2019s ducks", "\u221a2 \u2264 \u03c0", "\u6570\u5b66 math", "caf\u00e9 CAF\u00c9", ""]
+    windows = _ascii_strings(2000, seed=1) + raw_tokens + other + math_texts
+    windows = [windows[k] for k in np.random.default_rng(2).permutation(len(windows))]
+    assert shortcut(windows) == usual(windows)
+
+
+def test_the_shortcut_takes_plain_ascii_and_leaves_the_rest_to_the_rust_normalizer(minilm):
+    shortcut = AsciiShortcut.of(minilm.tokenizer.backend_tokenizer)
+    assert shortcut is not None
+    sent = []
+
+    def usual(windows):
+        sent.extend(windows)
+        return [[-1] for _ in windows]
+
+    windows = ["Let $x = 2$.", "the [CLS] token", "\u221a2", "plain\tTEXT", "[mask]"]
+    ids = shortcut.tokenize(windows, usual)
+    assert sent == ["the [CLS] token", "\u221a2"]
+    assert ids[1] == ids[2] == [-1] and all(ids[k] != [-1] for k in (0, 3, 4))
+
+
+def test_the_shortcut_gives_the_same_token_ids_on_real_rollouts(minilm, shared_data):
+    texts = []
+    for path in sorted(shared_data.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            texts += [row[k] for k in ("problem", "solution") if isinstance(row.get(k), str)]
+            texts += [r for r in row.get("responses") or [] if isinstance(r, str)]
+    assert len(texts) > 1000 and sum(t.isascii() for t in texts) > len(texts) // 2
+    shortcut, usual = _tokenizers(minilm)
+    windows = [t[:2048] for t in texts]
+    assert shortcut(windows) == usual(windows)
+
+
+def test_an_added_token_that_only_normalising_reveals_is_left_to_the_rust_normalizer(minilm):
+    # a cased BERT: "[CL\x07S]" becomes "[CLS]" only after the control character is dropped, which must not
+    # make it the [CLS] token (raw added tokens are matched before normalising)
+    cased = Tokenizer.from_str(minilm.tokenizer.backend_tokenizer.to_str())
+    cased.normalizer = normalizers.BertNormalizer(lowercase=False)
+    windows = ["[CL\x07S] x", "a[SE\x00P]b", "[MASK] y", "plain"]
+    assert rust_tokenize(cased)(windows) == rust_tokenize(cased, ascii_shortcut=False)(windows)
