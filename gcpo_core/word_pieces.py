@@ -246,15 +246,13 @@ class AsciiShortcut:
     def __init__(self, tokenizer, normalize: Callable[[str], str]):
         from tokenizers import Tokenizer
 
-        serialized = tokenizer.to_str()
-        self._bare = Tokenizer.from_str(serialized)
-        self._bare.normalizer = None
+        spec = json.loads(tokenizer.to_str())
+        self._bare = Tokenizer.from_str(json.dumps({**spec, "normalizer": None}))
         self._bare.no_truncation()
         self._bare.no_padding()
         self._bare_encode = getattr(self._bare, "encode_batch_fast", self._bare.encode_batch)
         self._normalize = normalize
-        added = json.loads(serialized).get("added_tokens", [])
-        self._raw_tokens = [token["content"] for token in added if not token.get("normalized", False)]
+        self._raw_tokens = [t["content"] for t in spec.get("added_tokens", []) if not t.get("normalized", False)]
 
     @classmethod
     def of(cls, tokenizer) -> Optional["AsciiShortcut"]:
