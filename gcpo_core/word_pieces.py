@@ -20,6 +20,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import warnings
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -252,7 +253,9 @@ class AsciiShortcut:
         self._bare.no_padding()
         self._bare_encode = getattr(self._bare, "encode_batch_fast", self._bare.encode_batch)
         self._normalize = normalize
-        self._raw_tokens = [t["content"] for t in spec.get("added_tokens", []) if not t.get("normalized", False)]
+        raw_tokens = [t["content"] for t in spec.get("added_tokens", []) if not t.get("normalized", False)]
+        # one search for all of them: some tokenizers have hundreds
+        self._raw_token = re.compile("|".join(map(re.escape, raw_tokens))) if raw_tokens else None
 
     @classmethod
     def of(cls, tokenizer) -> Optional["AsciiShortcut"]:
@@ -262,18 +265,20 @@ class AsciiShortcut:
         normalize = ascii_normalizer(spec)
         return None if normalize is None or spec is None else cls(tokenizer, normalize)
 
+    def _holds_raw_token(self, *texts: str) -> bool:
+        return self._raw_token is not None and any(self._raw_token.search(text) for text in texts)
+
     def tokenize(self, windows: list[str], tokenize: Tokenize) -> list[list[int]]:
         """Token ids of ``windows``: the ASCII ones here, the others (and those holding a raw added token) by
         ``tokenize``."""
         fast_rows, fast_texts, slow_rows = [], [], []
         for row, window in enumerate(windows):
-            if window.isascii():
-                normalized = self._normalize(window)
-                if not any(token in window or token in normalized for token in self._raw_tokens):
-                    fast_rows.append(row)
-                    fast_texts.append(normalized)
-                    continue
-            slow_rows.append(row)
+            normalized = self._normalize(window) if window.isascii() else None
+            if normalized is None or self._holds_raw_token(window, normalized):
+                slow_rows.append(row)
+            else:
+                fast_rows.append(row)
+                fast_texts.append(normalized)
         ids: list[list[int]] = [[] for _ in windows]
         if fast_texts:
             for row, encoding in zip(fast_rows, self._bare_encode(fast_texts, add_special_tokens=False)):

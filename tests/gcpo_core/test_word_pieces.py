@@ -308,3 +308,15 @@ def test_an_added_token_that_only_normalising_reveals_is_left_to_the_rust_normal
     cased.normalizer = normalizers.BertNormalizer(lowercase=False)
     windows = ["[CL\x07S] x", "a[SE\x00P]b", "[MASK] y", "plain"]
     assert rust_tokenize(cased)(windows) == rust_tokenize(cased, ascii_shortcut=False)(windows)
+
+
+def test_many_added_tokens_with_regex_characters_are_found_and_nothing_else(minilm):
+    tokenizer = Tokenizer.from_str(minilm.tokenizer.backend_tokenizer.to_str())
+    tokenizer.add_special_tokens(["<|im_start|>", "a.b", "(x)", "C++"] + [f"<|tool_{k}|>" for k in range(300)])
+    windows = ["say <|im_start|> hi", "a.b c", "axb c", "f(x) = 1", "f x", "C++ code", "C code", "<|tool_299|>",
+               "<|TOOL_7|>", "A.B", "plain [cls] text"]
+    expected_slow = ["say <|im_start|> hi", "a.b c", "f(x) = 1", "C++ code", "<|tool_299|>", "<|TOOL_7|>", "A.B"]
+    assert rust_tokenize(tokenizer)(windows) == rust_tokenize(tokenizer, ascii_shortcut=False)(windows)
+    sent = []
+    AsciiShortcut.of(tokenizer).tokenize(windows, lambda slow: sent.extend(slow) or [[] for _ in slow])
+    assert sent == expected_slow
