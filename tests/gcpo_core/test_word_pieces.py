@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -165,19 +166,29 @@ def _kill_workers(cutter: PieceTokenizer) -> None:
         process.join()
 
 
+def _until_the_pool_knows_it_is_broken(cutter: PieceTokenizer, seconds: float = 30.0) -> None:
+    # the executor notices a dead worker on its management thread, a moment after the death; a call made
+    # before that finds out when a chunk fails (the "died during a call" path) instead
+    deadline = time.monotonic() + seconds
+    while not cutter._pool._broken:
+        assert time.monotonic() < deadline, "the process pool never noticed its dead worker"
+        time.sleep(0.01)
+
+
 def test_a_worker_killed_during_a_call_costs_nothing_but_a_warning(minilm, math_texts):
     rules = PieceRules(piece_length=32)
-    expected = PieceTokenizer(minilm.tokenizer, rules).pieces(math_texts)
+    texts = math_texts * 10  # more chunks than the worker can finish before it is killed
+    expected = PieceTokenizer(minilm.tokenizer, rules).pieces(texts)
     cutter = PieceTokenizer(minilm.tokenizer, rules, workers=1, threads_per_worker=1, chunk=1)
     try:
-        chunks = cutter.chunks(math_texts)
+        chunks = cutter.chunks(texts)
         parts = [next(chunks)]
         _kill_workers(cutter)
         with pytest.warns(RuntimeWarning, match="died"):
             parts += list(chunks)
         assert _same(Pieces.concatenate(parts), expected)
         # the next call starts new workers
-        assert _same(Pieces.concatenate(list(cutter.chunks(math_texts))), expected)
+        assert _same(Pieces.concatenate(list(cutter.chunks(texts))), expected)
         assert cutter._pool is not None and all(p.is_alive() for p in cutter._pool._processes.values())
     finally:
         cutter.close()
@@ -189,6 +200,7 @@ def test_a_worker_that_died_between_calls_is_replaced(minilm, math_texts):
     cutter = PieceTokenizer(minilm.tokenizer, rules, workers=1, threads_per_worker=1)
     try:
         _kill_workers(cutter)
+        _until_the_pool_knows_it_is_broken(cutter)
         with pytest.warns(RuntimeWarning, match="starting new workers"):
             parts = list(cutter.chunks(math_texts))
         assert _same(Pieces.concatenate(parts), expected)
