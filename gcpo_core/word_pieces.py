@@ -201,6 +201,10 @@ _BERT_CLEAN_TEXT = {
     **{c: " " for c in (0x09, 0x0A, 0x0D)},
 }
 _IDENTITY_ON_ASCII = ("NFC", "NFD", "NFKC", "NFKD", "StripAccents")
+# Pre-tokenizers that split on characters alone. Others may read the character alignments that the normaliser
+# keeps: Metaspace's "first" prepend scheme does, so dropping a leading control character in Python would change
+# its output.
+_SPLIT_ON_CHARACTERS_ALONE = ("BertPreTokenizer", "Whitespace", "WhitespaceSplit", "Punctuation", "Digits")
 
 
 def ascii_normalizer(spec: Optional[dict]) -> Optional[Callable[[str], str]]:
@@ -234,14 +238,25 @@ def _apply(steps: list[Callable[[str], str]], text: str) -> str:
     return text
 
 
+def _splits_on_characters_alone(spec: Optional[dict]) -> bool:
+    if spec is None:
+        return True
+    if spec.get("type") == "Sequence":
+        return all(_splits_on_characters_alone(step) for step in spec.get("pretokenizers", []))
+    return spec.get("type") in _SPLIT_ON_CHARACTERS_ALONE
+
+
 class AsciiShortcut:
     """Tokenises ASCII windows with a copy of the tokenizer that has no normaliser, after normalising them in
     Python (:func:`ascii_normalizer`): the Rust normaliser keeps a character alignment for every output character
-    and costs a quarter of tokenising's CPU time or more. The token ids are the same (tests: every ASCII character, random ASCII
-    strings, real solutions).
+    and costs a quarter of tokenising's CPU time or more. Where the shortcut applies (:meth:`of`), the token ids
+    are the same (tests: every ASCII character, random ASCII strings, real solutions, added tokens).
 
     Added tokens matched on the raw text (``normalized: false``, e.g. ``[CLS]``) are matched before the
     normaliser runs, so a window containing one, before or after normalising, is tokenised the usual way.
+    There is no shortcut for a tokenizer whose pre-tokenizer may read character alignments, or that has an added
+    token matched on normalised text (``normalized: true``) whose own text the normaliser changes: the Rust
+    tokenizer looks for that token's normalised form, the copy would look for it as written.
     """
 
     def __init__(self, spec: dict, normalize: Callable[[str], str]):
@@ -260,10 +275,19 @@ class AsciiShortcut:
     @classmethod
     def of(cls, tokenizer) -> Optional["AsciiShortcut"]:
         """The shortcut for a ``tokenizers.Tokenizer`` (its copy tokenises without truncation or padding), or
-        None when the tokenizer has no normaliser or one whose effect on ASCII is not known."""
+        None when it would not give the same ids: no normaliser (nothing to skip), one whose effect on ASCII is
+        not known, a pre-tokenizer that may read alignments, or a normalised added token that normalising
+        changes."""
         spec = json.loads(tokenizer.to_str())
         normalize = ascii_normalizer(spec.get("normalizer"))
-        return None if normalize is None or spec.get("normalizer") is None else cls(spec, normalize)
+        if normalize is None or spec.get("normalizer") is None:
+            return None
+        if not _splits_on_characters_alone(spec.get("pre_tokenizer")):
+            return None
+        normalized_tokens = [t["content"] for t in spec.get("added_tokens", []) if t.get("normalized", False)]
+        if any(tokenizer.normalizer.normalize_str(content) != content for content in normalized_tokens):
+            return None
+        return cls(spec, normalize)
 
     def _holds_raw_token(self, *texts: str) -> bool:
         return self._raw_token is not None and any(self._raw_token.search(text) for text in texts)
@@ -361,7 +385,7 @@ class PieceTokenizer:
     """Cuts texts into pieces chunk by chunk, in this process (``workers=0``) or in ``workers`` spawned
     processes (a ``tokenizers`` Rust tokenizer only) of ``threads_per_worker`` tokenizer threads each (None: the
     usable CPUs less one, for the caller, shared out). ``ascii_shortcut``: see :class:`AsciiShortcut` (the same
-    ids either way; off only to measure it).
+    ids either way, since it turns itself off where it would not give them; off only to measure it).
 
     Worker processes are started once, with a copy of the tokenizer; if one dies, the chunks it owed are cut
     in this process (with a warning) and a new pool is started on the next call. Results are identical either

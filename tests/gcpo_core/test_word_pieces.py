@@ -332,3 +332,33 @@ def test_many_added_tokens_with_regex_characters_are_found_and_nothing_else(mini
     sent = []
     AsciiShortcut.of(tokenizer).tokenize(windows, lambda slow: sent.extend(slow) or [[] for _ in slow])
     assert sent == expected_slow
+
+
+def test_an_added_token_that_normalising_changes_turns_the_shortcut_off(minilm):
+    # normalised added tokens are looked for in their normalised form: "GCPO" as "gcpo"
+    changed = Tokenizer.from_str(minilm.tokenizer.backend_tokenizer.to_str())
+    changed.add_tokens(["GCPO", "caf\u00e9", "x\ty"])
+    windows = ["GCPO rewards groups.", "gcpo", "cafe au lait", "x\ty", "x y"]
+    assert AsciiShortcut.of(changed) is None
+    assert rust_tokenize(changed)(windows) == rust_tokenize(changed, ascii_shortcut=False)(windows)
+    # one that normalising leaves as it is keeps the shortcut, with the same ids
+    unchanged = Tokenizer.from_str(minilm.tokenizer.backend_tokenizer.to_str())
+    unchanged.add_tokens(["gcpo"])
+    assert AsciiShortcut.of(unchanged) is not None
+    windows += ["the GCPO and gcpo tokens"]
+    assert rust_tokenize(unchanged)(windows) == rust_tokenize(unchanged, ascii_shortcut=False)(windows)
+
+
+def test_a_pre_tokenizer_that_reads_alignments_turns_the_shortcut_off():
+    # Metaspace "first" prepends its marker only where the text starts at the original offset 0: a dropped
+    # leading control character moves that start
+    vocab = [("[UNK]", -1.0)] + [(c, -1.0) for c in "abcdefghijklmnopqrstuvwxyz\u2581"]
+    tokenizer = Tokenizer(models.Unigram(vocab, 0))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    assert AsciiShortcut.of(tokenizer) is None
+    windows = ["\x01ab", "ab", "a\x01b c"]
+    assert rust_tokenize(tokenizer)(windows) == rust_tokenize(tokenizer, ascii_shortcut=False)(windows)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Digits()])
+    assert AsciiShortcut.of(tokenizer) is not None
+    assert rust_tokenize(tokenizer)(windows) == rust_tokenize(tokenizer, ascii_shortcut=False)(windows)
