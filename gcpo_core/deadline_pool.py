@@ -61,10 +61,10 @@ class WorkerError(RuntimeError):
 class _Worker:
     """One worker subprocess and the parent's end of its pipes."""
 
-    def __init__(self, function: str):
+    def __init__(self, function: str, initializer: Optional[str]):
         self._stderr = tempfile.TemporaryFile()
         bootstrap = (f"import sys; sys.path[:] = {list(sys.path)!r}; "
-                     f"from gcpo_core.deadline_pool import _serve; _serve({function!r})")
+                     f"from gcpo_core.deadline_pool import _serve; _serve({function!r}, {initializer!r})")
         self.process = subprocess.Popen(
             [sys.executable, "-c", bootstrap], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             close_fds=True,
@@ -134,17 +134,22 @@ class DeadlinePool:
     Args:
         function: the function's import path; it takes one picklable item and returns a picklable value.
         workers: the most worker processes at once.
-        startup_timeout_s: how long a new worker may take to import ``function`` before :meth:`map` raises.
+        startup_timeout_s: how long a new worker may take to start before :meth:`map` raises.
+        initializer: "module:name" of a function a worker calls once before its first item (imports, caches:
+            work that must not count against an item's deadline).
     """
 
-    def __init__(self, function: str, workers: int = 2, startup_timeout_s: float = 120.0):
+    def __init__(self, function: str, workers: int = 2, startup_timeout_s: float = 120.0,
+                 initializer: Optional[str] = None):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        if ":" not in function:
-            raise ValueError(f"function must be 'module:name', got {function!r}")
+        for role, path in (("function", function), ("initializer", initializer)):
+            if path is not None and ":" not in path:
+                raise ValueError(f"{role} must be 'module:name', got {path!r}")
         if not sys.executable:
             raise RuntimeError("DeadlinePool needs sys.executable to start its workers")
         self.function = function
+        self.initializer = initializer
         self.workers = workers
         self.startup_timeout_s = startup_timeout_s
         self._slots: "queue.LifoQueue[list[Optional[_Worker]]]" = queue.LifoQueue()
@@ -225,7 +230,7 @@ class DeadlinePool:
         if worker is None or not worker.alive:
             if worker is not None:
                 worker.stop(kill=True)
-            worker = slot[0] = _Worker(self.function)
+            worker = slot[0] = _Worker(self.function, self.initializer)
             self._workers.add(worker)
         if not worker.ready:
             received, message = worker.receive(time.monotonic() + self.startup_timeout_s)
@@ -282,7 +287,12 @@ def _close_live_pools() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- worker side
-def _serve(function: str) -> None:
+def _load(path: str) -> Any:
+    module_name, name = path.split(":")
+    return getattr(importlib.import_module(module_name), name)
+
+
+def _serve(function: str, initializer: Optional[str] = None) -> None:
     """A worker's main loop: read (items, cpu_seconds) requests from stdin, answer each item as it is done."""
     import resource
 
@@ -292,8 +302,9 @@ def _serve(function: str) -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the CPU-time limit below must not write core files
-    module_name, name = function.split(":")
-    fn = getattr(importlib.import_module(module_name), name)
+    fn = _load(function)
+    if initializer:
+        _load(initializer)()
 
     def write(message: Any) -> None:
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)

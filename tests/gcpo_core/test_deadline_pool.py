@@ -61,6 +61,13 @@ def test_a_worker_holding_the_gil_neither_blocks_the_caller_nor_outlives_its_dea
     assert max(b - a for a, b in zip(beats, beats[1:])) < 0.5  # this thread kept running throughout
 
 
+def test_the_initializer_runs_before_the_first_item_and_not_against_its_deadline():
+    helpers = "tests.gcpo_core.deadline_helpers"
+    with DeadlinePool(f"{helpers}:initialised", workers=1, initializer=f"{helpers}:slow_initializer") as pool:
+        outcomes = pool.map([0, 1], timeout_s=0.5)
+    assert [(o.value, o.timed_out) for o in outcomes] == [(True, False), (True, False)]
+
+
 def test_an_exception_in_the_function_is_raised_with_its_traceback_after_the_batch():
     with DeadlinePool("math:sqrt", workers=1) as pool:
         with pytest.raises(WorkerError, match="math domain error"):
@@ -94,6 +101,8 @@ def test_bad_arguments_are_rejected():
         DeadlinePool("time:sleep", workers=0)
     with pytest.raises(ValueError, match="module:name"):
         DeadlinePool("time.sleep")
+    with pytest.raises(ValueError, match="initializer must be 'module:name'"):
+        DeadlinePool("time:sleep", initializer="time.time")
     with DeadlinePool("time:sleep") as pool, pytest.raises(ValueError, match="timeout_s"):
         pool.map([0.0], timeout_s=0)
 
