@@ -210,7 +210,7 @@ class DeadlinePool:
                 if index < len(items):  # the worker missed the deadline on this item, or died on it
                     outcomes[index] = Outcome(timed_out=True)
                     worker.stop(kill=True)
-                    slot[0] = None
+                    slot[0] = self._spawn()  # its replacement starts up while we go on
                     with self._lock:
                         self.timeouts += 1
                         self.restarts += 1
@@ -230,8 +230,7 @@ class DeadlinePool:
         if worker is None or not worker.alive:
             if worker is not None:
                 worker.stop(kill=True)
-            worker = slot[0] = _Worker(self.function, self.initializer)
-            self._workers.add(worker)
+            worker = slot[0] = self._spawn()
         if not worker.ready:
             received, message = worker.receive(time.monotonic() + self.startup_timeout_s)
             if not received or message != _READY:
@@ -241,6 +240,11 @@ class DeadlinePool:
                 raise RuntimeError(f"a worker for {self.function} did not start within {self.startup_timeout_s:g} s"
                                    f" (exit code {worker.process.returncode}); its stderr:\n{detail}")
             worker.ready = True
+        return worker
+
+    def _spawn(self) -> _Worker:
+        worker = _Worker(self.function, self.initializer)
+        self._workers.add(worker)
         return worker
 
     def worker_pids(self) -> list[int]:
