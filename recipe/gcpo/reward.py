@@ -21,6 +21,8 @@ from typing import Any, Optional
 from gcpo_core.math_reward import DEFAULT_TIMEOUT_S, score_answer
 
 FINGERPRINT_SCALE = 1e-6
+# keyword arguments verl 0.9.1's reward managers may pass besides the named ones (with a reward model router)
+VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
 
 def text_fingerprint(text: str) -> float:
@@ -41,6 +43,10 @@ def compute_score(
 ) -> dict[str, Any]:
     """verl custom reward function (``reward.custom_reward_function``); every key is always present (verl
     builds its reward_extra_info arrays from the first response's keys)."""
+    unknown = sorted(set(kwargs) - VERL_EXTRA_KWARGS)
+    if unknown:  # a misspelt reward.custom_reward_function.reward_kwargs key would otherwise do nothing
+        raise TypeError(f"compute_score got unknown keyword arguments {unknown}; it takes correct_score, "
+                        "wrong_score and timeout_s (reward.custom_reward_function.reward_kwargs)")
     verdict = score_answer(solution_str or "", str(ground_truth), timeout_s=timeout_s)
     correct = verdict.correct
     return {

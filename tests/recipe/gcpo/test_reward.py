@@ -48,6 +48,12 @@ def test_gcpo_signal_is_constant_in_a_group_exactly_when_gcpo_has_no_signal():
     assert all(1.0 <= v < 1.000001 for v in different_correct)
 
 
+def test_a_misspelt_reward_kwarg_is_an_error_not_a_no_op():
+    with pytest.raises(TypeError, match="timeout_sec"):
+        compute_score("x", "Answer: 7", "7", timeout_sec=1.0)
+    assert compute_score("x", "Answer: 7", "7", reward_router_address=None)["score"] == 1.0  # verl's own extras
+
+
 def test_empty_response_is_wrong():
     assert compute_score("x", "", "3")["score"] == -1.0
 
