@@ -71,6 +71,9 @@ class _Worker:
         )
         self._buffer = bytearray()
         self.ready = False
+        # poll, not select.select: that fails on descriptors >= 1024, common in Ray actors
+        self._poller = select.poll()
+        self._poller.register(self.process.stdout.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
 
     @property
     def alive(self) -> bool:
@@ -94,8 +97,7 @@ class _Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False, None
-            readable, _, _ = select.select([fd], [], [], remaining)
-            if readable:
+            if self._poller.poll(math.ceil(remaining * 1000)):
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:  # the worker exited
                     return False, None

@@ -90,6 +90,25 @@ def test_a_worker_killed_while_idle_is_replaced(sleep_pool):
     assert [o.timed_out for o in sleep_pool.map([0.0, 0.0], timeout_s=5)] == [False, False]
 
 
+def test_works_when_its_pipes_get_descriptors_above_1024():
+    """Ray actors hold many sockets: select.select would fail on the worker's pipe there."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = [os.dup(0) for _ in range(1100)]
+    try:
+        with DeadlinePool("math:sqrt", workers=1) as pool:
+            assert [o.value for o in pool.map([4.0], timeout_s=10)] == [2.0]
+            assert [o.timed_out for o in DeadlinePool("time:sleep", workers=1).map([5.0], timeout_s=0.2)] == [True]
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_a_worker_that_cannot_start_is_a_clear_error():
     with DeadlinePool("no_such_module_for_gcpo:fn", workers=1, startup_timeout_s=60) as pool:
         with pytest.raises(RuntimeError, match="No module named 'no_such_module_for_gcpo'"):
