@@ -10,9 +10,11 @@ killed and replaced, is reported as timed out, and the items after it go to the 
 Why not ``concurrent.futures`` / ``multiprocessing`` / pebble: a multi-threaded caller cannot safely ``fork``,
 and with ``spawn`` or ``forkserver`` every worker re-runs the caller's ``__main__`` script, so a plain script
 without ``if __name__ == "__main__"`` that scores answers breaks (pebble's ProcessPool included: its worker
-re-ran such a script and raised RuntimeError). The workers here are plain subprocesses running this module
-(``python -c``, the caller's ``sys.path``): nothing of the caller's ``__main__`` is imported, so they work the
-same in scripts, notebooks, pytest and Ray actors.
+re-ran such a script and raised RuntimeError). The workers here are plain subprocesses (fork and exec at once,
+safe in a threaded caller) running this module with the caller's ``sys.path``: nothing of the caller's
+``__main__`` is imported, so they work the same in scripts, notebooks, pytest and Ray actors. They are also
+cheaper per call: ``scripts/bench_scorer.py`` measured a round trip of 81 us here against 195 us for pebble's
+ProcessPool in the same run.
 
 Protocol: length-prefixed pickles over the worker's own pipes (the worker's stdout is redirected to its
 stderr, so a stray print cannot corrupt it). A worker whose caller died exits at the end of its input; one
