@@ -167,13 +167,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def score_generations(problems: Sequence[ProblemGenerations], progress: bool = True) -> list[ScoredProblem]:
-    """math-verify every response against its problem's gold answer (batched over worker processes, each
-    answer within math_reward's time bound; one that misses it is wrong)."""
-    from gcpo_core.math_reward import score_answers
+def score_generations(problems: Sequence[ProblemGenerations], progress: bool = True,
+                      timeout_s: Optional[float] = None) -> list[ScoredProblem]:
+    """math-verify every response against its problem's gold answer, batched over worker processes, each answer
+    within ``timeout_s`` (default: math_reward's bound); one that misses it is wrong."""
+    from gcpo_core.math_reward import DEFAULT_TIMEOUT_S, score_answers
 
     pairs = [(r, problem.answer) for problem in problems for r in problem.responses]
-    verdicts = iter(score_answers(pairs, progress=progress))
+    verdicts = iter(score_answers(pairs, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, progress=progress))
     scored = []
     for problem in problems:
         mine = [next(verdicts) for _ in problem.responses]

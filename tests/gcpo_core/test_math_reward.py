@@ -112,6 +112,22 @@ def test_the_table_in_one_batch_matches_one_by_one():
     assert not any(v.timed_out for v in verdicts)
 
 
+def test_gcpo_eval_scores_in_batches_and_a_timed_out_answer_is_wrong(monkeypatch):
+    from gcpo_core import math_reward
+    from gcpo_core.evaluation import ProblemGenerations, score_generations
+
+    pool = math_reward.scoring_pool()
+    calls = []
+    original = pool.map
+    monkeypatch.setattr(pool, "map", lambda items, timeout_s: calls.append(len(items)) or original(items, timeout_s))
+    problems = [ProblemGenerations("b", str(i), "p", str(i), [f"Answer: {i}", f"Answer: {i + 1}"] * 20) for i in range(5)]
+    problems.append(ProblemGenerations("b", "hard", "p", "3", ["\\boxed{9^{9^{9^{9^{9}}}}}", "Answer: 3"]))
+    scored = score_generations(problems, progress=False, timeout_s=1.0)
+    assert [s.correct for s in scored[:5]] == [[True, False] * 20] * 5
+    assert scored[5].correct == [False, True] and scored[5].answers[1] == "3"
+    assert sum(calls) >= 202 and len(calls) <= 202 // math_reward.BATCH_SIZE + 2  # batches, not one call per answer
+
+
 def test_the_final_answer_wins_over_numbers_on_the_way():
     assert final_answer_region("x = 3\nAnswer: 7") == "7"
     assert final_answer_region("x = 3\n**Answer:** 7") == "7"
