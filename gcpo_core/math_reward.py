@@ -24,6 +24,7 @@ How an answer is read (docs/method.md, "Rewards", lists where this differs from 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -34,6 +35,8 @@ from typing import Optional, Sequence
 
 from gcpo_core.deadline_pool import DeadlinePool
 from gcpo_core.text_span import last_boxed
+
+logger = logging.getLogger(__name__)
 
 # Wall time one answer may take (gold and response parsing and the comparison); beyond it the answer is wrong.
 DEFAULT_TIMEOUT_S = 5.0
@@ -208,7 +211,12 @@ def score_answers(
     def run(batch: list[int]) -> None:
         outcomes = pool.map([(str(pairs[i][0]), str(pairs[i][1])) for i in batch], timeout_s)
         for index, outcome in zip(batch, outcomes):
-            verdicts[index] = Verdict(False, "", True) if outcome.timed_out else Verdict(*outcome.value)
+            if outcome.timed_out:
+                verdicts[index] = Verdict(False, "", True)
+                logger.warning("an answer missed its %g s bound and is scored wrong (%d in this process); it ends "
+                               "with %r", timeout_s, pool.timeouts, str(pairs[index][0])[-160:])
+            else:
+                verdicts[index] = Verdict(*outcome.value)
 
     if len(batches) <= 1:
         for batch in batches:
