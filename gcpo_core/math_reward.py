@@ -9,8 +9,9 @@ answer it read.
 
 How an answer is read (docs/method.md, "Rewards", lists where this differs from math-verify's defaults):
 
-* the final answer is the last ``\\boxed{}``, else the text after the last answer marker (DAPO's ``Answer:``,
-  GSM8K's ``####``, "The final answer is"), else the last 300 characters;
+* the final answer is the last ``\\boxed{}``, else the paragraph after the last answer marker (DAPO's
+  ``Answer:``, GSM8K's ``####``, "The final answer is"), else the last 300 characters; markdown emphasis
+  around it (``**7**``) is dropped;
 * a box, or an answer statement in bare LaTeX, is read as the content of a box (so ``Answer: 6 - 5i`` is
   6 - 5i, not math-verify's 5); a statement with ``$``s or words ("Answer: The answer is $7$.") is read as
   math-verify reads it; when the first reading gives no mathematical object, the other is used as well;
@@ -59,6 +60,10 @@ _TEXT_GROUP = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm|mathbf)\s*\{[^{}]
 _LATEX_COMMAND = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}|\\[A-Za-z]+")
 _WORD = re.compile(r"[A-Za-z]{3,}")
 _TRAILING_PUNCTUATION = re.compile(r"(?:\s|\\[,;!]|[.,;])+$")
+# markdown bold / italics around an answer ("Answer: **7**"), not a superscript star (z^*)
+_LEADING_EMPHASIS = re.compile(r"^(?:\*+|_+)(?=\S)")
+_TRAILING_EMPHASIS = re.compile(r"(?<=[^\s^_{])\*+$")
+_PARAGRAPH_END = re.compile(r"\n\s*\n")
 
 
 @dataclass(frozen=True)
@@ -72,14 +77,14 @@ class Verdict:
 
 
 def final_answer_region(text: str) -> str:
-    """The part of a response that states its final answer: the last ``\\boxed{}``, else the text after the
-    last answer marker, else the last 300 characters."""
+    """The part of a response that states its final answer: the last ``\\boxed{}``, else the paragraph after
+    the last answer marker, else the last 300 characters."""
     span = last_boxed(text)
     if span is not None:
         return text[span[0] : span[1]]
     markers = list(_ANSWER_MARKER.finditer(text))
-    if markers:
-        return text[markers[-1].end() :].strip()
+    if markers:  # the statement ends with its paragraph ("Answer: 7\n\nI hope this helps!" is 7)
+        return _PARAGRAPH_END.split(text[markers[-1].end() :].strip(), maxsplit=1)[0]
     return text[-_TAIL_CHARS:]
 
 
@@ -89,7 +94,8 @@ def answer_content(region: str) -> str:
     text = region.strip()
     if text.startswith(("\\boxed", "\\fbox")):
         text = text[text.find("{") + 1 : -1] if "{" in text and text.endswith("}") else ""
-    text = _TRAILING_PUNCTUATION.sub("", text.strip())
+    text = _LEADING_EMPHASIS.sub("", text.strip())
+    text = _TRAILING_PUNCTUATION.sub("", _TRAILING_EMPHASIS.sub("", _TRAILING_PUNCTUATION.sub("", text)))
     if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
         text = _TRAILING_PUNCTUATION.sub("", text.strip("$").strip())
     return _normalise(text)

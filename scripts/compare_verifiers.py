@@ -171,6 +171,8 @@ WRAPPERS = {
     "gsm8k": lambda a: f"Adding them up gives the result.\n#### {a}",
     "final-answer-is": lambda a: f"Adding them up gives the result.\nFinal Answer: The final answer is ${a}$. I hope it is correct.",
     "answer-line-bold": lambda a: f"Adding them up gives the result.\n**Answer:** {a}",
+    "answer-line-emphasis": lambda a: f"Adding them up gives the result.\nAnswer: **{a}**",
+    "answer-line-then-remark": lambda a: f"Adding them up gives the result.\nAnswer: {a}\n\nI hope this helps.",
     "answer-line-boxed": lambda a: f"Adding them up gives the result.\nAnswer: $\\boxed{{{a}}}$",
     "answer-line-sentence": lambda a: f"Adding them up gives the result.\nAnswer: The answer is ${a}$.",
     "gsm8k-a": lambda a: f"Adding them up gives the result.\nA: {a}",

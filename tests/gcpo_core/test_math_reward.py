@@ -85,6 +85,12 @@ GRADING_TABLE = [
     ("7", "Work...\n**Answer:** 7", True),
     ("\\frac{14}{3}", "Work...\n**Answer:** \\frac{14}{3}", True),
     ("7", "Work...\nAnswer: The answer is 8.", False),
+    ("7", "Work...\nAnswer: **7**", True),
+    ("6 - 5i", "Work...\n**Answer: 6 - 5i**", True),
+    ("6 - 5i", "Work...\nAnswer: *6 - 5i*", True),
+    ("6 - 5i", "Work...\nAnswer: 6 - 5i\n\nI hope this helps, 5 is not it.", True),
+    ("z^*", "So $\\boxed{z^*}$.", True),
+    ("z", "So $\\boxed{z^*}$.", False),
     # the last box is the final answer, as in math-verify (verl's DAPO scorer reads an Answer: line first)
     ("7", "First I got \\boxed{3}, but fixing a slip: \\boxed{7}", True),
     ("3", "First I got \\boxed{3}, but fixing a slip: \\boxed{7}", False),
