@@ -23,7 +23,6 @@ stuck in an item after its caller died is ended by the CPU-time limit it sets it
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import math
 import os
@@ -45,7 +44,7 @@ _HEADER = struct.Struct(">Q")
 _READY = "ready"
 # CPU seconds a worker may spend on one item beyond its wall-time deadline before it ends itself (it only
 # matters when the caller is gone: a live caller kills the worker at the deadline)
-_CPU_MARGIN_S = 5
+_CPU_MARGIN_S = 2
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,9 @@ class WorkerError(RuntimeError):
 class _Worker:
     """One worker subprocess and the parent's end of its pipes."""
 
-    def __init__(self, function: str, initializer: Optional[str]):
+    def __init__(self, function: str, initializer: Optional[str], live: "set[_Worker]"):
+        self._live = live
+        live.add(self)
         self._stderr = tempfile.TemporaryFile()
         bootstrap = (f"import sys; sys.path[:] = {list(sys.path)!r}; "
                      f"from gcpo_core.deadline_pool import _serve; _serve({function!r}, {initializer!r})")
@@ -111,6 +112,7 @@ class _Worker:
 
     def stop(self, kill: bool) -> None:
         """End the worker: at once (``kill``), or by closing its input and killing it if it lingers."""
+        self._live.discard(self)
         if kill:
             self.process.kill()
         else:
@@ -161,11 +163,13 @@ class DeadlinePool:
             self._slots.put([None])
         self._closed = False
         self._pid = os.getpid()
-        self._workers: "weakref.WeakSet[_Worker]" = weakref.WeakSet()
+        # the workers alive now; whatever is left when the pool is garbage-collected or the interpreter exits is
+        # stopped then
+        self._live: set[_Worker] = set()
+        weakref.finalize(self, _stop_all, self._live)
         self._lock = threading.Lock()
         self.timeouts = 0  # items timed out since the pool started
         self.restarts = 0  # workers replaced after a timeout or a death
-        _live_pools.add(self)
 
     def map(self, items: Sequence[Any], timeout_s: float) -> list[Outcome]:
         """``function(item)`` for each item, in order; an item not done within ``timeout_s`` seconds of wall time
@@ -247,13 +251,11 @@ class DeadlinePool:
         return worker
 
     def _spawn(self) -> _Worker:
-        worker = _Worker(self.function, self.initializer)
-        self._workers.add(worker)
-        return worker
+        return _Worker(self.function, self.initializer, self._live)
 
     def worker_pids(self) -> list[int]:
         """Process ids of the workers alive now (busy or idle)."""
-        return sorted(w.process.pid for w in list(self._workers) if w.alive)
+        return sorted(w.process.pid for w in list(self._live) if w.alive)
 
     def warm_up(self) -> None:
         """Start one worker now (imports take a second or two) instead of on the first :meth:`map`."""
@@ -285,13 +287,9 @@ class DeadlinePool:
         self.close()
 
 
-_live_pools: "weakref.WeakSet[DeadlinePool]" = weakref.WeakSet()
-
-
-@atexit.register
-def _close_live_pools() -> None:
-    for pool in list(_live_pools):
-        pool.close()
+def _stop_all(workers: "set[_Worker]") -> None:
+    for worker in list(workers):
+        worker.stop(kill=False)
 
 
 # ----------------------------------------------------------------------------------------------- worker side
