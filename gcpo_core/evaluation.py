@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 from gcpo_core.prompts import instruct
 
@@ -168,14 +167,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def score_generations(problems: Sequence[ProblemGenerations], progress: bool = True) -> list[ScoredProblem]:
-    """math-verify every response against its problem's gold answer."""
-    from gcpo_core.math_reward import extracted_answer, is_correct
+def score_generations(problems: Sequence[ProblemGenerations], progress: bool = True,
+                      timeout_s: Optional[float] = None) -> list[ScoredProblem]:
+    """math-verify every response against its problem's gold answer, batched over worker processes, each answer
+    within ``timeout_s`` (default: math_reward's bound); one that misses it is wrong."""
+    from gcpo_core.math_reward import DEFAULT_TIMEOUT_S, score_answers
 
+    pairs = [(r, problem.answer) for problem in problems for r in problem.responses]
+    verdicts = iter(score_answers(pairs, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, progress=progress))
     scored = []
-    for problem in tqdm(problems, desc="scoring", unit="problem", disable=not progress):
-        correct = [is_correct(r, problem.answer) for r in problem.responses]
-        scored.append(ScoredProblem(problem, correct, [extracted_answer(r) for r in problem.responses]))
+    for problem in problems:
+        mine = [next(verdicts) for _ in problem.responses]
+        scored.append(ScoredProblem(problem, [v.correct for v in mine], [v.answer for v in mine]))
     return scored
 
 

@@ -1,79 +1,251 @@
-"""Answer checking with math-verify: is a response's final answer equal to the gold answer?
+"""Answer checking with math-verify, bounded in time: is a response's final answer equal to the gold answer?
 
-math-verify bounds its parsing and comparison with signal alarms, which only work on a process's main thread;
-elsewhere (Ray actors' threads, thread pools) the alarms are switched off.
+Every check runs in a worker process of a :class:`~gcpo_core.deadline_pool.DeadlinePool` with a wall-time
+deadline per answer (``timeout_s``, default 5 s): math-verify's own limits are signal alarms that only work on a
+process's main thread, and verl calls reward functions from threads, where one pathological answer
+(``\\boxed{9^{9^{9^{9^{9}}}}}``) would otherwise hold the GIL for ever. An answer that misses its deadline is
+wrong and marked ``timed_out``. One worker call reads the response once and returns both the verdict and the
+answer it read.
+
+How an answer is read (docs/method.md, "Rewards", lists where this differs from math-verify's defaults):
+
+* the final answer is the last ``\\boxed{}``, else the paragraph after the last answer marker (DAPO's
+  ``Answer:``, GSM8K's ``####``, "The final answer is"), else the last 300 characters; markdown emphasis
+  around it (``**7**``) is dropped;
+* a box, or an answer statement in bare LaTeX, is read as the content of a box (so ``Answer: 6 - 5i`` is
+  6 - 5i, not math-verify's 5); a statement with ``$``s or words ("Answer: The answer is $7$.") is read as
+  math-verify reads it; when the first reading gives no mathematical object, the other is used as well;
+* the gold answer is read both as a box and as inline LaTeX (``$gold$``), and a response matches when it
+  matches either reading (``25\\%`` is a number only in the second: ``\\boxed{25}`` then matches, as in
+  math-verify's defaults);
+* ``°`` / ``\\degree`` are read as ``^\\circ``, ``%`` as ``\\%`` (in LaTeX a bare ``%`` starts a comment),
+  ``\\,`` between digit groups (``1\\,000``) as nothing, and a trailing period inside a box
+  (``\\boxed{104.}``) is dropped: math-verify reads none of these.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import threading
-from typing import Optional
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional, Sequence
 
+from gcpo_core.deadline_pool import DeadlinePool
 from gcpo_core.text_span import last_boxed
 
+logger = logging.getLogger(__name__)
+
+# Wall time one answer may take (gold and response parsing and the comparison); beyond it the answer is wrong.
+DEFAULT_TIMEOUT_S = 5.0
+# Answers per worker call in score_answers: amortises the ~0.2 ms round trip, small enough to spread a batch
+# over the workers.
+BATCH_SIZE = 32
 # The last answer statement: DAPO "Answer: x", GSM8K "#### x" and "A: x", "The final answer is x".
-_ANSWER_MARKER = re.compile(r"(?:^|\n)\s*(?:\*\*)?(?:final answer|answer|a)\s*(?:\*\*)?\s*[:：]|####|the final answer is",
-                            re.IGNORECASE)
+_ANSWER_MARKER = re.compile(
+    r"(?:^|\n)\s*(?:\*\*)?(?:final answer|answer|a)\s*(?:\*\*)?\s*[:：]\s*(?:\*\*)?|####|the final answer is",
+    re.IGNORECASE,
+)
 _TAIL_CHARS = 300
+_DEGREE_SIGN = re.compile(r"\s*(?:°|\\degree\b)")
+_THIN_SPACE_IN_NUMBER = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+_BARE_PERCENT = re.compile(r"(?<!\\)%")
+# An answer statement written as a sentence or with math delimiters ("The answer is $x$.", "18 dollars") is read
+# by math-verify; a bare LaTeX one ("6 - 5i", "\\sqrt{51}", "3, 5, 7") as the content of a box.
+_MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
+_TEXT_GROUP = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm|mathbf)\s*\{[^{}]*\}")
+_LATEX_COMMAND = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}|\\[A-Za-z]+")
+_WORD = re.compile(r"[A-Za-z]{3,}")
+_TRAILING_PUNCTUATION = re.compile(r"(?:\s|\\[,;!]|[.,;])+$")
+# markdown bold / italics around an answer ("Answer: **7**"), not a superscript star (z^*)
+_LEADING_EMPHASIS = re.compile(r"^(?:\*+|_+)(?=\S)")
+_TRAILING_EMPHASIS = re.compile(r"(?<=[^\s^_{])\*+$")
+_PARAGRAPH_END = re.compile(r"\n\s*\n")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A response's grade: ``correct``; ``answer``, its final answer as math-verify read it ('' when none);
+    ``timed_out`` when the check missed its deadline (then ``correct`` is False)."""
+
+    correct: bool
+    answer: str = ""
+    timed_out: bool = False
 
 
 def final_answer_region(text: str) -> str:
-    """The part of a response that states its final answer: the last ``\\boxed{}``, else the text after the
-    last answer marker, else the last 300 characters."""
+    """The part of a response that states its final answer: the last ``\\boxed{}``, else the paragraph after
+    the last answer marker, else the last 300 characters."""
     span = last_boxed(text)
     if span is not None:
         return text[span[0] : span[1]]
     markers = list(_ANSWER_MARKER.finditer(text))
-    if markers:
-        return text[markers[-1].end() :].strip()
+    if markers:  # the statement ends with its paragraph ("Answer: 7\n\nI hope this helps!" is 7)
+        return _PARAGRAPH_END.split(text[markers[-1].end() :].strip(), maxsplit=1)[0]
     return text[-_TAIL_CHARS:]
 
 
-def _parse_answer(region: str, parse_timeout: Optional[int]):
-    """math-verify's reading of an answer region. A bare LaTeX answer ("Answer: \\sqrt{51}", "Answer: 6 - 5i")
-    has no anchor math-verify's LaTeX extraction recognises, so it is read as the content of a box first."""
+def answer_content(region: str) -> str:
+    """The answer itself: a box's content or an answer line's text, without enclosing ``$``s and trailing
+    punctuation, with degree signs and thin spaces in numbers normalised (see the module docstring)."""
+    text = region.strip()
+    if text.startswith(("\\boxed", "\\fbox")):
+        text = text[text.find("{") + 1 : -1] if "{" in text and text.endswith("}") else ""
+    text = _LEADING_EMPHASIS.sub("", text.strip())
+    text = _TRAILING_PUNCTUATION.sub("", _TRAILING_EMPHASIS.sub("", _TRAILING_PUNCTUATION.sub("", text)))
+    if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
+        text = _TRAILING_PUNCTUATION.sub("", text.strip("$").strip())
+    return _normalise(text)
+
+
+def _normalise(latex: str) -> str:
+    latex = _DEGREE_SIGN.sub(lambda _: "^{\\circ}", latex)
+    return _BARE_PERCENT.sub(lambda _: "\\%", _THIN_SPACE_IN_NUMBER.sub("", latex))
+
+
+def _has_math(reading: list) -> bool:
+    return any(not isinstance(item, str) for item in reading)
+
+
+@lru_cache(maxsize=4096)  # a group's responses share one gold answer
+def _gold_reading(gold: str) -> tuple:
     from math_verify import parse
 
-    if region.lstrip().startswith(("\\boxed", "\\fbox")):
-        return parse(region, parsing_timeout=parse_timeout)
-    bare = region.strip().rstrip(".").strip()
-    if bare.startswith("$") and bare.endswith("$"):
-        bare = bare.strip("$").strip()
-    if bare:
-        boxed = parse(f"\\boxed{{{bare}}}", parsing_timeout=parse_timeout)
-        if boxed:
-            return boxed
-    return parse(region, parsing_timeout=parse_timeout)
+    text = _normalise(gold.strip())
+    reading = parse(f"\\boxed{{{text}}}", parsing_timeout=None) + parse(f"${text}$", parsing_timeout=None)
+    return tuple(reading) if reading else tuple(parse(text, parsing_timeout=None))
 
 
-def _timeouts() -> tuple[Optional[int], Optional[int]]:
-    on_main = threading.current_thread() is threading.main_thread()
-    return (5, 5) if on_main else (None, None)
+def is_bare_latex(content: str) -> bool:
+    """True for an answer written as bare LaTeX (no ``$``, ``\\(`` or ``\\[``, no word of three letters or more
+    outside ``\\text{}`` and LaTeX commands): math-verify reads it fully only as the content of a box."""
+    if _MATH_DELIMITER.search(content):
+        return False
+    return not _WORD.search(_LATEX_COMMAND.sub(" ", _TEXT_GROUP.sub(" ", content)))
 
 
-def is_correct(response: str, ground_truth: str) -> bool:
+def _response_reading(response: str) -> list:
+    from math_verify import parse
+
+    region = final_answer_region(response)
+    content = answer_content(region)
+
+    def as_box() -> list:
+        return parse(f"\\boxed{{{content}}}", parsing_timeout=None) if content else []
+
+    def as_written() -> list:
+        return parse(region, parsing_timeout=None)
+
+    if region.lstrip().startswith(("\\boxed", "\\fbox")) or is_bare_latex(content):
+        first, second = as_box, as_written
+    else:
+        first, second = as_written, as_box
+    reading = first()
+    return reading if _has_math(reading) else reading + second()
+
+
+def verdict_unbounded(pair: tuple[str, str]) -> tuple[bool, str]:
+    """(correct, answer) for a (response, gold) pair, with no time bound: what the pool's workers run. Call
+    :func:`score_answers` instead; on a thread of a process you care about this can block for ever."""
+    from math_verify import verify
+
+    response, gold = pair
+    reading = _response_reading(response)
+    answer = next((item for item in reading if isinstance(item, str)), str(reading[0]) if reading else "")
+    gold_reading = _gold_reading(gold)
+    if not reading or not gold_reading:
+        return False, answer
+    return bool(verify(list(gold_reading), reading, timeout_seconds=None)), answer
+
+
+def warm_up_worker() -> None:
+    """Import math-verify, sympy and the LaTeX parser and compile their patterns: a worker does this before its
+    first answer, whose deadline must not pay for it."""
+    verdict_unbounded(("So $\\boxed{\\frac{1}{2}}$.", "0.5"))
+    verdict_unbounded(("Answer: 1,000", "1000"))
+
+
+# ----------------------------------------------------------------------------------------------- bounded
+_pool: Optional[DeadlinePool] = None
+_pool_lock = threading.Lock()
+
+
+def default_workers() -> int:
+    """Worker processes of the scoring pool: ``GCPO_SCORER_WORKERS``, else min(4, CPUs); they start on demand,
+    so a caller that scores from one thread uses one."""
+    configured = os.environ.get("GCPO_SCORER_WORKERS")
+    if configured:
+        if not configured.isdigit() or int(configured) < 1:
+            raise ValueError(f"GCPO_SCORER_WORKERS must be a positive integer, got {configured!r}")
+        return int(configured)
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def scoring_pool() -> DeadlinePool:
+    """This process's scoring pool (one per process; a forked child gets its own)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._pid != os.getpid():
+            _pool = DeadlinePool(f"{__name__}:verdict_unbounded", workers=default_workers(),
+                                 initializer=f"{__name__}:warm_up_worker")
+        return _pool
+
+
+def score_answers(
+    pairs: Sequence[tuple[str, str]],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    batch_size: int = BATCH_SIZE,
+    progress: bool = False,
+) -> list[Verdict]:
+    """Grade (response, gold) pairs, each within ``timeout_s`` of wall time, batched over the pool's workers.
+
+    Safe from any thread. A response or gold that is empty is wrong without a worker call.
+    """
+    verdicts: list[Optional[Verdict]] = [None] * len(pairs)
+    todo = []
+    for index, (response, gold) in enumerate(pairs):
+        if not response or not str(response).strip() or not str(gold).strip():
+            verdicts[index] = Verdict(False)
+        else:
+            todo.append(index)
+    batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
+    pool = scoring_pool()
+
+    def run(batch: list[int]) -> None:
+        outcomes = pool.map([(str(pairs[i][0]), str(pairs[i][1])) for i in batch], timeout_s)
+        for index, outcome in zip(batch, outcomes):
+            if outcome.timed_out:
+                verdicts[index] = Verdict(False, "", True)
+                logger.warning("an answer missed its %g s bound and is scored wrong (%d in this process); it ends "
+                               "with %r", timeout_s, pool.timeouts, str(pairs[index][0])[-160:])
+            else:
+                verdicts[index] = Verdict(*outcome.value)
+
+    if len(batches) <= 1:
+        for batch in batches:
+            run(batch)
+    else:
+        from tqdm import tqdm
+
+        with ThreadPoolExecutor(min(pool.workers, len(batches))) as threads:
+            for _ in tqdm(threads.map(run, batches), total=len(batches), desc="scoring", unit="batch",
+                          disable=not progress):
+                pass
+    return verdicts  # type: ignore[return-value]
+
+
+def score_answer(response: str, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
+    """Grade one response against its gold answer (see :func:`score_answers`)."""
+    return score_answers([(response, ground_truth)], timeout_s)[0]
+
+
+def is_correct(response: str, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """True when the final answer of ``response`` is mathematically equal to ``ground_truth``.
 
     Leading zeros, fractions vs decimals, LaTeX vs plain forms are handled by math-verify (AIME's "025" equals
-    25). A response without a parsable answer is wrong; so is an empty one.
+    25). A response without a parsable answer is wrong; so is an empty one, and one not checked in time.
     """
-    from math_verify import parse, verify
-
-    if not response or not response.strip() or not str(ground_truth).strip():
-        return False
-    parse_timeout, verify_timeout = _timeouts()
-    gold = parse(f"\\boxed{{{ground_truth}}}", parsing_timeout=parse_timeout)
-    if not gold:
-        gold = parse(str(ground_truth), parsing_timeout=parse_timeout)
-    predicted = _parse_answer(final_answer_region(response), parse_timeout)
-    if not gold or not predicted:
-        return False
-    return bool(verify(gold, predicted, timeout_seconds=verify_timeout))
-
-
-def extracted_answer(response: str) -> str:
-    """The final answer as math-verify reads it (its string form), or '' when none is found."""
-    parse_timeout, _ = _timeouts()
-    parsed = _parse_answer(final_answer_region(response), parse_timeout)
-    return str(parsed[-1]) if parsed else ""
+    return score_answer(response, ground_truth, timeout_s).correct

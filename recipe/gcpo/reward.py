@@ -5,6 +5,8 @@ Use as ``reward.custom_reward_function.path=<this file>`` and ``reward.custom_re
 
 * ``acc``: 1.0 / 0.0, for verl's validation metrics (``val-core/<data_source>/acc/mean@k``);
 * ``pred``: the final answer as math-verify read it (for ``maj@k``);
+* ``timeout``: 1.0 when the check missed its deadline (``timeout_s`` per answer, then the answer is wrong), so a
+  pathological answer costs a bounded time and shows in verl's reward metrics instead of hanging the step;
 * ``gcpo_signal``: a DAPO group-filter metric for GCPO (``algorithm.filter_groups.metric=gcpo_signal``): 0
   for a wrong response, 1 + a tiny text fingerprint for a correct one, so a group is constant on it, and
   dropped by the filter, exactly when it has no GCPO signal: all wrong, or all correct with identical texts.
@@ -16,9 +18,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Optional
 
-from gcpo_core.math_reward import extracted_answer, is_correct
+from gcpo_core.math_reward import DEFAULT_TIMEOUT_S, score_answer
 
 FINGERPRINT_SCALE = 1e-6
+# keyword arguments verl 0.9.1's reward managers may pass besides the named ones (with a reward model router)
+VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
 
 def text_fingerprint(text: str) -> float:
@@ -34,13 +38,21 @@ def compute_score(
     extra_info: Optional[dict] = None,
     correct_score: float = 1.0,
     wrong_score: float = -1.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """verl custom reward function (``reward.custom_reward_function``)."""
-    correct = is_correct(solution_str or "", str(ground_truth))
+    """verl custom reward function (``reward.custom_reward_function``); every key is always present (verl
+    builds its reward_extra_info arrays from the first response's keys)."""
+    unknown = sorted(set(kwargs) - VERL_EXTRA_KWARGS)
+    if unknown:  # a misspelt reward.custom_reward_function.reward_kwargs key would otherwise do nothing
+        raise TypeError(f"compute_score got unknown keyword arguments {unknown}; it takes correct_score, "
+                        "wrong_score and timeout_s (reward.custom_reward_function.reward_kwargs)")
+    verdict = score_answer(solution_str or "", str(ground_truth), timeout_s=timeout_s)
+    correct = verdict.correct
     return {
         "score": float(correct_score if correct else wrong_score),
         "acc": 1.0 if correct else 0.0,
-        "pred": extracted_answer(solution_str or ""),
+        "pred": verdict.answer,
+        "timeout": 1.0 if verdict.timed_out else 0.0,
         "gcpo_signal": 1.0 + FINGERPRINT_SCALE * text_fingerprint(solution_str or "") if correct else 0.0,
     }
