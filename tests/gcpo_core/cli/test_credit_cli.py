@@ -57,7 +57,7 @@ def test_flags_select_the_estimator(tmp_path):
         ('{"group": "p1", "reward": 1, "embedding": [1e999, 0]}', "in.jsonl:3: 'embedding' must hold only finite"),
         ('{"group": "p1", "reward": 1, "embedding": [1, 0], "text": "x"}', "in.jsonl:3: has both 'text' and 'embedding'"),
         ('{"group": "p1", "reward": 1, "embedding": [1, 0], "note": ' + "[" * 100000 + "]" * 100000 + "}",
-         "in.jsonl:3: nested too deeply"),
+         "in.jsonl:3: JSON nested too deeply to read"),
         ('{"group": "p1", "reward": 1, "embedding": [1, 0], "note": "\\ud800"}',
          "in.jsonl:3: 'note' holds a lone surrogate"),
         ('{"group": "p1", "reward": 1, "embedding": [1, 0], "x": 1%s}' % ("0" * 5000), "in.jsonl:3: not valid JSON"),
@@ -124,7 +124,7 @@ def test_a_group_above_the_size_limit_names_the_group_and_the_flag(tmp_path, cap
     rows = [{"group": "big", "reward": 1, "embedding": [1.0, float(i)]} for i in range(5)]
     assert main(["credit", str(_write(tmp_path / "in.jsonl", rows)), "--max-group-size", "4"]) == 2
     err = capsys.readouterr().err
-    assert "in.jsonl:5: group 'big' has more than --max-group-size 4 rollouts" in err
+    assert "in.jsonl:5: group \"big\" has more than --max-group-size 4 rollouts" in err
     assert "up to 4096" in err and err.count("\n") == 1
 
 
@@ -161,12 +161,10 @@ def test_empty_input_gives_empty_output_and_exit_0(tmp_path, capsys):
 
 
 def test_an_engine_value_error_is_one_line(tmp_path, capsys, monkeypatch):
-    import gcpo_core.cli.credit as credit_cli
-
     def refuse(*args, **kwargs):
         raise ValueError("rewards must be finite\nsecond line")
 
-    monkeypatch.setattr(credit_cli, "compute_credit", refuse)
+    monkeypatch.setattr("gcpo_core.credit.compute_credit", refuse)
     out = tmp_path / "out.jsonl"
     assert main(["credit", str(_write(tmp_path / "in.jsonl", ROLLOUTS)), "-o", str(out)]) == 2
     err = capsys.readouterr().err
@@ -177,16 +175,16 @@ def test_an_engine_value_error_is_one_line(tmp_path, capsys, monkeypatch):
 def test_non_finite_credit_is_never_written(tmp_path, capsys, monkeypatch):
     import torch
 
-    import gcpo_core.cli.credit as credit_cli
+    import gcpo_core.credit
 
-    real = credit_cli.compute_credit
+    real = gcpo_core.credit.compute_credit
 
     def poisoned(*args, **kwargs):
         result = real(*args, **kwargs)
         result.advantage[3] = torch.nan
         return result
 
-    monkeypatch.setattr(credit_cli, "compute_credit", poisoned)
+    monkeypatch.setattr(gcpo_core.credit, "compute_credit", poisoned)
     out = tmp_path / "out.jsonl"
     assert main(["credit", str(_write(tmp_path / "in.jsonl", ROLLOUTS)), "-o", str(out)]) == 2
     err = capsys.readouterr().err
@@ -205,12 +203,10 @@ def test_epsilon_zero_on_a_constant_group_writes_no_nan(tmp_path, capsys):
 
 
 def test_a_bug_prints_a_traceback_and_says_it_is_a_bug(tmp_path, capsys, monkeypatch):
-    import gcpo_core.cli.credit as credit_cli
-
     def broken(*args, **kwargs):
         raise KeyError("oops")
 
-    monkeypatch.setattr(credit_cli, "compute_credit", broken)
+    monkeypatch.setattr("gcpo_core.credit.compute_credit", broken)
     assert main(["credit", str(_write(tmp_path / "in.jsonl", ROLLOUTS))]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "KeyError: 'oops'" in err
