@@ -223,14 +223,18 @@ def test_console_script_reads_stdin_and_writes_stdout():
     assert "6 rollouts in 2 groups" in proc.stderr
 
 
-def test_text_input_is_embedded_with_the_configured_encoder(tmp_path):
+@pytest.mark.parametrize("verbose", [False, True])
+def test_text_input_is_embedded_with_the_configured_encoder(tmp_path, capsys, verbose):
     rows = [
         {"group": "q", "reward": 1, "text": "Add 2 and 3 to get 5.\nAnswer: 5"},
         {"group": "q", "reward": 1, "text": "Add 2 and 3 to get 5.\nAnswer: 5"},
         {"group": "q", "reward": 0, "text": "2 times 3 is 6.\nAnswer: 6"},
     ]
     out = tmp_path / "out.jsonl"
-    assert main(["credit", str(_write(tmp_path / "in.jsonl", rows)), "-o", str(out), "--device", "cpu"]) == 0
+    flags = ["--device", "cpu"] + (["-v"] if verbose else [])
+    assert main(["credit", str(_write(tmp_path / "in.jsonl", rows)), "-o", str(out), *flags]) == 0
     credited = [json.loads(line) for line in out.read_text().splitlines()]
     assert credited[0]["shapley"] == pytest.approx(0.5 * math.log(3))  # two copies share log 3
     assert credited[2]["shapley"] == 0.0
+    # transformers' weight-loading progress bar only with -v
+    assert ("Loading weights" in capsys.readouterr().err) == verbose
