@@ -9,7 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def _readme_setup_commands() -> list[str]:
     setup = (ROOT / "README.md").read_text(encoding="utf-8").split("## Set up", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", setup, re.S)
-    return [part.strip() for block in blocks for line in block.splitlines() for part in line.split("&&") if part.strip()]
+    lines = [line for block in blocks for line in block.splitlines()]
+    return [part.strip() for line in lines for part in line.split("&&") if part.strip()]
 
 
 def test_ci_runs_the_readmes_commands():

@@ -49,7 +49,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args = _parse(argv)
             return int(args.handler(args) or 0)
     except CommandError as err:
-        print(f"{prefix}: {one_line(err)}", file=sys.stderr)
+        message = one_line(err)
+        if isinstance(err, UsageError) and command:  # the top-level parser finds unknown flags of sub-commands too
+            message = message.replace("(see gcpo --help)", f"(see {prefix} --help)")
+        print(f"{prefix}: {message}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:  # the machine's doing (disk full, permissions), not the program's
         target = f"{err.filename}: " if err.filename else ""

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gcpo credit: no rollouts in {args.input}; the output is empty", file=sys.stderr)
         return 0
     columns, metrics = _credit(rollouts, config, args)
-    _refuse_non_finite(columns, rollouts, args.input)
+    _refuse_non_finite(columns, rollouts, args)
     lines = []
     for row, record in enumerate(rollouts.records):
         for name in ADDED_FIELDS:
@@ -125,15 +125,15 @@ def _report_embedding(result, rollouts: "ParsedRollouts", args: argparse.Namespa
     )
 
 
-def _refuse_non_finite(columns: dict[str, list[float]], rollouts: "ParsedRollouts", path: str) -> None:
+def _refuse_non_finite(columns: dict[str, list[float]], rollouts: "ParsedRollouts", args: argparse.Namespace) -> None:
     """NaN and infinity are not JSON: never write them, whatever the engine returned."""
     for name in ADDED_FIELDS:
         for row, value in enumerate(columns[name]):
             if not math.isfinite(value):
                 raise CommandError(
-                    f"{path}:{rollouts.line_numbers[row]}: {name!r} came out non-finite ({value}) for group "
-                    f"{shown(rollouts.groups[row])}; nothing written (inputs beyond float64's range, or a bug: "
-                    "please report it)"
+                    f"{args.input}:{rollouts.line_numbers[row]}: {name!r} came out non-finite ({value}) for group "
+                    f"{shown(rollouts.groups[row])} with {_settings(args)}; nothing written (extreme values can do "
+                    "that, else it is a bug: please report it)"
                 )
 
 

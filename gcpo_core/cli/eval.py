@@ -48,7 +48,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="where the tables and plots go (default %(default)s)")
     parser.add_argument("--ks", type=int, nargs="+", default=None, help="k values of pass@k (default: powers of 2)")
     parser.add_argument("--no-embeddings", action="store_true", help="skip the embedding-based diversity metrics")
-    parser.add_argument("--cluster-threshold", type=float, default=0.9, help="cosine at which two correct solutions are one cluster (default %(default)s)")
+    parser.add_argument("--cluster-threshold", type=float, default=0.9,
+                        help="cosine at which two correct solutions are one cluster (default %(default)s)")
     gen = parser.add_argument_group("generation with vLLM (GPU)")
     gen.add_argument("--generate", metavar="MODEL", help="sample the --benchmark problems with this model first")
     gen.add_argument("--name", help="run name of the generated samples (default: the model's folder name)")

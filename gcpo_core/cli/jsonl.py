@@ -35,9 +35,9 @@ def read_jsonl(path: str) -> Iterator[tuple[int, dict]]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise CommandError(
-                f"{where}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1}); save the file as UTF-8"
-            ) from None
+            byte, column = raw[err.start], err.start + 1
+            message = f"not UTF-8 text (byte 0x{byte:02x} at column {column}); save the file as UTF-8"
+            raise CommandError(f"{where}: {message}") from None
         line = line.removeprefix(BYTE_ORDER_MARK)
         if not line.strip(JSON_WHITESPACE):
             continue
@@ -47,8 +47,9 @@ def read_jsonl(path: str) -> Iterator[tuple[int, dict]]:
             raise CommandError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
         except RecursionError:
             raise CommandError(f"{where}: JSON nested too deeply to read") from None
-        except ValueError as err:  # e.g. an integer of more digits than Python converts
-            raise CommandError(f"{where}: not valid JSON ({one_line(err)})") from None
+        except ValueError as err:  # an integer of more digits than Python converts (4300 by default)
+            reason = "a number with more digits than Python reads" if "digits" in str(err) else one_line(err)
+            raise CommandError(f"{where}: not valid JSON ({reason})") from None
         if not isinstance(record, dict):
             raise CommandError(f"{where}: expected a JSON object, got {_json_type(record)}")
         _check_writable(record, where)
@@ -56,22 +57,28 @@ def read_jsonl(path: str) -> Iterator[tuple[int, dict]]:
 
 
 def _check_writable(record: dict, where: str) -> None:
-    """Refuse what could be read but not written back: a lone surrogate (JSON's "\\ud800" escape) is no
-    character, so no UTF-8 file holds it; nesting too deep for the JSON writer."""
+    """Refuse what Python's JSON reader takes but no JSON file can hold, so that it is never written back: NaN
+    and infinity (NaN, Infinity, 1e999), a lone surrogate (the escape \\ud800 is no character, so UTF-8 cannot
+    hold it), nesting deeper than the JSON writer goes."""
     try:
-        json.dumps(record, ensure_ascii=False).encode("utf-8")
+        json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8")
         return
     except RecursionError:
         raise CommandError(f"{where}: JSON nested too deeply to read") from None
-    except UnicodeEncodeError as err:
-        surrogate = f"\\u{ord(err.object[err.start]):04x}"
+    except ValueError:  # also UnicodeEncodeError
+        pass
     for key, value in record.items():
+        name = repr(key) if not _has_surrogate(key) else "a key"
         try:
-            json.dumps({key: value}, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            name = repr(key) if not _has_surrogate(key) else "a key"
+            json.dumps({key: value}, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except UnicodeEncodeError as err:
+            surrogate = f"\\u{ord(err.object[err.start]):04x}"
             raise CommandError(f"{where}: {name} holds a lone surrogate ({surrogate}), which is not a character; "
                                "UTF-8 cannot hold it") from None
+        except ValueError:
+            if isinstance(value, float):
+                raise CommandError(f"{where}: {name} must be a finite number, got {value}") from None
+            raise CommandError(f"{where}: {name} must hold only finite numbers (JSON has no NaN or infinity)") from None
 
 
 def _has_surrogate(text: str) -> bool:

@@ -33,7 +33,8 @@ def _written_through(path: str) -> bool:
     except FileNotFoundError:
         pass
     # /dev/stdout resolves to whatever standard output is: a rename there would replace the shell's redirect target
-    return any(p == "/dev" or p.startswith(("/dev/", "/proc/")) for p in (os.path.abspath(path), os.path.realpath(path)))
+    paths = (os.path.abspath(path), os.path.realpath(path))
+    return any(p == "/dev" or p.startswith(("/dev/", "/proc/")) for p in paths)
 
 
 def check_output(path: Optional[str]) -> None:

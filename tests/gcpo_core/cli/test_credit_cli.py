@@ -52,10 +52,15 @@ def test_flags_select_the_estimator(tmp_path):
         ('{"group": true, "reward": 1, "embedding": [1, 0]}', "in.jsonl:3: 'group' must be a string or an integer"),
         ('{"reward": 1, "embedding": [1, 0]}', "in.jsonl:3: 'group' is missing"),
         ('{"group": "p1", "embedding": [1, 0]}', "in.jsonl:3: 'reward' is missing"),
-        ('{"group": null, "reward": 1, "embedding": [1, 0]}', "in.jsonl:3: 'group' must be a string or an integer, got null"),
-        ('{"group": "p1", "reward": 1%s, "embedding": [1, 0]}' % ("0" * 400), "in.jsonl:3: 'reward' must be a finite number"),
+        ('{"group": null, "reward": 1, "embedding": [1, 0]}',
+         "in.jsonl:3: 'group' must be a string or an integer, got null"),
+        ('{"group": "p1", "reward": 1%s, "embedding": [1, 0]}' % ("0" * 400),
+         "in.jsonl:3: 'reward' must be a finite number"),
         ('{"group": "p1", "reward": 1, "embedding": [1e999, 0]}', "in.jsonl:3: 'embedding' must hold only finite"),
-        ('{"group": "p1", "reward": 1, "embedding": [1, 0], "text": "x"}', "in.jsonl:3: has both 'text' and 'embedding'"),
+        ('{"group": "p1", "reward": 1, "embedding": [1, 0], "text": "x"}',
+         "in.jsonl:3: has both 'text' and 'embedding'"),
+        ('{"group": "p1", "reward": 1, "embedding": [1, 0], "note": {"x": NaN}}',
+         "in.jsonl:3: 'note' must hold only finite numbers (JSON has no NaN or infinity)"),
         ('{"group": "p1", "reward": 1, "embedding": [1, 0], "note": ' + "[" * 100000 + "]" * 100000 + "}",
          "in.jsonl:3: JSON nested too deeply to read"),
         ('{"group": "p1", "reward": 1, "embedding": [1, 0], "note": "\\ud800"}',
@@ -93,8 +98,9 @@ def test_bad_config_values_are_reported(tmp_path, capsys):
 @pytest.mark.parametrize("flags, message", [
     (["--method", "banana"], "gcpo credit: argument --method: invalid choice: 'banana'"),
     (["--permutations", "x"], "gcpo credit: argument --permutations: invalid int value: 'x'"),
-    (["--bogus"], "gcpo credit: unrecognized arguments: --bogus"),
-    (["--max-group-size", "5000"], "gcpo credit: --max-group-size 5000: max_group_size must be an integer in [1, 4096]"),
+    (["--bogus"], "gcpo credit: unrecognized arguments: --bogus (see gcpo credit --help)"),
+    (["--max-group-size", "5000"],
+     "gcpo credit: --max-group-size 5000: max_group_size must be an integer in [1, 4096]"),
 ])
 def test_bad_flags_are_one_line_naming_the_flag(tmp_path, capsys, flags, message):
     src = _write(tmp_path / "in.jsonl", ROLLOUTS)
@@ -136,7 +142,8 @@ def test_summary_says_one_group_not_one_groups(tmp_path, capsys):
 
 def test_non_utf8_input_names_the_file_and_line(tmp_path, capsys):
     src = tmp_path / "in.jsonl"
-    src.write_bytes(json.dumps(ROLLOUTS[0]).encode() + b"\n" + b'{"group": "p\xe9", "reward": 1, "embedding": [1, 0]}\n')
+    latin1_line = b'{"group": "p\xe9", "reward": 1, "embedding": [1, 0]}\n'
+    src.write_bytes(json.dumps(ROLLOUTS[0]).encode() + b"\n" + latin1_line)
     out = tmp_path / "out.jsonl"
     assert main(["credit", str(src), "-o", str(out)]) == 2
     err = capsys.readouterr().err

@@ -17,7 +17,9 @@ from gcpo_core.cli import main
 ADDED = ("quality", "shapley", "advantage")
 
 EXTREME_NUMBERS = [0, 1, -1, 0.5, 1e-320, 5e-324, -5e-324, 1e308, -1.7e308, 2**63, 10**400, -(10**400)]
-numbers = st.one_of(st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(EXTREME_NUMBERS))
+numbers = st.one_of(
+    st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(EXTREME_NUMBERS)
+)
 scalars = st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=4))
 odd_values = st.recursive(
     scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
@@ -40,32 +42,36 @@ odd_rollouts = st.fixed_dictionaries({}, optional={
 
 # ways to spoil a line's bytes or text
 MUTATIONS = ("truncate", "junk_byte", "latin1", "surrogate_escape", "raw_surrogate", "deep", "unclosed",
-             "nan_token", "both_kinds", "blank", "crlf", "bom")
+             "nan_token", "nan_elsewhere", "both_kinds", "blank", "crlf", "bom")
 
 
 def _mutate(draw, line: str) -> bytes:
     kind = draw(st.sampled_from(MUTATIONS))
-    raw = line.encode("utf-8")
+    raw = line.encode("utf-8", "surrogateescape")  # a line mutated before holds raw bytes as surrogates
     if kind == "truncate":
         return raw[: draw(st.integers(0, max(len(raw) - 1, 0)))]
     if kind == "junk_byte":
         at = draw(st.integers(0, len(raw)))
         return raw[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\x00", b"\xe9", b"\x80"])) + raw[at:]
     if kind == "latin1":
-        return line[:-1].encode("utf-8") + ', "name": "caf\u00e9"}'.encode("latin-1")
+        return line[:-1].encode("utf-8", "surrogateescape") + ', "name": "caf\u00e9"}'.encode("latin-1")
     if kind == "surrogate_escape":
-        return line[:-1].encode("utf-8") + b', "text2": "\\udc80"}'
+        return line[:-1].encode("utf-8", "surrogateescape") + b', "text2": "\\udc80"}'
     if kind == "raw_surrogate":
-        return line[:-1].encode("utf-8") + b', "t": "\xed\xa0\x80"}'
+        return line[:-1].encode("utf-8", "surrogateescape") + b', "t": "\xed\xa0\x80"}'
     if kind == "deep":
         depth = draw(st.sampled_from([10, 900, 5000, 200_000]))
-        return line[:-1].encode("utf-8") + b', "deep": ' + b"[" * depth + b"]" * depth + b"}"
+        return line[:-1].encode("utf-8", "surrogateescape") + b', "deep": ' + b"[" * depth + b"]" * depth + b"}"
     if kind == "unclosed":
         return b"[" * draw(st.sampled_from([3, 100_000]))
     if kind == "nan_token":
-        return line[:-1].encode("utf-8") + b', "reward": ' + draw(st.sampled_from([b"NaN", b"-Infinity", b"1e999"])) + b"}"
+        token = draw(st.sampled_from([b"NaN", b"-Infinity", b"1e999"]))
+        return line[:-1].encode("utf-8", "surrogateescape") + b', "reward": ' + token + b"}"
+    if kind == "nan_elsewhere":
+        token = draw(st.sampled_from([b"NaN", b"Infinity", b"-1e400"]))
+        return line[:-1].encode("utf-8", "surrogateescape") + b', "note": {"x": [' + token + b"]}}"
     if kind == "both_kinds":
-        return line[:-1].encode("utf-8") + b', "text": "a solution"}'
+        return line[:-1].encode("utf-8", "surrogateescape") + b', "text": "a solution"}'
     if kind == "blank":
         return b"  \t"
     if kind == "crlf":
@@ -141,7 +147,8 @@ def _run(data: bytes, argv_flags: list[str]) -> None:
             assert str(src) in err or " --" in err or err.startswith("gcpo credit: argument --"), err
             assert sorted(p.name for p in folder.iterdir()) == ["in.jsonl"], err
             return
-        rows = [json.loads(line, parse_constant=_reject_constant) for line in out.read_text("utf-8").splitlines()]
+        written = out.read_text("utf-8").split("\n")
+        rows = [json.loads(line, parse_constant=_reject_constant) for line in written if line]
         expected = [line for line in data.decode("utf-8-sig").split("\n") if line.strip(" \t\r")]
         assert len(rows) == len(expected)
         for row in rows:
