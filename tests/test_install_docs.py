@@ -29,3 +29,20 @@ def test_the_pinned_torch_is_the_one_the_readme_describes():
                 if line and not line.startswith("#"))
     setup = (ROOT / "README.md").read_text(encoding="utf-8").split("## Set up", 1)[1].split("\n## ", 1)[0]
     assert f"torch {pins['torch']}" in setup
+
+
+def test_a_test_without_the_shared_data_is_skipped_saying_where_to_get_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    missing = tmp_path / "no-data"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+         "tests/gcpo_core/cli/test_eval_report_cli.py::test_generation_without_vllm_is_a_clear_error"],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "GCPO_SHARED_DATA": str(missing)},
+    )
+    assert "1 skipped" in proc.stdout, proc.stdout
+    assert f"shared data not found at {missing}" in proc.stdout and "README.md, 'Set up'" in proc.stdout
+    setup = (ROOT / "README.md").read_text(encoding="utf-8").split("## Set up", 1)[1].split("\n## ", 1)[0]
+    assert "../shared/data" in setup and "GCPO_SHARED_DATA" in setup
