@@ -90,9 +90,8 @@ def test_a_bad_line_exits_non_zero_naming_it_and_writes_nothing(tmp_path, capsys
 def test_bad_config_values_are_reported(tmp_path, capsys):
     src = _write(tmp_path / "in.jsonl", ROLLOUTS)
     assert main(["credit", str(src), "--permutations", "3"]) == 2
-    err = capsys.readouterr().err
-    assert "permutations must be an even number" in err
-    assert err.startswith("gcpo credit: --permutations 3: ") and err.count("\n") == 1
+    err = capsys.readouterr().err  # the engine's reason, after the flag that set the value
+    assert err.startswith("gcpo credit: --permutations 3: permutations must be ") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("flags, message", [
