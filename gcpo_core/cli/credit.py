@@ -18,6 +18,8 @@ import math
 import sys
 
 from gcpo_core.cli.common import (
+    CREDIT_DEFAULTS,
+    CREDIT_KEYS,
     MAX_GROUP_SIZE_LIMIT,
     CommandError,
     add_config_argument,
@@ -107,8 +109,7 @@ def _credit(rollouts: "ParsedRollouts", config, args) -> tuple[dict, dict]:
 
 
 def _settings(args: argparse.Namespace) -> str:
-    from gcpo_core.cli.common import CREDIT_DEFAULTS, CREDIT_KEYS
-
+    """The credit flags that differ from the defaults, as they would be typed."""
     changed = [
         f"{flag_of(dest)}" + ("" if isinstance(getattr(args, dest), bool) else f" {getattr(args, dest)}")
         for field, dest in CREDIT_KEYS.items() if getattr(args, dest) != CREDIT_DEFAULTS[field]
