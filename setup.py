@@ -30,7 +30,7 @@ setup(
         "pyarrow>=15",
     ],
     extras_require={
-        # everything CI needs, CPU only (install with -c constraints.txt to keep the CPU torch wheel)
+        # everything CI needs, CPU only (README "Set up": PyTorch's CPU wheel first, then -c constraints.txt keeps it)
         "test": [
             VERL,
             "pytest>=8",

@@ -13,14 +13,20 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# The real public math sets some tests read (see the README's "Set up"): ../shared/data beside the checkout, or
+# wherever GCPO_SHARED_DATA points.
+SHARED_DATA = Path(os.environ.get("GCPO_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+SHARED_DATA_MISSING = (
+    f"shared data not found at {SHARED_DATA}: put the math data folder there or set GCPO_SHARED_DATA "
+    "(README.md, 'Set up')"
+)
 
 
 @pytest.fixture
 def shared_data() -> Path:
-    """The real public math sets beside the checkout (../shared/data); skip where they are absent."""
+    """The real public math sets (SHARED_DATA); skip, saying where to get them, where they are absent."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA} (see DEVELOPERS.md: ../shared/data)")
+        pytest.skip(SHARED_DATA_MISSING)
     return SHARED_DATA
 
 

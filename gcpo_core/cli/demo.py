@@ -10,17 +10,13 @@ import argparse
 import json
 from importlib import resources
 
-import torch
-
-from gcpo_core.advantages import group_normalize
 from gcpo_core.cli.common import (
     add_config_argument,
     add_credit_arguments,
     add_encoder_arguments,
     credit_config_from_args,
-    encoder_config_from_args,
+    load_encoder,
 )
-from gcpo_core.grouping import layout_groups
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +38,6 @@ def load_demo_rollouts() -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gcpo_core.encoder import RolloutEncoder
     from gcpo_core.math_reward import is_correct
     from gcpo_core.pipeline import credit_rollouts
 
@@ -50,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     rows = load_demo_rollouts()
     rewards = [1.0 if is_correct(r["text"], r["answer"]) else 0.0 for r in rows]
     groups = [r["group"] for r in rows]
-    encoder = RolloutEncoder(encoder_config_from_args(args))
+    encoder = load_encoder(args)
     result = credit_rollouts([r["text"] for r in rows], rewards, groups, encoder, config)
     grpo = _grpo_advantages(rewards, groups)
 
@@ -81,6 +76,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _grpo_advantages(rewards: list[float], groups: list[str]) -> list[float]:
     """verl's GRPO advantage of the raw rewards (mean / unbiased std per group, eps 1e-6)."""
+    import torch
+
+    from gcpo_core.advantages import group_normalize
+    from gcpo_core.grouping import layout_groups
+
     layout = layout_groups(groups)
     padded = layout.gather(torch.tensor(rewards, dtype=torch.float64))
     return layout.scatter(group_normalize(padded, layout.mask)).tolist()

@@ -19,7 +19,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from gcpo_core.cli.common import CommandError, add_config_argument, add_encoder_arguments, encoder_config_from_args
+from gcpo_core.cli.common import CommandError, add_config_argument, add_encoder_arguments, load_encoder
 from gcpo_core.prompts import INSTRUCTIONS
 
 TABLE_COLUMNS = (
@@ -44,21 +44,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--run", action="append", default=[], metavar="NAME=GENERATIONS.jsonl")
     parser.add_argument("--benchmark", action="append", default=[], metavar="FILE",
                         help="gold answers (and prompts for --generate): prepared verl parquet or JSONL")
-    parser.add_argument("--out-dir", type=Path, default=Path("eval_results"))
+    parser.add_argument("--out-dir", type=Path, default=Path("eval_results"),
+                        help="where the tables and plots go (default %(default)s)")
     parser.add_argument("--ks", type=int, nargs="+", default=None, help="k values of pass@k (default: powers of 2)")
     parser.add_argument("--no-embeddings", action="store_true", help="skip the embedding-based diversity metrics")
-    parser.add_argument("--cluster-threshold", type=float, default=0.9, help="cosine of one solution cluster")
+    parser.add_argument("--cluster-threshold", type=float, default=0.9,
+                        help="cosine at which two correct solutions are one cluster (default %(default)s)")
     gen = parser.add_argument_group("generation with vLLM (GPU)")
     gen.add_argument("--generate", metavar="MODEL", help="sample the --benchmark problems with this model first")
     gen.add_argument("--name", help="run name of the generated samples (default: the model's folder name)")
-    gen.add_argument("-k", "--samples", type=int, default=16)
-    gen.add_argument("--temperature", type=float, default=0.6)
-    gen.add_argument("--top-p", type=float, default=0.95)
-    gen.add_argument("--max-tokens", type=int, default=8192)
-    gen.add_argument("--tp", type=int, default=1, help="tensor parallel size")
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("-k", "--samples", type=int, default=16, help="samples per problem (default %(default)s)")
+    gen.add_argument("--temperature", type=float, default=0.6, help="(default %(default)s)")
+    gen.add_argument("--top-p", type=float, default=0.95, help="(default %(default)s)")
+    gen.add_argument("--max-tokens", type=int, default=8192, help="most tokens per sample (default %(default)s)")
+    gen.add_argument("--tp", type=int, default=1, help="tensor parallel size (default %(default)s)")
+    gen.add_argument("--seed", type=int, default=0, help="sampling seed (default %(default)s)")
     gen.add_argument("--instruction", choices=sorted(INSTRUCTIONS), default="dapo",
-                     help="wraps bare problems (verl parquet prompts are used as they are)")
+                     help="wraps bare problems (verl parquet prompts are used as they are) (default %(default)s)")
     add_encoder_arguments(parser)
     add_config_argument(parser)
     parser.set_defaults(handler=run)
@@ -116,9 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
     embed = None
     if not args.no_embeddings:
-        from gcpo_core.encoder import RolloutEncoder
-
-        encoder = RolloutEncoder(encoder_config_from_args(args))
+        encoder = load_encoder(args)
         embed = lambda texts: encoder.encode(texts).embeddings.cpu().numpy()  # noqa: E731
 
     results: dict[str, dict[str, dict[str, float]]] = {}

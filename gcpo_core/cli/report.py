@@ -17,7 +17,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("report", help="HTML credit report from trainer dumps", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dump", type=Path, metavar="DUMP", help="a credit_step*.jsonl file or a folder of them")
-    parser.add_argument("-o", "--out-dir", type=Path, default=Path("credit_report"))
+    parser.add_argument("-o", "--out-dir", type=Path, default=Path("credit_report"),
+                        help="where index.html and the PNGs go (default %(default)s)")
     parser.add_argument("--max-groups", type=int, default=50, help="most groups drawn (default %(default)s)")
     parser.set_defaults(handler=run)
 

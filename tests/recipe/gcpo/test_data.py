@@ -21,10 +21,10 @@ DAPO_TEMPLATE = (
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    from tests.conftest import SHARED_DATA
+    from tests.conftest import SHARED_DATA, SHARED_DATA_MISSING
 
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
+        pytest.skip(SHARED_DATA_MISSING)
     out = tmp_path_factory.mktemp("data")
     proc = subprocess.run(
         [sys.executable, "scripts/prepare_data.py", "--local-dir", str(SHARED_DATA), "--out-dir", str(out)],

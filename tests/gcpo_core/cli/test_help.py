@@ -1,0 +1,89 @@
+"""`gcpo ... --help`: quick (no torch), every default shown, every choice listed, and true to the engine."""
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gcpo_core.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[3]
+COMMANDS = ("credit", "demo", "eval", "report")
+
+
+def _help(capsys, *argv) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def _subparsers():
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices
+
+
+def test_help_does_not_import_torch():
+    probe = ("import sys\nfrom gcpo_core.cli import main\n"
+             "for argv in ([], *([c] for c in %r)):\n"
+             "    try:\n        main([*argv, '--help'])\n    except SystemExit:\n        pass\n"
+             "print(sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules))") % (COMMANDS,)
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_option_with_a_value_shows_its_default(command):
+    for action in _subparsers()[command]._actions:
+        if action.option_strings and action.nargs != 0 and action.default not in (None, [], argparse.SUPPRESS):
+            assert action.help and "default" in action.help, f"{command} {action.option_strings}"
+
+
+@pytest.mark.parametrize("command", ("", *COMMANDS))
+def test_help_has_no_rest_markup(capsys, command):
+    assert "``" not in _help(capsys, *([command] if command else []))
+
+
+def test_credit_help_shows_defaults_limits_choices_and_the_empty_input_rule(capsys):
+    text = " ".join(_help(capsys, "credit").split())
+    for expected in ("(default auto)", "--mix-coef LAMBDA", "(default 1.0)", "(default 1e-06)", "(default 128",
+                     "at most 4096", "dra", "empty input", "-v, --verbose", "byte-order mark"):
+        assert expected in text, expected
+
+
+def test_eval_and_report_help_show_their_defaults(capsys):
+    text = " ".join(_help(capsys, "eval").split())
+    assert "(default 16)" in text and "(default eval_results)" in text and "(default 0.9)" in text
+    assert "(default credit_report)" in " ".join(_help(capsys, "report").split())
+
+
+def test_the_flags_choices_and_defaults_are_the_engines():
+    from gcpo_core.advantages import ADVANTAGE_MODES
+    from gcpo_core.cli import common
+    from gcpo_core.config import CreditConfig
+    from gcpo_core.encoder import DEFAULT_MODEL, DTYPES, EncoderConfig
+    from gcpo_core.kernels import KERNELS
+    from gcpo_core.quality import QUALITY_MAPS
+    from gcpo_core.shapley import EXACT_LIMIT, SHAPLEY_METHODS
+    from gcpo_core.text_span import TEXT_SPANS
+    from gcpo_core.word_pieces import LONG_TEXT_POLICIES
+
+    assert common.CREDIT_DEFAULTS == dataclasses.asdict(CreditConfig())
+    assert common.ENCODER_DEFAULTS == dataclasses.asdict(EncoderConfig())
+    assert common.ENCODER_DEFAULTS["model"] == DEFAULT_MODEL
+    assert common.CHOICES == {
+        "kernel": tuple(KERNELS.names()), "quality": tuple(QUALITY_MAPS.names()), "method": tuple(SHAPLEY_METHODS),
+        "advantage": tuple(ADVANTAGE_MODES.names()), "text_span": tuple(TEXT_SPANS.names()),
+        "long_text": tuple(LONG_TEXT_POLICIES), "dtype": ("auto", *DTYPES),
+    }
+    assert common.EXACT_LIMIT == EXACT_LIMIT
+    with pytest.raises(ValueError):
+        CreditConfig(max_group_size=common.MAX_GROUP_SIZE_LIMIT + 1)
+    CreditConfig(max_group_size=common.MAX_GROUP_SIZE_LIMIT)
