@@ -49,9 +49,10 @@ gcpo_check_model_path() {
     if [[ "${arg^^}" =~ ^(1|ON|YES|TRUE)$ ]]; then offline=1; fi
   done
   if [[ -n "${offline}" && ! -d "${path}" ]]; then
-    echo "MODEL_PATH=${path} is not a local folder, and the hub is off (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE):" \
-      "download it once to shared storage (python scripts/prepare_model.py ${path}" \
-      "/shared/models/$(basename "${path}")) and set MODEL_PATH to that folder" >&2
+    if [[ "${DRY_RUN}" == "1" ]]; then echo -n "# warning (a run stops here): " >&2; fi
+    echo "MODEL_PATH=${path} is not a local folder, and the hub is off" \
+      "(HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download it once to shared storage (python scripts/prepare_model.py" \
+      "${path} /shared/models/$(basename "${path}")) and set MODEL_PATH to that folder" >&2
     if [[ "${DRY_RUN}" != "1" ]]; then return 1; fi
   fi
 }

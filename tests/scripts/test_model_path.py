@@ -141,4 +141,4 @@ def test_the_launcher_checks_the_path_a_command_line_override_sets(launch, tmp_p
 def test_a_dry_run_offline_with_a_hub_id_warns_and_still_composes(launch):
     proc = launch("--dry-run", HF_HUB_OFFLINE="1")
     assert proc.returncode == 0 and "GCPO_DRY_RUN=1" in proc.stdout
-    assert "is not a local folder" in proc.stderr
+    assert "# warning (a run stops here): MODEL_PATH=Qwen/Qwen3-4B-Base is not a local folder" in proc.stderr
