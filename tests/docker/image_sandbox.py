@@ -28,7 +28,6 @@ from importlib import metadata
 from pathlib import Path
 from unittest import mock
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
