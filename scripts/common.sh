@@ -37,12 +37,33 @@ if [[ -z "${LOGGER:-}" ]]; then
   if [[ -n "${WANDB_API_KEY:-}" ]]; then LOGGER='["console","wandb"]'; else LOGGER='["console"]'; fi
 fi
 
+# The model must be a local folder when the hub is off (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE): a hub id would
+# fail in every FSDP, vLLM and reward worker of every node, minutes into start-up. A dry run only warns, since it
+# loads no model. Checks the path that will be used: the last actor_rollout_ref.model.path= override, or MODEL_PATH.
+gcpo_check_model_path() {
+  local path="${MODEL_PATH}" arg offline=""
+  for arg in "$@"; do
+    if [[ "${arg}" =~ ^\+{0,2}actor_rollout_ref\.model\.path=(.*)$ ]]; then path="${BASH_REMATCH[1]}"; fi
+  done
+  for arg in "${HF_HUB_OFFLINE:-}" "${TRANSFORMERS_OFFLINE:-}"; do
+    if [[ "${arg^^}" =~ ^(1|ON|YES|TRUE)$ ]]; then offline=1; fi
+  done
+  if [[ -n "${offline}" && ! -d "${path}" ]]; then
+    if [[ "${DRY_RUN}" == "1" ]]; then echo -n "# warning (a run stops here): " >&2; fi
+    echo "MODEL_PATH=${path} is not a local folder, and the hub is off" \
+      "(HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download it once to shared storage (python scripts/prepare_model.py" \
+      "${path} /shared/models/$(basename "${path}")) and set MODEL_PATH to that folder" >&2
+    if [[ "${DRY_RUN}" != "1" ]]; then return 1; fi
+  fi
+}
+
 gcpo_launch() {
   local args=()
   local arg
   for arg in "$@"; do
     if [[ "${arg}" == "--dry-run" ]]; then DRY_RUN=1; else args+=("${arg}"); fi
   done
+  gcpo_check_model_path ${args[@]+"${args[@]}"} || exit 2
 
   local seq_len=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))
   local val_files="" name

@@ -16,6 +16,32 @@ def test_shellcheck_clean(script):
     assert proc.returncode == 0, proc.stdout
 
 
+BASH_VARIABLES = {"SECONDS", "RANDOM", "PIPESTATUS", "BASH_REMATCH", "HOSTNAME", "PATH", "HOME"}
+
+
+def _shipped_functions(script: Path) -> dict[str, str]:
+    """Functions a script sends to another node or container as `$(declare -f NAME)`, by name: their text."""
+    text = script.read_text()
+    names = sorted(set(re.findall(r"\$\(declare -f (\w+)\)", text)))
+    return {name: re.search(rf"^{name}\(\) {{\n.*?^}}\n", text, re.M | re.S).group(0) for name in names}
+
+
+def test_the_slurm_script_ships_self_contained_functions_that_pass_shellcheck(tmp_path):
+    """What runs on a node (address discovery, the wait for Ray) is a function sent with `declare -f`: it sees
+    none of the script's variables or functions, so it must use only its arguments, and pass shellcheck alone."""
+    shipped = _shipped_functions(ROOT / "docker/slurm_gcpo.sbatch")
+    assert set(shipped) == {"node_ip_candidates", "wait_for_ray_nodes"}
+    defined = set(re.findall(r"^(\w+)\(\) {", (ROOT / "docker/slurm_gcpo.sbatch").read_text(), re.M))
+    for name, body in shipped.items():
+        script = tmp_path / f"{name}.sh"
+        script.write_text(f"#!/usr/bin/env bash\nset -u\n{body}{name} \"$@\"\n")
+        proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout
+        script_variables = set(re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", body)) - BASH_VARIABLES
+        assert not script_variables, f"{name} reads variables of the script: {script_variables}"
+        assert not {f for f in defined - {name} if re.search(rf"\b{f}\b", body)}, f"{name} calls the script"
+
+
 def test_verl_pin_is_the_same_in_setup_recipe_and_docker():
     setup = re.search(r'VERL = "verl\[verl-core\]==([\d.]+)"', (ROOT / "setup.py").read_text()).group(1)
     required = re.search(r"VERL_VERSION=([\d.]+)", (ROOT / "recipe/gcpo/REQUIRED_VERL.txt").read_text()).group(1)

@@ -34,6 +34,9 @@ def _run(script, *args, env=None, path_prefix=None):
     full_env.pop("WANDB_API_KEY", None)
     if path_prefix:
         full_env["PATH"] = f"{path_prefix}:{full_env['PATH']}"
+        # a stub python3 starts nothing; with the hub off a real run would refuse the hub id (test_model_path.py)
+        full_env.pop("HF_HUB_OFFLINE", None)
+        full_env.pop("TRANSFORMERS_OFFLINE", None)
     return subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True, env=full_env)
 
 
@@ -122,6 +125,7 @@ def test_dry_run_by_environment_and_overrides_come_last(stub_python):
 def test_wandb_is_used_when_a_key_is_set(stub_python):
     proc = _run("run_qwen3_4b_gcpo.sh", env={"WANDB_API_KEY": "x"}, path_prefix=stub_python)
     assert 'trainer.logger=["console"]' in proc.stdout  # _run drops the key: console only
-    env = dict(os.environ, WANDB_API_KEY="x", PATH=f"{stub_python}:{os.environ['PATH']}")
+    env = dict(os.environ, WANDB_API_KEY="x", PATH=f"{stub_python}:{os.environ['PATH']}", HF_HUB_OFFLINE="0",
+               TRANSFORMERS_OFFLINE="0")
     out = subprocess.run(["bash", str(ROOT / "scripts/run_qwen3_4b_gcpo.sh")], capture_output=True, text=True, env=env).stdout
     assert 'trainer.logger=["console","wandb"]' in out

@@ -1,0 +1,121 @@
+"""docker/check_image.py: the build-time check of the image's environment against the base's snapshot."""
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_site(path: Path, packages: dict[str, tuple[str, list[str]]]) -> list[str]:
+    """A directory of metadata-only distributions: {name: (version, [Requires-Dist, ...])}."""
+    if path.exists():
+        shutil.rmtree(path)
+    for name, (version, requires) in packages.items():
+        info = path / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        extras = sorted({r.split('extra == "')[1].rstrip('"') for r in requires if 'extra == "' in r})
+        lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+        lines += [f"Provides-Extra: {e}" for e in extras] + [f"Requires-Dist: {r}" for r in requires]
+        (info / "METADATA").write_text("\n".join(lines) + "\n")
+    return [str(path)]
+
+
+BASE = {
+    "torch": ("2.11.0+cu130", ['nvidia-nccl-cu13==2.28.9; platform_system == "Linux"']),
+    "nvidia-nccl-cu13": ("2.29.7", []),
+    "vllm": ("0.24.0", ["transformers>=5.5.3", "torch==2.11.0"]),
+    "numba": ("0.65.0", ["numpy<2.5,>=1.22"]),
+    "numpy": ("1.26.4", []),
+    "transformers": ("5.3.0", []),
+}
+AFTER = {
+    **BASE,
+    "numpy": ("2.4.6", []),
+    "transformers": ("5.9.0", ["numpy>=1.17"]),
+    "verl": ("0.9.1", ["numpy>=2.0.0", "transformers>=5.5.3", 'tensordict; extra == "verl-core"']),
+    "tensordict": ("0.10.0", ["torch"]),
+}
+
+
+@pytest.fixture
+def snapshot_of_base(tmp_path, check_image):
+    model = tmp_path / "model.txt"
+    model.write_text("[stack]\ntorch==2.11.0\nvllm==0.24.0\n[installed]\nnumpy\n")
+    site = make_site(tmp_path / "site", BASE)
+    assert check_image.snapshot(model, tmp_path, site) == []
+    return tmp_path
+
+
+def test_the_repository_model_names_the_stack_and_what_the_install_could_break(check_image):
+    model = check_image.read_model(ROOT / "docker" / "base-image.txt")
+    assert {n: e.version for n, e in model.stack.items() if n in ("torch", "vllm")} == {
+        "torch": "2.11.0", "vllm": "0.24.0"}
+    assert "transformers>=5.5.3" in model.stack["vllm"].requires
+    assert model.installed["numba"].requires == ["numpy<2.5,>=1.22"]
+    assert model.installed["transformers"].version == "5.3.0" and model.installed["datasets"].version is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("torch==2.11.0\n", "before any [section]"),
+    ("[stack]\n  requires numpy\n", "under a package"),
+    ("[stack]\ntorch>=2.11\n", "expected 'name==version' or 'name'"),
+    ("[gpu]\n", "unknown section"),
+])
+def test_a_malformed_model_is_refused_with_its_line(tmp_path, check_image, text, message):
+    path = tmp_path / "model.txt"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(f"{path}:") + ".*" + re.escape(message)):
+        check_image.read_model(path)
+
+
+def test_snapshot_records_the_base_and_freezes_only_the_gpu_stack(snapshot_of_base):
+    freeze = (snapshot_of_base / "base-image.freeze").read_text().splitlines()
+    assert "numpy==1.26.4" in freeze and "torch==2.11.0+cu130" in freeze
+    stack = (snapshot_of_base / "gpu-stack.txt").read_text().splitlines()
+    assert stack == ["nvidia-nccl-cu13==2.29.7", "torch==2.11.0+cu130", "vllm==0.24.0"]
+
+
+def test_snapshot_refuses_a_base_with_another_stack(tmp_path, check_image):
+    model = tmp_path / "model.txt"
+    model.write_text("[stack]\ntorch==2.11.0\nvllm==0.24.0\n")
+    site = make_site(tmp_path / "site", {**BASE, "vllm": ("0.23.0", [])})
+    assert check_image.snapshot(model, tmp_path, site) == ["vllm==0.24.0 expected, base image has 0.23.0"]
+    assert check_image.main(["--path", site[0], "--dir", str(tmp_path), "snapshot", str(model)]) == 1
+
+
+def test_verify_passes_an_install_that_meets_every_requirement(snapshot_of_base, check_image):
+    site = make_site(snapshot_of_base / "site", AFTER)
+    problems, changes = check_image.verify(["verl[verl-core]==0.9.1"], snapshot_of_base, site)
+    assert problems == []
+    assert changes == ["numpy 1.26.4 -> 2.4.6", "tensordict (new) -> 0.10.0", "transformers 5.3.0 -> 5.9.0",
+                       "verl (new) -> 0.9.1"]
+    # torch's NCCL pin was broken in the base already (on purpose): not this image's doing
+
+
+def test_verify_names_a_missing_requirement_of_a_requested_extra(snapshot_of_base, check_image):
+    site = make_site(snapshot_of_base / "site", {k: v for k, v in AFTER.items() if k != "tensordict"})
+    problems, _ = check_image.verify(["verl[verl-core]"], snapshot_of_base, site)
+    assert problems == ["verl[verl-core] requires tensordict, installed: none"]
+    assert check_image.main(["--path", site[0], "--dir", str(snapshot_of_base), "verify", "--require", "verl"]) == 0
+
+
+def test_verify_names_what_the_install_broke_in_the_base(snapshot_of_base, check_image):
+    site = make_site(snapshot_of_base / "site", {**AFTER, "numpy": ("2.5.1", [])})  # numba takes <2.5
+    problems, _ = check_image.verify(["verl"], snapshot_of_base, site)
+    assert problems == ["numba 0.65.0 requires numpy<2.5,>=1.22: held in the base image (1.26.4), broken by "
+                        "this image (2.5.1)"]
+
+
+def test_verify_names_an_unmet_requirement_of_a_changed_package(snapshot_of_base, check_image):
+    site = make_site(snapshot_of_base / "site", {**AFTER, "transformers": ("5.9.0", ["tokenizers>=0.22"])})
+    problems, _ = check_image.verify(["verl"], snapshot_of_base, site)
+    assert problems == ["transformers 5.9.0 (installed by this image) requires tokenizers>=0.22, installed: none"]
+
+
+def test_verify_refuses_a_moved_gpu_stack(snapshot_of_base, check_image, capsys):
+    site = make_site(snapshot_of_base / "site", {**AFTER, "nvidia-nccl-cu13": ("2.28.9", [])})
+    assert check_image.main(["--path", site[0], "--dir", str(snapshot_of_base), "verify", "--require", "verl"]) == 1
+    assert "GPU stack moved: nvidia-nccl-cu13 2.29.7 -> 2.28.9" in capsys.readouterr().err
