@@ -36,7 +36,7 @@ class CreditConfig:
         advantage: ``shapley`` (normalise phi) or ``mix`` (normalise ``r + mix_coef * phi``).
         mix_coef: lambda of the ``mix`` mode.
         norm_by_std: divide by the group std (GRPO) or only centre (Dr.GRPO).
-        epsilon: added to the group std.
+        epsilon: keeps the normalisation finite when a group's scores barely differ (> 0).
         std_floor: the group std is taken as at least this (nats); 0 = GRPO's normalisation unchanged.
         max_group_size: larger groups are rejected (they signal a grouping bug, and bound memory).
     """
@@ -70,7 +70,8 @@ class CreditConfig:
         _int_in("seed", self.seed, 0, 2**63 - 1)
         _int_in("max_group_size", self.max_group_size, 1, 4096)
         _finite_at_least("mix_coef", self.mix_coef, 0.0)
-        _finite_at_least("epsilon", self.epsilon, 0.0)
+        # epsilon = 0 turns a constant group's zero spread into 0 / 0
+        _finite_at_least("epsilon", self.epsilon, 0.0, strict=True)
         _finite_at_least("std_floor", self.std_floor, 0.0)
         if self.rbf_bandwidth is not None:
             _finite_at_least("rbf_bandwidth", self.rbf_bandwidth, 0.0, strict=True)

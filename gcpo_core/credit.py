@@ -54,6 +54,17 @@ class CreditResult:
         return self.groups.summary(prefix)
 
 
+def _real_tensor(values, name: str, allow_bool: bool, device=None) -> torch.Tensor:
+    """``values`` as a detached real tensor (credit is not differentiated), or one clear error."""
+    try:
+        tensor = torch.as_tensor(values, device=device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{name} must be real numbers (a tensor, array or list of floats); got {err}") from None
+    if tensor.is_complex() or (tensor.dtype == torch.bool and not allow_bool):
+        raise ValueError(f"{name} must be real numbers; got dtype {tensor.dtype}")
+    return tensor.detach()
+
+
 def compute_group_credit(
     rewards: torch.Tensor,
     embeddings: torch.Tensor,
@@ -141,20 +152,24 @@ def compute_credit(
     Returns:
         :class:`CreditResult` with (N,) tensors in input order. An empty batch gives empty results.
     """
-    embeddings = torch.as_tensor(embeddings)
+    embeddings = _real_tensor(embeddings, "embeddings", allow_bool=False)
     device = embeddings.device
-    rewards = torch.as_tensor(rewards, dtype=torch.float64, device=device)
+    rewards = _real_tensor(rewards, "rewards", allow_bool=True, device=device).to(torch.float64)
     n = rewards.shape[0] if rewards.ndim else -1
     if rewards.ndim != 1 or embeddings.ndim != 2 or embeddings.shape[0] != n or len(group_ids) != n:
         raise ValueError(
             f"need rewards (N,), embeddings (N, d) and N group ids; got {tuple(rewards.shape)}, "
             f"{tuple(embeddings.shape)} and {len(group_ids)} ids"
         )
-    check_finite(rewards, "rewards")
-    layout = layout_groups(group_ids, device=device)
     padded_contributes = None
     if contributes is not None:
-        contributes = torch.as_tensor(contributes, dtype=torch.bool, device=device)
+        contributes = _real_tensor(contributes, "contributes", allow_bool=True, device=device)
+        if contributes.shape != (n,):
+            raise ValueError(f"contributes must have one flag per rollout, shape ({n},); got {tuple(contributes.shape)}")
+        contributes = contributes.to(torch.bool)
+    check_finite(rewards, "rewards")
+    layout = layout_groups(group_ids, device=device)
+    if contributes is not None:
         padded_contributes = layout.gather(contributes, fill=False)
     credit = compute_group_credit(
         layout.gather(rewards),

@@ -22,7 +22,7 @@ def test_defaults_are_the_reconstruction():
         ("exact_max_contributors", 4.5, "exact_max_contributors must be an integer"),
         ("antithetic", "yes", "antithetic must be true or false"),
         ("mix_coef", float("nan"), "mix_coef must be a finite number"),
-        ("epsilon", -1.0, "epsilon must be a finite number >= 0"),
+        ("epsilon", -1.0, "epsilon must be a finite number > 0"),
         ("rbf_bandwidth", 0.0, "rbf_bandwidth must be a finite number > 0"),
         ("max_group_size", 0, "max_group_size must be an integer"),
         ("seed", -3, "seed must be an integer"),
@@ -43,3 +43,23 @@ def test_from_mapping_rejects_unknown_keys_and_round_trips():
 
 def test_odd_permutations_are_fine_without_antithetic_pairs():
     assert CreditConfig(permutations=9, antithetic=False).permutations == 9
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0, -1e-9, float("inf")])
+def test_epsilon_must_be_positive_everywhere_it_is_set(epsilon):
+    # epsilon = 0 divides a constant group's zero spread by zero: NaN advantages
+    with pytest.raises(ValueError, match="epsilon must be a finite number > 0"):
+        CreditConfig(epsilon=epsilon)
+    with pytest.raises(ValueError, match="epsilon must be a finite number > 0"):
+        CreditConfig.from_mapping({"epsilon": epsilon})
+
+
+def test_the_cli_gets_the_epsilon_check_through_the_engine_config(tmp_path, capsys):
+    import json
+
+    from gcpo_core.cli import main
+
+    rollouts = tmp_path / "in.jsonl"
+    rollouts.write_text("".join(json.dumps({"group": "g", "reward": 1, "embedding": [1, 0]}) + "\n" for _ in range(2)))
+    assert main(["credit", str(rollouts), "--epsilon", "0"]) == 2
+    assert "epsilon must be a finite number > 0" in capsys.readouterr().err

@@ -116,3 +116,40 @@ def test_results_follow_the_embedding_device_and_dtype_is_float64():
     rewards, emb, uids = _batch(seed=7)
     result = compute_credit(rewards, emb.float(), uids)
     assert result.advantage.dtype == torch.float64 and result.advantage.device == emb.device
+
+
+def test_a_contributes_mask_of_the_wrong_length_is_rejected():
+    rewards, emb, uids = _batch(seed=8)
+    with pytest.raises(ValueError, match="contributes"):
+        compute_credit(rewards, emb, uids, contributes=[True] * (len(uids) + 1))
+    with pytest.raises(ValueError, match="contributes"):
+        compute_credit(rewards, emb, uids, contributes=[True] * (len(uids) - 1))
+
+
+@pytest.mark.parametrize("bad_id", [None, float("nan")])
+def test_missing_group_ids_are_rejected_not_merged(bad_id):
+    emb = torch.eye(4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="group id of row 2"):
+        compute_credit([1.0, 0.0, 1.0, 1.0], emb, ["a", "a", bad_id, bad_id])
+
+
+def test_inputs_that_require_grad_are_detached():
+    rewards, emb, uids = _batch(seed=9)
+    emb = emb.clone().requires_grad_(True)
+    r = torch.tensor(rewards, requires_grad=True)
+    result = compute_credit(r, emb, uids)
+    assert not result.advantage.requires_grad and torch.isfinite(result.advantage).all()
+
+
+@pytest.mark.parametrize(
+    "rewards, embeddings, message",
+    [
+        (["1", "0"], torch.eye(2), "rewards must be real numbers"),
+        ([1.0, 0.0], torch.eye(2, dtype=torch.complex64), "embeddings must be real numbers"),
+        ([1.0, 0.0], torch.eye(2, dtype=torch.bool), "embeddings must be real numbers"),
+        (torch.tensor([1 + 0j, 0j]), torch.eye(2), "rewards must be real numbers"),
+    ],
+)
+def test_bad_dtypes_fail_up_front_with_one_message(rewards, embeddings, message):
+    with pytest.raises(ValueError, match=message):
+        compute_credit(rewards, embeddings, ["g", "g"])
