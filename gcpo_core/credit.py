@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Hashable, Optional, Sequence
 
@@ -10,7 +11,7 @@ import torch
 from gcpo_core.advantages import credit_advantages
 from gcpo_core.config import CreditConfig
 from gcpo_core.diagnostics import GroupDiagnostics, group_diagnostics
-from gcpo_core.grouping import GroupLayout, layout_groups
+from gcpo_core.grouping import GroupLayout, identical_members, layout_groups
 from gcpo_core.kernels import compute_kernel
 from gcpo_core.quality import check_finite, quality_from_rewards
 from gcpo_core.shapley import shapley_values
@@ -93,13 +94,45 @@ def compute_group_credit(
             f"a group has {int(mask.sum(1).max())} rollouts, more than max_group_size={config.max_group_size}; "
             "check that rollouts are grouped by prompt id, or raise max_group_size"
         )
+    if contributes is not None and contributes.shape != mask.shape:
+        raise ValueError(f"contributes must be (B, G) like mask {tuple(mask.shape)}; got {tuple(contributes.shape)}")
     mask = mask.to(torch.bool)
     rewards = torch.where(mask, rewards.to(torch.float64), torch.zeros((), dtype=torch.float64, device=rewards.device))
     check_finite(rewards, "rewards")
     quality = quality_from_rewards(rewards, config.quality).to(torch.float64) * mask
     if contributes is not None:
         quality = quality * contributes.to(torch.bool)
-    kernel = compute_kernel(config.kernel, embeddings, mask, bandwidth=config.rbf_bandwidth)
+    # identical rollouts (same embedding and quality, bit for bit) are one class of symmetric players; each group
+    # is put in a canonical order (by content) first, so that its credit does not depend on the order of its rows
+    same_embedding = identical_members(embeddings, mask)
+    classes = identical_members(torch.stack([same_embedding.to(torch.float64), quality], dim=-1), mask)
+    order = torch.argsort(torch.where(mask, classes, torch.full_like(classes, mask.shape[1])), dim=1, stable=True)
+    canonical = functools.partial(torch.gather, dim=1, index=order)
+    credit = _credit_in_canonical_order(
+        canonical(input=rewards),
+        torch.gather(embeddings, 1, order.unsqueeze(-1).expand_as(embeddings)),
+        canonical(input=mask),
+        canonical(input=quality),
+        canonical(input=same_embedding),
+        canonical(input=classes),
+        config,
+    )
+    inverse = torch.argsort(order, dim=1)
+    for name in ("quality", "shapley", "shapley_stderr", "score", "advantage"):
+        setattr(credit, name, torch.gather(getattr(credit, name), 1, inverse))
+    return credit
+
+
+def _credit_in_canonical_order(
+    rewards: torch.Tensor,
+    embeddings: torch.Tensor,
+    mask: torch.Tensor,
+    quality: torch.Tensor,
+    same_embedding: torch.Tensor,
+    classes: torch.Tensor,
+    config: CreditConfig,
+) -> GroupCredit:
+    kernel = compute_kernel(config.kernel, embeddings, mask, bandwidth=config.rbf_bandwidth, classes=same_embedding)
     L = quality_weighted_kernel(kernel, quality)
     contributing = mask & (quality > 0)
     shapley = shapley_values(
@@ -111,6 +144,7 @@ def compute_group_credit(
         antithetic=config.antithetic,
         stratified=config.stratified,
         seed=config.seed,
+        classes=classes,
     )
     score, advantage = credit_advantages(
         rewards,
@@ -122,8 +156,12 @@ def compute_group_credit(
         epsilon=config.epsilon,
         std_floor=config.std_floor,
         kernel=kernel,
+        all_correct_scale=config.all_correct_scale,
+        stderr=shapley.stderr,
     )
-    diagnostics = group_diagnostics(L, mask, contributing, rewards, shapley.values, shapley.stderr, shapley.methods)
+    diagnostics = group_diagnostics(
+        L, mask, contributing, rewards, shapley.values, shapley.stderr, shapley.methods, advantage=advantage
+    )
     return GroupCredit(
         quality=quality,
         shapley=shapley.values,

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from typing import Iterator, Optional
 
-from gcpo_core.advantages import ADVANTAGE_MODES
+from gcpo_core.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
 from gcpo_core.config import CreditConfig
 from gcpo_core.encoder import DEFAULT_MODEL, LONG_TEXT_POLICIES, EncoderConfig
 from gcpo_core.kernels import KERNELS
@@ -28,7 +28,7 @@ CREDIT_KEYS = {
     "kernel": "kernel", "rbf_bandwidth": "rbf_bandwidth", "quality": "quality", "method": "method",
     "exact_max_contributors": "exact_max", "permutations": "permutations", "antithetic": "antithetic",
     "stratified": "stratified", "seed": "seed", "advantage": "advantage", "mix_coef": "mix_coef",
-    "norm_by_std": "norm_by_std", "epsilon": "epsilon", "std_floor": "std_floor", "max_group_size": "max_group_size",
+    "norm_by_std": "norm_by_std", "all_correct_scale": "all_correct_scale", "epsilon": "epsilon", "std_floor": "std_floor", "max_group_size": "max_group_size",
 }
 ENCODER_KEYS = {
     "model": "encoder", "text_span": "text_span", "long_text": "long_text", "max_chunks": "max_chunks",
@@ -92,7 +92,11 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--mix-coef", type=float, default=defaults.mix_coef, metavar="LAMBDA")
     group.add_argument("--no-std-norm", dest="norm_by_std", action="store_false",
                        help="centre advantages without dividing by the group std (Dr.GRPO)")
-    group.add_argument("--epsilon", type=float, default=defaults.epsilon, help="added to the group std")
+    group.add_argument("--all-correct-scale", choices=list(ALL_CORRECT_SCALES), default=defaults.all_correct_scale,
+                       help="groups whose rewards are all equal: scaled by the batch's right-vs-wrong spread (batch) "
+                            "or by their own std (group) (default %(default)s)")
+    group.add_argument("--epsilon", type=float, default=defaults.epsilon,
+                       help="keeps a group's scale finite when its scores barely differ (> 0)")
     group.add_argument("--std-floor", type=float, default=defaults.std_floor, metavar="NATS",
                        help="take the group std as at least this (default %(default)s: GRPO's normalisation)")
     group.add_argument("--max-group-size", type=int, default=defaults.max_group_size)

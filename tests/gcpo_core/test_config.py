@@ -5,7 +5,8 @@ from gcpo_core.config import CreditConfig
 
 def test_defaults_are_the_reconstruction():
     config = CreditConfig()
-    assert (config.kernel, config.quality, config.method, config.advantage) == ("cosine", "binary", "auto", "shapley")
+    assert (config.kernel, config.quality, config.method, config.advantage) == ("cosine", "clip", "auto", "shapley")
+    assert config.all_correct_scale == "batch"
     assert config.epsilon == 1e-6 and config.norm_by_std
 
 
@@ -16,8 +17,9 @@ def test_defaults_are_the_reconstruction():
         ("quality", "square", "quality must be one of"),
         ("method", "shap", "method must be one of"),
         ("advantage", "rank", "advantage must be one of"),
-        ("permutations", 3, "permutations must be an even number"),
-        ("permutations", 0, r"permutations must be an integer in \[2"),
+        ("permutations", 3, r"permutations must be an integer in \[4"),
+        ("permutations", 0, r"permutations must be an integer in \[4"),
+        ("all_correct_scale", "batchwise", "all_correct_scale must be one of"),
         ("exact_max_contributors", 40, r"exact_max_contributors must be an integer in \[0, 22\]"),
         ("exact_max_contributors", 4.5, "exact_max_contributors must be an integer"),
         ("antithetic", "yes", "antithetic must be true or false"),
@@ -41,7 +43,8 @@ def test_from_mapping_rejects_unknown_keys_and_round_trips():
         CreditConfig.from_mapping({"permutation": 32})
 
 
-def test_odd_permutations_are_fine_without_antithetic_pairs():
+def test_odd_permutations_are_fine_and_split_into_plain_units():
+    assert CreditConfig(permutations=9).permutations == 9
     assert CreditConfig(permutations=9, antithetic=False).permutations == 9
 
 

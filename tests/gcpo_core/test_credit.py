@@ -153,3 +153,22 @@ def test_inputs_that_require_grad_are_detached():
 def test_bad_dtypes_fail_up_front_with_one_message(rewards, embeddings, message):
     with pytest.raises(ValueError, match=message):
         compute_credit(rewards, embeddings, ["g", "g"])
+
+
+@pytest.mark.parametrize("method", ["exact", "mc", "loo", "auto"])
+@pytest.mark.parametrize("mode", ["shapley", "mix", "dra"])
+def test_a_length_penalised_correct_answer_gets_less_advantage_than_the_same_short_one(mode, method):
+    # DAPO's overlong penalty (verl's DAPO reward manager, as every baseline trains with it): a correct answer of
+    # ~6,000 tokens out of 8,192 with the penalty from 4,096 scores 0.535. The two answers embed identically;
+    # the binary quality map gave them identical credit, so GCPO alone ignored the shaping
+    rng = np.random.default_rng(10)
+    emb = torch.from_numpy(clustered_embeddings(rng, 1, 8)[0])
+    emb[1] = emb[0]  # the long answer says the same as the short one
+    rewards = np.array([1.0, 0.535, 1.0, 1.0, 1.0, 1.0, -1.0, -1.0])
+    config = CreditConfig(method=method, advantage=mode, permutations=64)
+    result = compute_credit(rewards, emb, ["p"] * 8, config)
+    assert float(result.advantage[1]) < float(result.advantage[0])
+    assert float(result.quality[1]) == pytest.approx(0.535) and float(result.quality[0]) == 1.0
+    # the identical unpenalised copy would share the short answer's credit exactly
+    same = compute_credit(np.where(np.arange(8) == 1, 1.0, rewards), emb, ["p"] * 8, config)
+    assert same.advantage[1] == same.advantage[0]

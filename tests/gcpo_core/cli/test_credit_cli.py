@@ -71,7 +71,7 @@ def test_a_bad_line_exits_non_zero_naming_it_and_writes_nothing(tmp_path, capsys
 def test_bad_config_values_are_reported(tmp_path, capsys):
     src = _write(tmp_path / "in.jsonl", ROLLOUTS)
     assert main(["credit", str(src), "--permutations", "3"]) == 2
-    assert "permutations must be an even number" in capsys.readouterr().err
+    assert "permutations must be an integer in [4" in capsys.readouterr().err
 
 
 def test_console_script_reads_stdin_and_writes_stdout():

