@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Hashable, Optional, Sequence
 
@@ -11,7 +10,7 @@ import torch
 from gcpo_core.advantages import credit_advantages
 from gcpo_core.config import CreditConfig
 from gcpo_core.diagnostics import GroupDiagnostics, group_diagnostics
-from gcpo_core.grouping import GroupLayout, identical_members, layout_groups
+from gcpo_core.grouping import GroupLayout, group_content_keys, identical_members, layout_groups
 from gcpo_core.kernels import compute_kernel
 from gcpo_core.quality import check_finite, quality_from_rewards
 from gcpo_core.shapley import shapley_values
@@ -102,34 +101,23 @@ def compute_group_credit(
     quality = quality_from_rewards(rewards, config.quality).to(torch.float64) * mask
     if contributes is not None:
         quality = quality * contributes.to(torch.bool)
-    # identical rollouts (same embedding and quality, bit for bit) are one class of symmetric players; each group
-    # is put in a canonical order (by content) first, so that its credit does not depend on the order of its rows
-    same_embedding = identical_members(embeddings, mask)
+    # identical rollouts (same embedding and quality, bit for bit) are one class of symmetric players; classes
+    # and the groups' random streams depend on content only, never on the order of rows
+    same_embedding, fingerprints = identical_members(embeddings, mask, return_fingerprints=True)
     classes = identical_members(torch.stack([same_embedding.to(torch.float64), quality], dim=-1), mask)
-    order = torch.argsort(torch.where(mask, classes, torch.full_like(classes, mask.shape[1])), dim=1, stable=True)
-    canonical = functools.partial(torch.gather, dim=1, index=order)
-    credit = _credit_in_canonical_order(
-        canonical(input=rewards),
-        torch.gather(embeddings, 1, order.unsqueeze(-1).expand_as(embeddings)),
-        canonical(input=mask),
-        canonical(input=quality),
-        canonical(input=same_embedding),
-        canonical(input=classes),
-        config,
-    )
-    inverse = torch.argsort(order, dim=1)
-    for name in ("quality", "shapley", "shapley_stderr", "score", "advantage"):
-        setattr(credit, name, torch.gather(getattr(credit, name), 1, inverse))
-    return credit
+    player_keys = fingerprints * 1000003 + quality.view(torch.int64)  # wraps: exact
+    keys = group_content_keys(player_keys, mask & (quality > 0))
+    return _credit(rewards, embeddings, mask, quality, same_embedding, classes, keys, config)
 
 
-def _credit_in_canonical_order(
+def _credit(
     rewards: torch.Tensor,
     embeddings: torch.Tensor,
     mask: torch.Tensor,
     quality: torch.Tensor,
     same_embedding: torch.Tensor,
     classes: torch.Tensor,
+    group_keys: torch.Tensor,
     config: CreditConfig,
 ) -> GroupCredit:
     kernel = compute_kernel(config.kernel, embeddings, mask, bandwidth=config.rbf_bandwidth, classes=same_embedding)
@@ -145,6 +133,7 @@ def _credit_in_canonical_order(
         stratified=config.stratified,
         seed=config.seed,
         classes=classes,
+        group_keys=group_keys,
     )
     score, advantage = credit_advantages(
         rewards,

@@ -17,6 +17,9 @@ from gcpo_core.registry import Registry
 Kernel = Callable[..., torch.Tensor]
 KERNELS: Registry[Kernel] = Registry("kernel")
 
+# Norms between these are computed without over- or underflow in their squares (sqrt of the float64 range).
+_SAFE_NORM = (1e-150, 1e150)
+
 
 def normalize_embeddings(embeddings: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """L2-normalise the valid rows, whatever their scale; invalid (padding) rows become 0.
@@ -41,6 +44,10 @@ def normalize_embeddings(embeddings: torch.Tensor, mask: torch.Tensor) -> torch.
     emb = embeddings.to(torch.float64)
     if not bool(mask.all()):  # padding slots may hold anything, NaN included
         emb = torch.where(mask.unsqueeze(-1), emb, torch.zeros((), dtype=emb.dtype, device=emb.device))
+    norms = emb.norm(dim=-1, keepdim=True)
+    # the plain norm is exact enough unless its square over- or underflowed
+    if bool(((norms > _SAFE_NORM[0]) & (norms < _SAFE_NORM[1]) | ~mask.unsqueeze(-1)).all()):
+        return emb / torch.where(mask.unsqueeze(-1), norms, torch.ones_like(norms))
     largest = emb.abs().amax(dim=-1, keepdim=True) if emb.shape[-1] else emb.new_zeros(*emb.shape[:2], 1)
     zero = mask & (largest.squeeze(-1) == 0)
     if bool(zero.any()):

@@ -370,14 +370,22 @@ def _class_mean(values: torch.Tensor, classes: Optional[torch.Tensor]) -> torch.
     return (sums / sizes.clamp_min(1.0)).gather(-1, index)
 
 
-def group_streams(weighted_kernel: torch.Tensor, seed: int) -> list[torch.Generator]:
-    """One random stream per group, seeded by the seed and the bits of the group's (canonically ordered)
-    game: a group gets the same permutations whatever its position in the batch or the batch it is in."""
-    host = weighted_kernel.detach().to("cpu", torch.float64).contiguous().numpy()
+def group_streams(
+    weighted_kernel: torch.Tensor, seed: int, group_keys: Optional[torch.Tensor] = None
+) -> list[torch.Generator]:
+    """One random stream per group, seeded by the seed, the group's size and its content (``group_keys``, or
+    the bits of its canonically ordered game): a group gets the same permutations whatever its position in the
+    batch, the batch it is in, or the order of its rows."""
+    n, c, _ = weighted_kernel.shape
+    if group_keys is None:
+        contents = [game.tobytes() for game in weighted_kernel.detach().to("cpu", torch.float64).contiguous().numpy()]
+    else:
+        contents = [int(key).to_bytes(8, "little", signed=True) for key in group_keys.tolist()]
+    salt = int(seed).to_bytes(8, "little", signed=False) + int(c).to_bytes(8, "little", signed=False)
     streams = []
-    for game in host:
-        digest = hashlib.blake2b(game.tobytes(), digest_size=8, key=int(seed).to_bytes(8, "little", signed=False))
-        streams.append(torch.Generator().manual_seed(int.from_bytes(digest.digest(), "little") >> 1))
+    for content in contents:
+        digest = hashlib.blake2b(content, digest_size=8, key=salt).digest()
+        streams.append(torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1))
     return streams
 
 
@@ -557,6 +565,7 @@ def shapley_values(
     stratified: bool = True,
     seed: int = 0,
     classes: Optional[torch.Tensor] = None,
+    group_keys: Optional[torch.Tensor] = None,
 ) -> ShapleyResult:
     """Credit every rollout of a padded batch of groups.
 
@@ -575,6 +584,9 @@ def shapley_values(
         classes: `(torch.Tensor | None)` int64 (B, G): identical rollouts (same embedding and quality bit for
             bit, see :func:`gcpo_core.grouping.identical_members`) share a class id, ordered by content; None:
             rollouts whose rows of L are identical bit for bit.
+        group_keys: `(torch.Tensor | None)` int64 (B,): a key of each group's content that does not depend on
+            the order of its rows (see :func:`gcpo_core.grouping.group_content_keys`); seeds the group's
+            permutations together with ``seed`` and its size. None: the bits of its canonically ordered L.
     Returns:
         :class:`ShapleyResult` with values and stderr of shape (B, G).
     """
@@ -592,12 +604,10 @@ def shapley_values(
     # the game is played by the contributors, in a canonical order: by class (content), copies adjacent
     key = torch.where(contributing, classes, torch.full_like(classes, group_size + 1))
     order = torch.argsort(key, dim=1, stable=True)
+    stats = _class_statistics(classes, contributing)
     counts = contributing.sum(dim=1).cpu().numpy()  # the host sync: class sizes decide the shapes
-    sorted_classes = torch.gather(classes, 1, order).cpu().numpy()
-    profiles = []
-    for g in range(num_groups):
-        _, sizes = np.unique(sorted_classes[g, : counts[g]], return_counts=True)
-        profiles.append(tuple(int(s) for s in sizes))
+    sorted_sizes = stats.sizes.sort(dim=1, descending=True).values.cpu().numpy()
+    profiles = [tuple(int(m) for m in row[row > 0]) for row in sorted_sizes]  # largest class first
     # exact buckets share a profile: classes sorted by multiplicity (largest first), then content
     chosen_by_group = []
     for c, profile in zip(counts, profiles):
@@ -622,7 +632,7 @@ def shapley_values(
         if chosen == "none":
             continue
         if chosen == "exact":
-            profile = tuple(sorted(profiles[g], reverse=True))
+            profile = profiles[g]
             padded = _game_size(len(profile), group_size, device, largest)
             profile = profile + (1,) * (padded - len(profile))
         else:
@@ -637,7 +647,7 @@ def shapley_values(
             groups = members[start : start + step]
             index = torch.tensor(groups, device=device)
             if chosen == "exact":
-                _solve_exact(L, contributing, classes, order, index, profile, values)
+                _solve_exact(L, contributing, classes, stats, index, profile, values)
                 continue
             players = order[index, :size]
             sub_game = L[index[:, None, None], players[:, :, None], players[:, None, :]]
@@ -647,9 +657,10 @@ def shapley_values(
                                          group_size + 2 + torch.arange(size, device=device).expand(len(groups), -1))
             player_classes = _dense_ranks(player_classes)
             if chosen == "mc":
+                keys = None if group_keys is None else group_keys[index]
                 phi, err = monte_carlo_shapley(
                     sub_game, permutations=permutations, antithetic=antithetic, stratified=stratified,
-                    generator=group_streams(sub_game, seed), classes=player_classes,
+                    generator=group_streams(sub_game, seed, keys), classes=player_classes,
                 )
             else:
                 phi, err = leave_one_out_credit(sub_game, classes=player_classes)
@@ -692,7 +703,11 @@ def classes_of_game(weighted_kernel: torch.Tensor, contributing: torch.Tensor) -
     invariant = torch.cat([torch.diagonal(L, dim1=-2, dim2=-1).unsqueeze(-1),
                            masked.sort(dim=-1, descending=True).values], dim=-1)
     order_key = identical_members(invariant, contributing)
-    return identical_members(torch.stack([order_key, identical], dim=-1).to(torch.float64), contributing)
+    # rank by (order key, identity class): the order key first, so that row order only breaks exact ties
+    group_size = L.shape[-1]
+    combined = torch.where(contributing, order_key * (group_size + 1) + identical,
+                           torch.full_like(identical, (group_size + 1) ** 2))
+    return torch.where(contributing, _dense_ranks(combined), torch.full_like(identical, -1))
 
 
 def _dense_ranks(classes: torch.Tensor) -> torch.Tensor:
@@ -706,47 +721,55 @@ def _dense_ranks(classes: torch.Tensor) -> torch.Tensor:
     return torch.gather(rank_of_sorted, 1, positions)
 
 
+@dataclass
+class _ClassStatistics:
+    """Per group (B, G): ``sizes[b, k]`` copies in class k; ``rank[b, k]`` the position of class k when the
+    group's classes are sorted by size (largest first), then content; ``representative[b, r]`` the slot of one
+    member of the class at rank r (0 where there is none)."""
+
+    sizes: torch.Tensor
+    rank: torch.Tensor
+    representative: torch.Tensor
+
+
+def _class_statistics(classes: torch.Tensor, contributing: torch.Tensor) -> _ClassStatistics:
+    num_groups, group_size = classes.shape
+    key = torch.where(contributing, classes, torch.zeros_like(classes))
+    sizes = torch.zeros_like(classes).scatter_add_(1, key, contributing.to(classes.dtype))
+    present = sizes > 0
+    ids = torch.arange(group_size, device=classes.device).expand(num_groups, -1)
+    order_key = torch.where(present, (group_size + 1 - sizes) * (group_size + 1) + ids,
+                            torch.full_like(sizes, (group_size + 2) ** 2))
+    by_rank = torch.argsort(order_key, dim=1, stable=True)  # rank -> class id
+    rank = torch.argsort(by_rank, dim=1)  # class id -> rank
+    first_slot = torch.full_like(classes, group_size).scatter_reduce(
+        1, key, torch.where(contributing, ids, torch.full_like(ids, group_size)), reduce="amin")
+    representative = torch.gather(first_slot, 1, by_rank).clamp_max(group_size - 1) if group_size else first_slot
+    return _ClassStatistics(sizes=sizes, rank=rank, representative=representative)
+
+
 def _solve_exact(
     L: torch.Tensor,
     contributing: torch.Tensor,
     classes: torch.Tensor,
-    order: torch.Tensor,
+    stats: _ClassStatistics,
     index: torch.Tensor,
     profile: tuple[int, ...],
     values: torch.Tensor,
 ) -> None:
-    """Exact credit of the groups ``index`` (all with class profile ``profile``, padded with null classes of
-    one copy) written into ``values``: one representative per class plays with its multiplicity."""
-    n, group_size = len(index), contributing.shape[1]
-    device = L.device
+    """Exact credit of the groups ``index`` (all with class profile ``profile``, largest class first, padded with
+    null classes of one copy) written into ``values``: one representative per class plays with its multiplicity."""
     k = len(profile)
-    players = order[index]  # (n, G): contributors first, by class
-    player_classes = torch.gather(classes[index], 1, players)
-    active = torch.gather(contributing[index], 1, players)
-    # each group's classes in its own order (class ids ascending = content), with their sizes and first slot
-    reps = torch.zeros(n, k, dtype=torch.long, device=device)
-    real = torch.zeros(n, k, dtype=torch.bool, device=device)
-    slot_class = torch.full((n, group_size), -1, dtype=torch.long, device=device)
-    host_classes = player_classes.cpu().numpy()
-    host_active = active.cpu().numpy()
-    reps_host = np.zeros((n, k), dtype=np.int64)
-    real_host = np.zeros((n, k), dtype=bool)
-    slot_host = np.full((n, group_size), -1, dtype=np.int64)
-    for row in range(n):
-        ids = host_classes[row][host_active[row]]
-        unique, first, sizes = np.unique(ids, return_index=True, return_counts=True)
-        # largest classes first (the bucket's profile order), ties by content
-        rank = np.lexsort((unique, -sizes))
-        for position, u in enumerate(rank):
-            reps_host[row, position] = first[u]
-            real_host[row, position] = True
-            slot_host[row, np.flatnonzero(host_active[row] & (host_classes[row] == unique[u]))] = position
-    reps.copy_(torch.from_numpy(reps_host))
-    real.copy_(torch.from_numpy(real_host))
-    slot_class.copy_(torch.from_numpy(slot_host))
-    rep_players = torch.gather(players, 1, reps)
-    sub_game = L[index[:, None, None], rep_players[:, :, None], rep_players[:, None, :]]
+    sorted_sizes = stats.sizes[index].sort(dim=1, descending=True).values
+    width = min(k, sorted_sizes.shape[1])
+    real = torch.zeros(len(index), k, dtype=torch.bool, device=L.device)
+    real[:, :width] = sorted_sizes[:, :width] > 0
+    representatives = torch.zeros(len(index), k, dtype=torch.long, device=L.device)
+    representatives[:, :width] = stats.representative[index, :width]
+    sub_game = L[index[:, None, None], representatives[:, :, None], representatives[:, None, :]]
     sub_game = sub_game * (real.unsqueeze(-1) & real.unsqueeze(-2))  # padding classes: null players
     phi, _ = exact_shapley(sub_game, multiplicities=profile)
-    per_slot = torch.gather(phi, 1, slot_class.clamp_min(0)) * (slot_class >= 0)
-    values[index[:, None], players] = per_slot
+    member = contributing[index]
+    rank_of_slot = torch.gather(stats.rank[index], 1, torch.where(member, classes[index], torch.zeros_like(classes[index])))
+    per_slot = torch.gather(phi, 1, rank_of_slot.clamp_max(k - 1)) * member
+    values[index] = per_slot

@@ -27,12 +27,18 @@ def test_credit_is_conserved_per_group_and_wrong_rollouts_get_zero():
     assert torch.all(result.quality == torch.tensor(rewards))
 
 
-def test_input_order_does_not_change_anyones_credit():
-    rewards, emb, uids = _batch(seed=1)
-    base = compute_credit(rewards, emb, uids)
+@pytest.mark.parametrize("method", ["auto", "exact", "mc", "loo"])
+def test_input_order_does_not_change_anyones_credit(method):
+    # groups of 20 with copies: auto credits them by Monte Carlo, whose permutations once followed the row order
+    rewards, emb, uids = _batch(seed=1, groups=4, size=20)
+    emb[3] = emb[5]
+    rewards[3] = rewards[5]
+    config = CreditConfig(method=method, permutations=16)
+    base = compute_credit(rewards, emb, uids, config)
     perm = np.random.default_rng(0).permutation(len(uids))
-    shuffled = compute_credit(rewards[perm], emb[perm], [uids[i] for i in perm])
+    shuffled = compute_credit(rewards[perm], emb[perm], [uids[i] for i in perm], config)
     torch.testing.assert_close(shuffled.shapley, base.shapley[perm], rtol=0, atol=1e-12)
+    torch.testing.assert_close(shuffled.shapley_stderr, base.shapley_stderr[perm], rtol=0, atol=1e-12)
     torch.testing.assert_close(shuffled.advantage, base.advantage[perm], rtol=0, atol=1e-9)
 
 
