@@ -31,7 +31,6 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-import numpy as np
 import torch
 
 from gcpo_core.grouping import identical_members
