@@ -10,7 +10,7 @@ import torch
 from gcpo_core.advantages import credit_advantages
 from gcpo_core.config import CreditConfig
 from gcpo_core.diagnostics import GroupDiagnostics, group_diagnostics
-from gcpo_core.grouping import GroupLayout, layout_groups
+from gcpo_core.grouping import GroupLayout, group_content_keys, identical_members, layout_groups
 from gcpo_core.kernels import compute_kernel
 from gcpo_core.quality import check_finite, quality_from_rewards
 from gcpo_core.shapley import shapley_values
@@ -54,6 +54,17 @@ class CreditResult:
         return self.groups.summary(prefix)
 
 
+def _real_tensor(values, name: str, allow_bool: bool, device=None) -> torch.Tensor:
+    """``values`` as a detached real tensor (credit is not differentiated), or one clear error."""
+    try:
+        tensor = torch.as_tensor(values, device=device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{name} must be real numbers (a tensor, array or list of floats); got {err}") from None
+    if tensor.is_complex() or (tensor.dtype == torch.bool and not allow_bool):
+        raise ValueError(f"{name} must be real numbers; got dtype {tensor.dtype}")
+    return tensor.detach()
+
+
 def compute_group_credit(
     rewards: torch.Tensor,
     embeddings: torch.Tensor,
@@ -82,13 +93,34 @@ def compute_group_credit(
             f"a group has {int(mask.sum(1).max())} rollouts, more than max_group_size={config.max_group_size}; "
             "check that rollouts are grouped by prompt id, or raise max_group_size"
         )
+    if contributes is not None and contributes.shape != mask.shape:
+        raise ValueError(f"contributes must be (B, G) like mask {tuple(mask.shape)}; got {tuple(contributes.shape)}")
     mask = mask.to(torch.bool)
     rewards = torch.where(mask, rewards.to(torch.float64), torch.zeros((), dtype=torch.float64, device=rewards.device))
     check_finite(rewards, "rewards")
     quality = quality_from_rewards(rewards, config.quality).to(torch.float64) * mask
     if contributes is not None:
         quality = quality * contributes.to(torch.bool)
-    kernel = compute_kernel(config.kernel, embeddings, mask, bandwidth=config.rbf_bandwidth)
+    # identical rollouts (same embedding and quality, bit for bit) are one class of symmetric players; classes
+    # and the groups' random streams depend on content only, never on the order of rows
+    same_embedding, fingerprints = identical_members(embeddings, mask, return_fingerprints=True)
+    classes = identical_members(torch.stack([same_embedding.to(torch.float64), quality], dim=-1), mask)
+    player_keys = fingerprints * 1000003 + quality.view(torch.int64)  # wraps: exact
+    keys = group_content_keys(player_keys, mask & (quality > 0))
+    return _credit(rewards, embeddings, mask, quality, same_embedding, classes, keys, config)
+
+
+def _credit(
+    rewards: torch.Tensor,
+    embeddings: torch.Tensor,
+    mask: torch.Tensor,
+    quality: torch.Tensor,
+    same_embedding: torch.Tensor,
+    classes: torch.Tensor,
+    group_keys: torch.Tensor,
+    config: CreditConfig,
+) -> GroupCredit:
+    kernel = compute_kernel(config.kernel, embeddings, mask, bandwidth=config.rbf_bandwidth, classes=same_embedding)
     L = quality_weighted_kernel(kernel, quality)
     contributing = mask & (quality > 0)
     shapley = shapley_values(
@@ -100,6 +132,8 @@ def compute_group_credit(
         antithetic=config.antithetic,
         stratified=config.stratified,
         seed=config.seed,
+        classes=classes,
+        group_keys=group_keys,
     )
     score, advantage = credit_advantages(
         rewards,
@@ -111,8 +145,12 @@ def compute_group_credit(
         epsilon=config.epsilon,
         std_floor=config.std_floor,
         kernel=kernel,
+        all_correct_scale=config.all_correct_scale,
+        stderr=shapley.stderr,
     )
-    diagnostics = group_diagnostics(L, mask, contributing, rewards, shapley.values, shapley.stderr, shapley.methods)
+    diagnostics = group_diagnostics(
+        L, mask, contributing, rewards, shapley.values, shapley.stderr, shapley.methods, advantage=advantage
+    )
     return GroupCredit(
         quality=quality,
         shapley=shapley.values,
@@ -141,20 +179,24 @@ def compute_credit(
     Returns:
         :class:`CreditResult` with (N,) tensors in input order. An empty batch gives empty results.
     """
-    embeddings = torch.as_tensor(embeddings)
+    embeddings = _real_tensor(embeddings, "embeddings", allow_bool=False)
     device = embeddings.device
-    rewards = torch.as_tensor(rewards, dtype=torch.float64, device=device)
+    rewards = _real_tensor(rewards, "rewards", allow_bool=True, device=device).to(torch.float64)
     n = rewards.shape[0] if rewards.ndim else -1
     if rewards.ndim != 1 or embeddings.ndim != 2 or embeddings.shape[0] != n or len(group_ids) != n:
         raise ValueError(
             f"need rewards (N,), embeddings (N, d) and N group ids; got {tuple(rewards.shape)}, "
             f"{tuple(embeddings.shape)} and {len(group_ids)} ids"
         )
-    check_finite(rewards, "rewards")
-    layout = layout_groups(group_ids, device=device)
     padded_contributes = None
     if contributes is not None:
-        contributes = torch.as_tensor(contributes, dtype=torch.bool, device=device)
+        contributes = _real_tensor(contributes, "contributes", allow_bool=True, device=device)
+        if contributes.shape != (n,):
+            raise ValueError(f"contributes must have one flag per rollout, shape ({n},); got {tuple(contributes.shape)}")
+        contributes = contributes.to(torch.bool)
+    check_finite(rewards, "rewards")
+    layout = layout_groups(group_ids, device=device)
+    if contributes is not None:
         padded_contributes = layout.gather(contributes, fill=False)
     credit = compute_group_credit(
         layout.gather(rewards),

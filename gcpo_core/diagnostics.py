@@ -27,6 +27,7 @@ class GroupDiagnostics:
         rescued: the group's rewards are all equal (GRPO advantage 0) but its credit is not.
         mc_stderr: largest Monte-Carlo standard error in the group (0 if exact).
         methods: Shapley method used per group.
+        advantage_abs: mean |advantage| over the group's rollouts (0 when not given).
     """
 
     size: torch.Tensor
@@ -38,6 +39,7 @@ class GroupDiagnostics:
     rescued: torch.Tensor
     mc_stderr: torch.Tensor
     methods: list[str]
+    advantage_abs: torch.Tensor | None = None
 
     def summary(self, prefix: str = "gcpo/") -> dict[str, float]:
         """Batch-level scalars for a tracker (W&B / console / file)."""
@@ -61,6 +63,12 @@ class GroupDiagnostics:
         }
         for method in ("exact", "mc", "loo"):
             metrics[f"{prefix}{method}_groups"] = float(sum(m == method for m in self.methods))
+        if self.advantage_abs is not None:
+            # the balance of the two signals: all-correct groups (diversity only) against mixed ones
+            several = self.size > 1
+            mixed = several & (self.contributing > 0) & (self.contributing < self.size)
+            metrics[f"{prefix}all_correct_adv_abs"] = _rollout_mean(self.advantage_abs, self.size, several & self.all_correct)
+            metrics[f"{prefix}mixed_adv_abs"] = _rollout_mean(self.advantage_abs, self.size, mixed)
         return metrics
 
 
@@ -72,6 +80,7 @@ def group_diagnostics(
     shapley: torch.Tensor,
     stderr: torch.Tensor,
     methods: list[str],
+    advantage: torch.Tensor | None = None,
 ) -> GroupDiagnostics:
     """Diagnostics of a padded batch; all tensor arguments are (B, G) except L (B, G, G)."""
     L = weighted_kernel.to(torch.float64)
@@ -94,6 +103,8 @@ def group_diagnostics(
         rescued=(size > 1) & (reward_spread == 0) & (credit_spread > RESCUE_TOLERANCE),
         mc_stderr=stderr.amax(dim=1) if stderr.shape[1] else stderr.new_zeros(stderr.shape[0]),
         methods=list(methods),
+        advantage_abs=None if advantage is None else
+        (advantage.to(torch.float64).abs() * mask).sum(dim=1) / size.clamp_min(1).to(torch.float64),
     )
 
 
@@ -114,6 +125,11 @@ def _spread(values: torch.Tensor, mask: torch.Tensor, big: float) -> torch.Tenso
     high = torch.where(mask, values, torch.full_like(values, -big)).amax(dim=1)
     low = torch.where(mask, values, torch.full_like(values, big)).amin(dim=1)
     return torch.where(mask.any(dim=1), high - low, torch.zeros_like(high))
+
+
+def _rollout_mean(per_group_mean: torch.Tensor, size: torch.Tensor, where: torch.Tensor) -> float:
+    weight = (size * where).to(torch.float64)
+    return float((per_group_mean * weight).sum() / weight.sum()) if bool(where.any()) else 0.0
 
 
 def _mean_where(values: torch.Tensor, where: torch.Tensor) -> float:

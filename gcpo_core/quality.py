@@ -32,7 +32,9 @@ def binary_quality(rewards: torch.Tensor) -> torch.Tensor:
 
 @QUALITY_MAPS.register("clip")
 def clipped_quality(rewards: torch.Tensor) -> torch.Tensor:
-    """Soft scores kept as they are, clipped to [0, 1]; -1 maps to 0, so DAPO rewards stay {0, 1}."""
+    """The reward clipped to [0, 1] (the default): {0, 1} and DAPO's {-1, +1} map to {0, 1} exactly, while a
+    shaped reward keeps its size -- a correct answer that DAPO's overlong penalty brings to 0.535 has q = 0.535,
+    so GCPO sees the same length shaping as every baseline trained on that reward."""
     return rewards.to(_float_dtype(rewards)).clamp(0.0, 1.0)
 
 
@@ -49,7 +51,7 @@ def no_quality(rewards: torch.Tensor) -> torch.Tensor:
     return torch.ones_like(rewards, dtype=_float_dtype(rewards))
 
 
-def quality_from_rewards(rewards: torch.Tensor, mapping: str = "binary") -> torch.Tensor:
+def quality_from_rewards(rewards: torch.Tensor, mapping: str = "clip") -> torch.Tensor:
     """Map rewards to quality with the named mapping; rejects NaN / inf rewards.
 
     Args:

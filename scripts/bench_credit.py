@@ -14,6 +14,18 @@ and checks the targets (on a 2-core CPU): exact G=8 <= 50 ms; MC G=16 M=64 <= 30
 error <= 1 %; exact G=16 >= 10x faster than naive.
 
     python scripts/bench_credit.py [--device cuda] [--groups 512] [--repeats 5]
+
+Two more sections, each run on its own:
+
+``--coverage``: are the Monte-Carlo standard errors honest? On groups of 8, 12 and 16 correct rollouts with
+the same realistic embeddings, for M in {4, 8, 16, 64, 256}, the share of estimates whose nominal 95 %
+interval (+- 1.96 stderr) covers the exact Shapley value, the mean relative error, and the same error for
+plain permutation sampling (no control variate, no half-turns, no reverses). ``--baseline-module PATH`` also
+measures another implementation of ``gcpo_core/shapley.py`` (e.g. an earlier commit's, from ``git show``).
+Target: coverage >= 93 % at every M.
+
+``--memory``: peak resident memory and time of crediting one group of G distinct correct rollouts by Monte
+Carlo (each G in a fresh process), for G up to 4096 (``max_group_size``'s cap).
 """
 
 from __future__ import annotations
@@ -157,6 +169,107 @@ def report(rows: list[dict], args: argparse.Namespace) -> bool:
     return ok
 
 
+def load_shapley_module(path: str | None):
+    """gcpo_core.shapley, or another implementation of it loaded from a file (for a before/after table)."""
+    if path is None:
+        import gcpo_core.shapley as module
+
+        return module
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_shapley", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["baseline_shapley"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def coverage(args: argparse.Namespace) -> bool:
+    """Coverage of +-1.96 stderr against exact Shapley, and MC error, per budget M."""
+    from gcpo_core.shapley import exact_shapley, monte_carlo_shapley
+
+    engines = {"this engine": load_shapley_module(None)}
+    if args.baseline_module:
+        engines["baseline"] = load_shapley_module(args.baseline_module)
+    rng = np.random.default_rng(args.seed)
+    games = []
+    for size in (8, 12, 16):
+        unit = torch.from_numpy(realistic_embeddings(rng, args.coverage_groups, size).astype(np.float64))
+        unit = unit / unit.norm(dim=-1, keepdim=True)
+        L = unit @ unit.transpose(-1, -2)
+        games.append((L, exact_shapley(L)[0]))
+    cosine = float(np.mean([(L.sum((1, 2)) - L.diagonal(dim1=1, dim2=2).sum(1)).mean() / (L.shape[1] * (L.shape[1] - 1))
+                            for L, _ in games]))
+    print(f"# MC standard errors: {args.coverage_groups} groups each of 8, 12 and 16 correct rollouts (mean cosine "
+          f"{cosine:.2f}), {args.coverage_seeds} seeds; coverage = share of estimates within +-1.96 stderr of the "
+          "exact value")
+    print()
+    header = "| M | " + " | ".join(f"{name}: coverage | {name}: mean rel. err | {name}: se = 0" for name in engines)
+    print(header + " | plain sampling: mean rel. err |")
+    print("|---:|" + "---:|" * (3 * len(engines) + 1))
+    ok = True
+    for permutations in (4, 8, 16, 64, 256):
+        cells = []
+        for name, module in engines.items():
+            inside = total = zero = 0
+            error = 0.0
+            for seed in range(args.coverage_seeds):
+                for L, exact in games:
+                    result = module.shapley_values(L, torch.ones(L.shape[:2], dtype=torch.bool), method="mc",
+                                                   permutations=permutations, seed=seed)
+                    inside += int(((result.values - exact).abs() <= 1.96 * result.stderr).sum())
+                    zero += int((result.stderr == 0).sum())
+                    error += float(((result.values - exact).abs() / exact).sum())
+                    total += exact.numel()
+            cells.append(f"{100 * inside / total:.1f} % | {100 * error / total:.2f} % | {100 * zero / total:.1f} %")
+            if name == "this engine":
+                ok &= inside / total >= 0.93
+        plain = 0.0
+        count = 0
+        for seed in range(args.coverage_seeds):
+            for L, exact in games:
+                estimate, _ = monte_carlo_shapley(L, permutations=permutations, antithetic=False, stratified=False,
+                                                  control_variate=False, generator=torch.Generator().manual_seed(seed))
+                plain += float(((estimate - exact).abs() / exact).sum())
+                count += exact.numel()
+        print(f"| {permutations} | " + " | ".join(cells) + f" | {100 * plain / count:.2f} % |")
+    print()
+    print(f"{'PASS' if ok else 'FAIL'}  coverage of +-1.96 stderr >= 93 % at every M (this engine)")
+    return ok
+
+
+MEMORY_SCRIPT = """
+import resource, sys, time, torch
+from gcpo_core.shapley import shapley_values
+size, permutations = int(sys.argv[1]), int(sys.argv[2])
+g = torch.Generator().manual_seed(0)
+unit = torch.nn.functional.normalize(torch.randn(1, size, 384, generator=g, dtype=torch.float64), dim=-1)
+L = unit @ unit.transpose(-1, -2)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+shapley_values(L, torch.ones(1, size, dtype=torch.bool), method="mc", permutations=permutations)
+print(size, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 2**10, time.perf_counter() - start)
+"""
+
+
+def memory(args: argparse.Namespace) -> bool:
+    """Peak memory of one Monte-Carlo group of G rollouts, each in a fresh process."""
+    import subprocess
+
+    print(f"# Monte-Carlo credit of one group of G distinct correct rollouts, M = {args.permutations}; extra peak "
+          "resident memory over the process before the call (the group's kernel L itself is G^2 x 8 bytes)")
+    print()
+    print("| G | L itself (MB) | extra peak memory (MB) | time (s) | all M permuted systems at once (MB) |")
+    print("|---:|---:|---:|---:|---:|")
+    for size in args.memory_sizes:
+        proc = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(size), str(args.permutations)],
+                              capture_output=True, text=True, check=True)
+        _, extra, seconds = proc.stdout.split()
+        print(f"| {size} | {size * size * 8 / 2**20:.0f} | {float(extra):.0f} | {float(seconds):.1f} | "
+              f"{args.permutations * size * size * 8 / 2**20:.0f} |")
+    return True
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -166,7 +279,17 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--naive-groups", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--coverage", action="store_true", help="measure the MC standard errors' coverage instead")
+    parser.add_argument("--coverage-groups", type=int, default=40)
+    parser.add_argument("--coverage-seeds", type=int, default=3)
+    parser.add_argument("--baseline-module", help="another gcpo_core/shapley.py to measure beside this one")
+    parser.add_argument("--memory", action="store_true", help="measure one big MC group's peak memory instead")
+    parser.add_argument("--memory-sizes", type=int, nargs="+", default=[128, 512, 1024, 2048, 4096])
     args = parser.parse_args(argv)
+    if args.coverage:
+        return 0 if coverage(args) else 1
+    if args.memory:
+        return 0 if memory(args) else 1
     rows = bench(args)
     return 0 if report(rows, args) else 1
 

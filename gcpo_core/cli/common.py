@@ -14,9 +14,9 @@ from typing import Any
 
 # dataclasses.asdict(CreditConfig())
 CREDIT_DEFAULTS: dict[str, Any] = {
-    "kernel": "cosine", "rbf_bandwidth": None, "quality": "binary", "method": "auto", "exact_max_contributors": 16,
+    "kernel": "cosine", "rbf_bandwidth": None, "quality": "clip", "method": "auto", "exact_max_contributors": 16,
     "permutations": 64, "antithetic": True, "stratified": True, "seed": 0, "advantage": "shapley", "mix_coef": 1.0,
-    "norm_by_std": True, "epsilon": 1e-6, "std_floor": 0.0, "max_group_size": 128,
+    "norm_by_std": True, "all_correct_scale": "batch", "epsilon": 1e-6, "std_floor": 0.0, "max_group_size": 128,
 }
 # dataclasses.asdict(EncoderConfig())
 ENCODER_DEFAULTS: dict[str, Any] = {
@@ -32,6 +32,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "text_span": ("answer", "full", "reasoning"),
     "long_text": ("chunk", "truncate", "head_tail"),
     "dtype": ("auto", "float32", "float16", "bfloat16"),
+    "all_correct_scale": ("batch", "group"),
 }
 EXACT_LIMIT = 22  # gcpo_core.shapley.EXACT_LIMIT: most correct rollouts `exact` enumerates
 MAX_GROUP_SIZE_LIMIT = 4096  # CreditConfig's upper bound on max_group_size
@@ -41,7 +42,7 @@ CREDIT_KEYS = {
     "kernel": "kernel", "rbf_bandwidth": "rbf_bandwidth", "quality": "quality", "method": "method",
     "exact_max_contributors": "exact_max", "permutations": "permutations", "antithetic": "antithetic",
     "stratified": "stratified", "seed": "seed", "advantage": "advantage", "mix_coef": "mix_coef",
-    "norm_by_std": "norm_by_std", "epsilon": "epsilon", "std_floor": "std_floor", "max_group_size": "max_group_size",
+    "norm_by_std": "norm_by_std", "all_correct_scale": "all_correct_scale", "epsilon": "epsilon", "std_floor": "std_floor", "max_group_size": "max_group_size",
 }
 ENCODER_KEYS = {
     "model": "encoder", "text_span": "text_span", "long_text": "long_text", "max_chunks": "max_chunks",
@@ -159,8 +160,11 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
                        help="LAMBDA of --advantage mix (default %(default)s)")
     group.add_argument("--no-std-norm", dest="norm_by_std", action="store_false",
                        help="centre advantages without dividing by the group std (Dr.GRPO)")
+    group.add_argument("--all-correct-scale", choices=CHOICES["all_correct_scale"], default=d["all_correct_scale"],
+                       help="groups whose rewards are all equal: scaled by the batch's right-vs-wrong spread (batch) "
+                            "or by their own std (group) (default %(default)s)")
     group.add_argument("--epsilon", type=float, default=d["epsilon"],
-                       help="added to the group std (default %(default)s)")
+                       help="added to the group std, keeps a constant group finite (> 0) (default %(default)s)")
     group.add_argument("--std-floor", type=float, default=d["std_floor"], metavar="NATS",
                        help="take the group std as at least this (default %(default)s: GRPO's normalisation)")
     group.add_argument("--max-group-size", type=int, default=d["max_group_size"], metavar="G",

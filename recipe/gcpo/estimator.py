@@ -23,9 +23,10 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from gcpo_core.advantages import group_normalize
+from gcpo_core.advantages import normalize_credit, score_stderr
+from gcpo_core.config import CreditConfig
 from gcpo_core.grouping import layout_groups
-from recipe.gcpo.settings import EMBEDDING_ESTIMATORS, needs_gcpo_trainer
+from recipe.gcpo.settings import EMBEDDING_ESTIMATORS, GCPO_ESTIMATOR, GCPOSettings, needs_gcpo_trainer
 
 _active = threading.local()
 
@@ -40,12 +41,14 @@ class StepCredit:
             ``rm_scores``).
         score: `(np.ndarray)` float64 (N,), the credit score to normalise (phi, or r + lambda phi).
         valid: `(np.ndarray)` bool (N,), False for padding rows.
+        stderr: `(np.ndarray | None)` float64 (N,), phi's Monte-Carlo standard error (0 where exact); None: 0.
     """
 
     uids: np.ndarray
     reward: np.ndarray
     score: np.ndarray
     valid: np.ndarray
+    stderr: Optional[np.ndarray] = None
 
 
 @contextmanager
@@ -66,7 +69,9 @@ def compute_gcpo_outcome_advantage(
     config=None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GCPO advantage: the Shapley credit score, group-normalised per prompt like GRPO's rewards.
+    """GCPO advantage: the Shapley credit score normalised per prompt by ``gcpo_core``'s one normalisation
+    (:func:`gcpo_core.advantages.normalize_credit`, the function the credit engine itself uses), so that
+    without KL-in-reward the advantages are exactly the engine's.
 
     Args:
         token_level_rewards: `(torch.Tensor)` shape (bs, response_length): the verifier reward on the last
@@ -75,7 +80,8 @@ def compute_gcpo_outcome_advantage(
         response_mask: `(torch.Tensor)` shape (bs, response_length).
         index: `(np.ndarray)` prompt ids (verl's ``uid``); must match the provided credit.
         config: `(DictConfig)` the ``algorithm`` config: ``norm_adv_by_std_in_grpo`` and
-            ``gcpo.credit.{epsilon, std_floor}`` are read from it.
+            ``gcpo.credit.*`` (epsilon, std_floor, all_correct_scale, advantage, mix_coef) are read from it,
+            exactly as the credit actor reads them.
 
     Returns:
         advantages: `(torch.Tensor)` shape (bs, response_length), 0 at padding rows.
@@ -91,16 +97,29 @@ def compute_gcpo_outcome_advantage(
     if index is not None and not np.array_equal(np.asarray(index, dtype=object), credit.uids):
         raise RuntimeError("GCPO credit was computed for another batch (group ids differ or are in another order)")
 
-    norm_by_std, epsilon, std_floor = _normalisation(config)
+    settings = _credit_config(config)
     with torch.no_grad():
         reward = token_level_rewards.sum(dim=-1).to(torch.float64).cpu().numpy()
         score = credit.score + (reward - credit.reward)  # + the KL shaping, 0 without use_kl_in_reward
         valid = credit.valid & (response_mask.sum(dim=-1) > 0).cpu().numpy()
         rows_kept = np.flatnonzero(valid)
         layout = layout_groups([credit.uids[i] for i in rows_kept])
-        padded = layout.gather(torch.from_numpy(score[rows_kept]))
+
+        def padded(values: np.ndarray) -> torch.Tensor:
+            return layout.gather(torch.from_numpy(np.asarray(values, dtype=np.float64)[rows_kept]))
+
+        stderr = None if credit.stderr is None else padded(credit.stderr)
+        normalised = normalize_credit(
+            padded(score),
+            layout.mask,
+            padded(credit.reward),  # the verifier's reward decides which groups are reward-mixed
+            norm_by_std=settings.norm_by_std,
+            epsilon=settings.epsilon,
+            std_floor=settings.std_floor,
+            all_correct_scale=settings.all_correct_scale,
+            stderr=score_stderr(stderr, settings.advantage, settings.mix_coef),
+        )
         advantage = np.zeros(rows, dtype=np.float64)
-        normalised = group_normalize(padded, layout.mask, norm_by_std=norm_by_std, epsilon=epsilon, std_floor=std_floor)
         advantage[rows_kept] = layout.scatter(normalised).numpy()
         scores = torch.from_numpy(advantage).to(token_level_rewards.device, token_level_rewards.dtype)
         scores = scores.unsqueeze(-1) * response_mask
@@ -112,12 +131,11 @@ for _name in EMBEDDING_ESTIMATORS:
     register_adv_est(_name)(compute_gcpo_outcome_advantage)
 
 
-def _normalisation(config) -> tuple[bool, float, float]:
+def _credit_config(config) -> CreditConfig:
+    """The credit settings the credit actor uses, parsed the same way (``algorithm.gcpo.credit``, with
+    ``norm_by_std`` from ``algorithm.norm_adv_by_std_in_grpo`` and the keys the estimator fixes)."""
     if config is None:
-        return True, 1e-6, 0.0
-    credit = (config.get("gcpo") or {}).get("credit") or {}
-    return (
-        bool(config.get("norm_adv_by_std_in_grpo", True)),
-        float(credit.get("epsilon", 1e-6)),
-        float(credit.get("std_floor", 0.0)),
-    )
+        return CreditConfig()
+    estimator = config.get("adv_estimator") or GCPO_ESTIMATOR
+    return GCPOSettings.from_algorithm_config(config, estimator if estimator in EMBEDDING_ESTIMATORS else
+                                              GCPO_ESTIMATOR).credit

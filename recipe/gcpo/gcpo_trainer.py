@@ -134,7 +134,7 @@ class GCPOTrainer(PPOTrainerSync):
         metrics["gcpo/mean_credit_score"] = float(result.score[valid].mean()) if valid.any() else 0.0
         if self._dumping_now():
             self._dump_credit(texts, reward, uids, valid, result)
-        return StepCredit(uids=uids, reward=reward, score=result.score, valid=valid)
+        return StepCredit(uids=uids, reward=reward, score=result.score, valid=valid, stderr=result.shapley_stderr)
 
     def _expected_group_size(self) -> int:
         # multi-turn agent loops (several outputs per session) are refused at start-up

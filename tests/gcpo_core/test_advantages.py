@@ -3,7 +3,7 @@ import pytest
 import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from gcpo_core.advantages import credit_advantages, group_normalize
+from gcpo_core.advantages import NOISE_FLOOR, credit_advantages, group_normalize, normalize_credit
 from gcpo_core.config import CreditConfig
 from gcpo_core.credit import compute_credit
 from tests.gcpo_core.helpers import clustered_embeddings
@@ -113,3 +113,82 @@ def test_std_floor_damps_groups_whose_credit_barely_differs_and_leaves_others_al
     assert float(plain[0].abs().max()) > 0.9  # a 0.02-nat spread becomes a full-size advantage
     assert float(floored[0].abs().max()) < 0.25
     torch.testing.assert_close(floored[1], plain[1])  # one correct rollout: std 0.35 > floor, GRPO unchanged
+
+
+def _grpo64(rewards: np.ndarray, epsilon: float = 1e-6) -> np.ndarray:
+    """GRPO's advantage of one group's rewards in float64: (r - mean) / (unbiased std + eps)."""
+    return (rewards - rewards.mean()) / (rewards.std(ddof=1) + epsilon)
+
+
+@pytest.mark.parametrize("wrong_reward", [0.0, -1.0])
+def test_one_correct_rollout_is_grpo_to_1e9_at_every_group_size_up_to_the_cap(wrong_reward):
+    # with epsilon added to the credit's std, the match drifted to 6e-5 at G = 128 (the credit's std is log 2
+    # times the rewards'); applied in reward units it is GRPO's to rounding
+    config = CreditConfig()
+    rng = np.random.default_rng(3)
+    for size in [2, 3, 5, 8, 16, 33, 64, 100, config.max_group_size]:
+        rewards = np.full(size, wrong_reward)
+        rewards[rng.integers(0, size)] = 1.0
+        emb = torch.from_numpy(rng.normal(size=(size, 8)))
+        result = compute_credit(rewards, emb, ["g"] * size, config)
+        np.testing.assert_allclose(result.advantage.numpy(), _grpo64(rewards), rtol=0, atol=1e-9)
+
+
+def test_all_correct_groups_are_scaled_by_the_batchs_right_vs_wrong_spread_not_their_own():
+    # group 0: all correct, credits 0.431-0.450 (the demo's "sheep"); group 1: one right, three wrong
+    scores = torch.tensor([[0.431, 0.450, 0.435, 0.448], [0.693, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, -1.0, -1.0, -1.0]], dtype=torch.float64)
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    batch = normalize_credit(scores, mask, rewards)
+    own = normalize_credit(scores, mask, rewards, all_correct_scale="group")
+    assert float(own[0].abs().max()) > 0.9  # a 0.02-nat spread blown up to unit size
+    mixed_std = float(scores[1].std())
+    torch.testing.assert_close(batch[0], (scores[0] - scores[0].mean()) / mixed_std, rtol=1e-12, atol=0)
+    assert float(batch[0].abs().max()) < 0.05
+    np.testing.assert_allclose(batch[1].numpy(), _grpo64(rewards[1].numpy()), atol=1e-12)  # GRPO's
+    np.testing.assert_allclose(own[1].numpy(), batch[1].numpy(), atol=1e-5)
+
+
+def test_a_batch_without_mixed_groups_only_centres_its_all_correct_groups_and_all_wrong_get_exactly_zero():
+    scores = torch.tensor([[0.3, 0.5, 0.4], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    rewards = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]], dtype=torch.float64)
+    adv = normalize_credit(scores, torch.ones(2, 3, dtype=torch.bool), rewards)
+    torch.testing.assert_close(adv[0], scores[0] - scores[0].mean(), rtol=0, atol=1e-15)
+    assert torch.all(adv[1] == 0)
+    mixed = normalize_credit(torch.tensor([[0.1, 0.1, 0.1]], dtype=torch.float64), torch.ones(1, 3, dtype=torch.bool),
+                             torch.tensor([[0.1, 0.1, 0.1]], dtype=torch.float64), all_correct_scale="group")
+    assert torch.all(mixed == 0)  # a constant group is exactly 0 (not a rounded mean over epsilon)
+
+
+@pytest.mark.parametrize("all_correct_scale", ["batch", "group"])
+def test_credit_differences_within_the_monte_carlo_error_do_not_become_unit_advantages(all_correct_scale):
+    # equal true credit, estimates apart by about one standard error: before, +-1 advantages
+    scores = torch.tensor([[0.400, 0.402, 0.398, 0.401]], dtype=torch.float64)
+    stderr = torch.full_like(scores, 0.002)
+    rewards = torch.ones_like(scores)
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    assert float(normalize_credit(scores, mask, rewards, all_correct_scale="group").abs().max()) > 0.9
+    adv = normalize_credit(scores, mask, rewards, all_correct_scale=all_correct_scale, stderr=stderr)
+    # a deviation of d standard errors becomes an advantage of at most d / NOISE_FLOOR
+    deviation = float((scores - scores.mean()).abs().max())
+    assert float(adv.abs().max()) <= deviation / (NOISE_FLOOR * 0.002) + 1e-12 < 0.3
+
+
+def test_new_metrics_report_the_balance_of_all_correct_and_mixed_advantages():
+    emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [0.5, 0.5]], dtype=torch.float64)
+    result = compute_credit([1.0, 1.0, 1.0, 1.0, 0.0, 0.0], emb, ["a"] * 3 + ["b"] * 3)
+    metrics = result.metrics()
+    adv = result.advantage.abs()
+    assert metrics["gcpo/all_correct_adv_abs"] == pytest.approx(float(adv[:3].mean()))
+    assert metrics["gcpo/mixed_adv_abs"] == pytest.approx(float(adv[3:].mean()))
+    assert 0 < metrics["gcpo/all_correct_adv_abs"] < metrics["gcpo/mixed_adv_abs"]
+
+
+def test_the_legacy_switch_is_todays_normalisation():
+    rng = np.random.default_rng(4)
+    scores = torch.from_numpy(rng.random((5, 6)))
+    mask = torch.from_numpy(rng.random((5, 6)) < 0.9)
+    mask[:, 0] = True
+    rewards = torch.ones_like(scores)
+    torch.testing.assert_close(normalize_credit(scores, mask, rewards, all_correct_scale="group", std_floor=0.05),
+                               group_normalize(scores, mask, std_floor=0.05), rtol=0, atol=1e-15)

@@ -27,12 +27,18 @@ def test_credit_is_conserved_per_group_and_wrong_rollouts_get_zero():
     assert torch.all(result.quality == torch.tensor(rewards))
 
 
-def test_input_order_does_not_change_anyones_credit():
-    rewards, emb, uids = _batch(seed=1)
-    base = compute_credit(rewards, emb, uids)
+@pytest.mark.parametrize("method", ["auto", "exact", "mc", "loo"])
+def test_input_order_does_not_change_anyones_credit(method):
+    # groups of 20 with copies: auto credits them by Monte Carlo, whose permutations once followed the row order
+    rewards, emb, uids = _batch(seed=1, groups=4, size=20)
+    emb[3] = emb[5]
+    rewards[3] = rewards[5]
+    config = CreditConfig(method=method, permutations=16)
+    base = compute_credit(rewards, emb, uids, config)
     perm = np.random.default_rng(0).permutation(len(uids))
-    shuffled = compute_credit(rewards[perm], emb[perm], [uids[i] for i in perm])
+    shuffled = compute_credit(rewards[perm], emb[perm], [uids[i] for i in perm], config)
     torch.testing.assert_close(shuffled.shapley, base.shapley[perm], rtol=0, atol=1e-12)
+    torch.testing.assert_close(shuffled.shapley_stderr, base.shapley_stderr[perm], rtol=0, atol=1e-12)
     torch.testing.assert_close(shuffled.advantage, base.advantage[perm], rtol=0, atol=1e-9)
 
 
@@ -116,3 +122,59 @@ def test_results_follow_the_embedding_device_and_dtype_is_float64():
     rewards, emb, uids = _batch(seed=7)
     result = compute_credit(rewards, emb.float(), uids)
     assert result.advantage.dtype == torch.float64 and result.advantage.device == emb.device
+
+
+def test_a_contributes_mask_of_the_wrong_length_is_rejected():
+    rewards, emb, uids = _batch(seed=8)
+    with pytest.raises(ValueError, match="contributes"):
+        compute_credit(rewards, emb, uids, contributes=[True] * (len(uids) + 1))
+    with pytest.raises(ValueError, match="contributes"):
+        compute_credit(rewards, emb, uids, contributes=[True] * (len(uids) - 1))
+
+
+@pytest.mark.parametrize("bad_id", [None, float("nan")])
+def test_missing_group_ids_are_rejected_not_merged(bad_id):
+    emb = torch.eye(4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="group id of row 2"):
+        compute_credit([1.0, 0.0, 1.0, 1.0], emb, ["a", "a", bad_id, bad_id])
+
+
+def test_inputs_that_require_grad_are_detached():
+    rewards, emb, uids = _batch(seed=9)
+    emb = emb.clone().requires_grad_(True)
+    r = torch.tensor(rewards, requires_grad=True)
+    result = compute_credit(r, emb, uids)
+    assert not result.advantage.requires_grad and torch.isfinite(result.advantage).all()
+
+
+@pytest.mark.parametrize(
+    "rewards, embeddings, message",
+    [
+        (["1", "0"], torch.eye(2), "rewards must be real numbers"),
+        ([1.0, 0.0], torch.eye(2, dtype=torch.complex64), "embeddings must be real numbers"),
+        ([1.0, 0.0], torch.eye(2, dtype=torch.bool), "embeddings must be real numbers"),
+        (torch.tensor([1 + 0j, 0j]), torch.eye(2), "rewards must be real numbers"),
+    ],
+)
+def test_bad_dtypes_fail_up_front_with_one_message(rewards, embeddings, message):
+    with pytest.raises(ValueError, match=message):
+        compute_credit(rewards, embeddings, ["g", "g"])
+
+
+@pytest.mark.parametrize("method", ["exact", "mc", "loo", "auto"])
+@pytest.mark.parametrize("mode", ["shapley", "mix", "dra"])
+def test_a_length_penalised_correct_answer_gets_less_advantage_than_the_same_short_one(mode, method):
+    # DAPO's overlong penalty (verl's DAPO reward manager, as every baseline trains with it): a correct answer of
+    # ~6,000 tokens out of 8,192 with the penalty from 4,096 scores 0.535. The two answers embed identically;
+    # the binary quality map gave them identical credit, so GCPO alone ignored the shaping
+    rng = np.random.default_rng(10)
+    emb = torch.from_numpy(clustered_embeddings(rng, 1, 8)[0])
+    emb[1] = emb[0]  # the long answer says the same as the short one
+    rewards = np.array([1.0, 0.535, 1.0, 1.0, 1.0, 1.0, -1.0, -1.0])
+    config = CreditConfig(method=method, advantage=mode, permutations=64)
+    result = compute_credit(rewards, emb, ["p"] * 8, config)
+    assert float(result.advantage[1]) < float(result.advantage[0])
+    assert float(result.quality[1]) == pytest.approx(0.535) and float(result.quality[0]) == 1.0
+    # the identical unpenalised copy would share the short answer's credit exactly
+    same = compute_credit(np.where(np.arange(8) == 1, 1.0, rewards), emb, ["p"] * 8, config)
+    assert same.advantage[1] == same.advantage[0]

@@ -7,10 +7,15 @@ from gcpo_core.quality import QUALITY_MAPS, quality_from_rewards
 
 
 def test_binary_maps_zero_one_and_dapo_plus_minus_one_to_zero_one():
-    assert quality_from_rewards(torch.tensor([0.0, 1.0, 1.0, 0.0])).tolist() == [0, 1, 1, 0]
-    assert quality_from_rewards(torch.tensor([-1.0, 1.0, -1.0])).tolist() == [0, 1, 0]
-    # DAPO's overlong penalty: a correct-but-long answer stays correct, a wrong one never adds volume
-    assert quality_from_rewards(torch.tensor([0.6, -1.4])).tolist() == [1, 0]
+    assert quality_from_rewards(torch.tensor([0.0, 1.0, 1.0, 0.0]), "binary").tolist() == [0, 1, 1, 0]
+    assert quality_from_rewards(torch.tensor([-1.0, 1.0, -1.0]), "binary").tolist() == [0, 1, 0]
+    # DAPO's overlong penalty is thrown away: a correct-but-long answer counts as fully correct
+    assert quality_from_rewards(torch.tensor([0.6, -1.4]), "binary").tolist() == [1, 0]
+
+
+def test_the_default_clip_keeps_binary_rewards_binary_and_the_overlong_penalty_in_q():
+    rewards = torch.tensor([0.0, 1.0, -1.0, 0.535, -1.4, 0.0], dtype=torch.float64)
+    assert quality_from_rewards(rewards).tolist() == [0.0, 1.0, 0.0, 0.535, 0.0, 0.0]
 
 
 def test_a_wrong_rollout_never_gets_positive_quality_under_any_gcpo_mapping():

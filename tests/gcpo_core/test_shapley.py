@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from gcpo_core.shapley import (
+    McDesign,
     exact_shapley,
     leave_one_out_credit,
     mc_design,
@@ -75,7 +76,7 @@ def test_symmetric_players_get_identical_credit(game):
         for j in range(i + 1, n):
             swap = list(range(n))
             swap[i], swap[j] = j, i
-            if np.allclose(L[np.ix_(swap, swap)], L, atol=0):
+            if np.array_equal(L[np.ix_(swap, swap)], L):  # exactly symmetric players
                 assert values[i] == pytest.approx(values[j], abs=1e-12)
 
 
@@ -116,16 +117,13 @@ def test_mc_estimate_lies_within_its_reported_error():
     emb = clustered_embeddings(rng, groups=64, size=10)
     L = torch.from_numpy(np.einsum("bid,bjd->bij", emb, emb))
     exact, _ = exact_shapley(L)
-    generator = torch.Generator().manual_seed(0)
-    units, _ = mc_design(10, 64, antithetic=True, stratified=True)
-    estimate, stderr = monte_carlo_shapley(L, permutations=64, generator=generator)
+    estimate, stderr = monte_carlo_shapley(L, permutations=64, generator=torch.Generator().manual_seed(0))
     assert torch.all(stderr > 0)
-    # the error over its standard error is a t statistic with units - 1 degrees of freedom
-    t_999 = {3: 12.92, 4: 8.61, 7: 5.41, 15: 4.07}[units - 1]
-    inside = ((estimate - exact).abs() <= t_999 * stderr).double().mean()
-    assert inside >= 0.98
+    # stderr is scaled so that +-1.96 stderr is the 95 % Student-t interval over the units
+    inside = ((estimate - exact).abs() <= 1.96 * stderr).double().mean()
+    assert inside >= 0.9
     relative = ((estimate - exact).abs() / exact).mean()
-    assert relative < 0.01
+    assert relative < 0.005
 
 
 def test_mc_variance_reduction_beats_plain_sampling():
@@ -138,9 +136,9 @@ def test_mc_variance_reduction_beats_plain_sampling():
         estimate, _ = monte_carlo_shapley(L, permutations=48, generator=torch.Generator().manual_seed(3), **options)
         return float(((estimate - exact).abs() / exact).mean())
 
-    plain = error(antithetic=False, stratified=False)
-    assert error(antithetic=True, stratified=False) < plain
-    assert error(antithetic=True, stratified=True) < 0.5 * plain
+    plain = error(antithetic=False, stratified=False, control_variate=False)
+    assert error(antithetic=True, stratified=True, control_variate=False) < plain
+    assert error(antithetic=True, stratified=True) < 0.2 * plain
 
 
 def test_mc_is_deterministic_given_the_seed_and_changes_with_it():
@@ -201,10 +199,15 @@ def test_unknown_method_and_bad_permutation_budgets_are_rejected():
     L = torch.eye(2, dtype=torch.float64)[None]
     with pytest.raises(ValueError, match="allowed: auto, exact, mc, loo"):
         shapley_values(L, torch.ones(1, 2, dtype=torch.bool), method="banzhaf")
-    with pytest.raises(ValueError, match="even number >= 4"):
+    with pytest.raises(ValueError, match="permutations must be an integer >= 4"):
         mc_design(8, 3, antithetic=True, stratified=True)
-    assert mc_design(16, 64, antithetic=True, stratified=True) == (4, 8)
-    assert mc_design(16, 64, antithetic=False, stratified=False) == (64, 1)
+    assert mc_design(16, 64, antithetic=True, stratified=True) == McDesign(units=16, shifts=2, antithetic=True)
+    assert mc_design(16, 64, antithetic=False, stratified=False) == McDesign(units=64, shifts=1, antithetic=False)
+    # small budgets give up reverses, then half-turns, to keep 4 independent units for the standard error
+    assert mc_design(16, 4) == McDesign(units=4, shifts=1, antithetic=False)
+    assert mc_design(16, 8) == McDesign(units=4, shifts=2, antithetic=False)
+    assert mc_design(16, 16) == McDesign(units=4, shifts=2, antithetic=True)
+    assert mc_design(16, 18) == McDesign(units=9, shifts=2, antithetic=False)
 
 
 @pytest.mark.parametrize("method", ["exact", "mc"])
@@ -233,7 +236,7 @@ def test_exact_refuses_games_too_large_to_enumerate_and_gpu_padding_stops_at_the
     import gcpo_core.shapley as shapley_module
 
     L = torch.eye(23, dtype=torch.float64)[None]
-    with pytest.raises(ValueError, match="at most 22 are solved exactly"):
+    with pytest.raises(ValueError, match=r"at most 2\^22 \(= 22 distinct players\) are solved exactly"):
         shapley_values(L, torch.ones(1, 23, dtype=torch.bool), method="exact")
     cuda = torch.device("cuda")
     assert shapley_module._game_size(21, 32, cuda, largest=22) == 22  # not 24
@@ -260,3 +263,157 @@ def test_weight_matrix_blocks_give_the_same_credit_as_one_block(monkeypatch):
     whole = shapley_module.shapley_from_subset_values(values)
     monkeypatch.setattr(shapley_module, "WEIGHT_BLOCK", 2**5)
     torch.testing.assert_close(shapley_module.shapley_from_subset_values(values), whole, rtol=0, atol=1e-12)
+
+
+# ------------------------------------------------------------------- identical rollouts, row order, honesty
+
+
+@st.composite
+def groups_with_copies(draw):
+    """A batch of 1-3 groups of up to 9 rollouts with planted bit-identical copies and some q = 0 rollouts."""
+    batch = draw(st.integers(1, 3))
+    size = draw(st.integers(2, 9))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    emb = clustered_embeddings(rng, batch, size, dim=6)
+    quality = rng.choice([0.0, 1.0, 1.0, 1.0, 0.5], size=(batch, size))
+    for b in range(batch):
+        for i in range(1, size):
+            if rng.random() < 0.4:  # a copy of an earlier rollout: same embedding and quality, bit for bit
+                j = int(rng.integers(0, i))
+                emb[b, i], quality[b, i] = emb[b, j], quality[b, j]
+    L = quality[:, :, None] * np.einsum("bid,bjd->bij", emb, emb) * quality[:, None, :]
+    return torch.from_numpy(L), torch.from_numpy(quality > 0)
+
+
+@given(groups_with_copies(), st.sampled_from(["exact", "mc", "loo", "auto"]), st.integers(0, 3))
+def test_identical_rollouts_get_identical_credit_bit_for_bit_under_every_method_and_seed(game, method, seed):
+    L, contributing = game
+    result = shapley_values(L, contributing, method=method, permutations=8, seed=seed, exact_max_contributors=3)
+    for b in range(L.shape[0]):
+        rows = L[b].numpy()
+        for i in range(L.shape[1]):
+            for j in range(i + 1, L.shape[1]):
+                if np.array_equal(rows[i], rows[j]):  # identical players
+                    assert result.values[b, i] == result.values[b, j]
+                    assert result.stderr[b, i] == result.stderr[b, j]
+
+
+def test_twenty_identical_correct_rollouts_share_their_credit_exactly_and_are_solved_exactly():
+    # the issue's example: 20 copies of one correct solution; mc gave them advantages from -1.81 to +1.63
+    L = torch.ones(1, 20, 20, dtype=torch.float64)
+    contributing = torch.ones(1, 20, dtype=torch.bool)
+    for method in ("auto", "mc"):
+        result = shapley_values(L, contributing, method=method, permutations=64)
+        assert torch.all(result.values == result.values[0, 0])
+        assert float(result.values.sum()) == pytest.approx(math.log(21.0), abs=1e-12)
+    # one class of 20 copies is 21 coalitions: auto solves it exactly, however many copies
+    assert shapley_values(L, contributing, method="auto").methods == ["exact"]
+
+
+@pytest.mark.parametrize("method", ["exact", "mc", "auto", "loo"])
+def test_eighteen_copies_one_distinct_one_wrong_copies_agree_under_every_method(method):
+    # the issue's example: the 18 copies' mc advantages spread from -0.07 to -0.19. Through compute_credit:
+    # a matrix product does not always give identical rows of L for identical embeddings, so the classes of
+    # identical rollouts come from the embeddings and rewards themselves
+    from gcpo_core.config import CreditConfig
+    from gcpo_core.credit import compute_credit
+
+    emb = torch.tensor([[1.0, 0.2, 0.1]] * 18 + [[0.1, 1.0, 0.3], [0.5, 0.5, 0.5]], dtype=torch.float64)
+    rewards = [1.0] * 19 + [0.0]
+    result = compute_credit(rewards, emb, ["p"] * 20, CreditConfig(method=method, permutations=32))
+    assert torch.all(result.shapley[:18] == result.shapley[0]) and result.shapley[19] == 0
+    assert torch.all(result.advantage[:18] == result.advantage[0])
+    exact = compute_credit(rewards, emb, ["p"] * 20, CreditConfig(method="exact")).shapley
+    if method != "loo":
+        assert float(result.shapley.sum()) == pytest.approx(float(result.groups.team_value[0]), abs=1e-10)
+        assert float((result.shapley - exact).abs().max()) < (0.01 if method == "mc" else 1e-12)
+
+
+@pytest.mark.parametrize("copies", [[2, 1, 1], [3, 2], [4], [2, 2, 2, 1], [1, 5, 1]])
+def test_exact_credit_of_collapsed_classes_equals_the_brute_force_definition(copies):
+    rng = np.random.default_rng(sum(copies) * 7 + len(copies))
+    base = clustered_embeddings(rng, 1, len(copies), dim=5)[0]
+    emb = np.repeat(base, copies, axis=0)
+    L = emb @ emb.T
+    result = shapley_values(torch.from_numpy(L)[None], torch.ones(1, len(emb), dtype=torch.bool), method="exact")
+    np.testing.assert_allclose(result.values[0].numpy(), brute_force_shapley(L), atol=1e-11)
+
+
+@pytest.mark.parametrize("method", ["exact", "mc", "loo"])
+def test_the_same_groups_in_another_row_and_group_order_get_the_same_credit(method):
+    rng = np.random.default_rng(12)
+    emb = clustered_embeddings(rng, 5, 9, dim=8)
+    emb[:, 4] = emb[:, 1]  # a copy in every group
+    L = torch.from_numpy(np.einsum("bid,bjd->bij", emb, emb))
+    contributing = torch.from_numpy(rng.random((5, 9)) < 0.8)
+    base = shapley_values(L, contributing, method=method, permutations=16, seed=4)
+    groups = torch.from_numpy(rng.permutation(5))
+    rows = torch.stack([torch.from_numpy(rng.permutation(9)) for _ in range(5)])
+    shuffled_L = torch.stack([L[g][rows[k]][:, rows[k]] for k, g in enumerate(groups)])
+    shuffled_mask = torch.stack([contributing[g][rows[k]] for k, g in enumerate(groups)])
+    shuffled = shapley_values(shuffled_L, shuffled_mask, method=method, permutations=16, seed=4)
+    for k, g in enumerate(groups):
+        torch.testing.assert_close(shuffled.values[k], base.values[g][rows[k]], rtol=0, atol=1e-12)
+        torch.testing.assert_close(shuffled.stderr[k], base.stderr[g][rows[k]], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("permutations", [4, 8, 16, 64, 256])
+def test_mc_intervals_cover_the_exact_value_at_every_budget(permutations):
+    # realistic groups of 8-16 correct rollouts (mean cosine ~0.87); the nominal 95 % interval +-1.96 stderr must
+    # cover the exact value >= 93 % of the time (the previous design: 61-92 % on these groups)
+    rng = np.random.default_rng(11)
+    inside = total = 0
+    for c in (8, 12, 16):
+        emb = torch.from_numpy(clustered_embeddings(rng, 32, c))
+        L = emb @ emb.transpose(-1, -2)
+        exact, _ = exact_shapley(L)
+        result = shapley_values(L, torch.ones(32, c, dtype=torch.bool), method="mc", permutations=permutations, seed=3)
+        assert torch.all(result.stderr > 0)  # never se = 0 for a sampled estimate
+        inside += int(((result.values - exact).abs() <= 1.96 * result.stderr).sum())
+        total += exact.numel()
+    assert inside / total >= 0.93
+
+
+def test_small_games_are_exact_by_construction_under_mc():
+    rng = np.random.default_rng(13)
+    emb = torch.from_numpy(clustered_embeddings(rng, 6, 4))
+    L = emb @ emb.transpose(-1, -2)
+    exact, _ = exact_shapley(L)
+    estimate, stderr = monte_carlo_shapley(L, permutations=4)
+    torch.testing.assert_close(estimate, exact, rtol=0, atol=1e-12)
+    assert torch.all(stderr == 0)
+
+
+def test_mc_chunks_its_permutations_without_changing_the_estimate():
+    rng = np.random.default_rng(14)
+    emb = torch.from_numpy(clustered_embeddings(rng, 3, 24))
+    L = emb @ emb.transpose(-1, -2)
+    whole = monte_carlo_shapley(L, permutations=32, generator=torch.Generator().manual_seed(1))
+    chunked = monte_carlo_shapley(L, permutations=32, generator=torch.Generator().manual_seed(1), chunk_bytes=1)
+    torch.testing.assert_close(chunked[0], whole[0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(chunked[1], whole[1], rtol=0, atol=1e-12)
+
+
+def test_a_group_of_a_thousand_rollouts_is_credited_in_bounded_memory():
+    # one group of 1,024 distinct correct rollouts with mc: the previous design gathered all M permuted
+    # systems at once (64 x 1024^2 float64 = 0.5 GB, twice over: 1.05 GB measured); chunked over permutations,
+    # the work space stays within the chunk budget (256 MB; 0.21 GB measured)
+    import subprocess
+    import sys
+
+    script = (
+        "import resource, torch\n"
+        "from gcpo_core.shapley import shapley_values\n"
+        "torch.set_num_threads(1)\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "e = torch.nn.functional.normalize(torch.randn(1, 1024, 48, generator=g, dtype=torch.float64), dim=-1)\n"
+        "L = e @ e.transpose(-1, -2)\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "r = shapley_values(L, torch.ones(1, 1024, dtype=torch.bool), method='mc', permutations=64)\n"
+        "assert torch.isfinite(r.values).all()\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 2**10)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    extra_mb = float(proc.stdout.strip().splitlines()[-1])
+    assert extra_mb < 600, f"{extra_mb:.0f} MB above the baseline"

@@ -19,3 +19,27 @@ def test_the_encoder_benchmark_runs_and_checks_the_ascii_shortcut():
     rows = {line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")}
     assert {"Rust normaliser", "ASCII shortcut", "0"} <= rows
     assert "advantage step's credit call takes" in out
+
+
+def _run(*argv):
+    proc = subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_the_credit_benchmarks_coverage_and_memory_sections_run():
+    out = _run(ROOT / "scripts" / "bench_credit.py", "--coverage", "--coverage-groups", "2", "--coverage-seeds", "1")
+    assert "PASS  coverage of +-1.96 stderr >= 93 % at every M" in out
+    assert [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "%" in line] == [
+        "4", "8", "16", "64", "256"]
+    out = _run(ROOT / "scripts" / "bench_credit.py", "--memory", "--memory-sizes", "64", "--permutations", "8")
+    assert out.splitlines()[-1].startswith("| 64 |")
+
+
+def test_the_signal_benchmark_runs_on_the_shared_rollouts(shared_data):
+    out = _run(ROOT / "scripts" / "bench_signal.py", "--data-dir", shared_data, "--groups", "3", "--dtypes", "float32",
+               "float16", "--noise-seeds", "1", "--with-reference")
+    assert "## model responses: default, all_correct_scale=batch" in out
+    assert "## model responses + reference solutions: all_correct_scale=group (GRPO's reading)" in out
+    assert "| float16 |" in out and "| float32 + N(0, 0.001) per coordinate, seed 0 |" in out
+    assert "PASS  model responses, float16" in out

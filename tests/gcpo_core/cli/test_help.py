@@ -65,7 +65,7 @@ def test_eval_and_report_help_show_their_defaults(capsys):
 
 
 def test_the_flags_choices_and_defaults_are_the_engines():
-    from gcpo_core.advantages import ADVANTAGE_MODES
+    from gcpo_core.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
     from gcpo_core.cli import common
     from gcpo_core.config import CreditConfig
     from gcpo_core.encoder import DEFAULT_MODEL, DTYPES, EncoderConfig
@@ -82,6 +82,7 @@ def test_the_flags_choices_and_defaults_are_the_engines():
         "kernel": tuple(KERNELS.names()), "quality": tuple(QUALITY_MAPS.names()), "method": tuple(SHAPLEY_METHODS),
         "advantage": tuple(ADVANTAGE_MODES.names()), "text_span": tuple(TEXT_SPANS.names()),
         "long_text": tuple(LONG_TEXT_POLICIES), "dtype": ("auto", *DTYPES),
+        "all_correct_scale": tuple(ALL_CORRECT_SCALES),
     }
     assert common.EXACT_LIMIT == EXACT_LIMIT
     with pytest.raises(ValueError):

@@ -69,10 +69,41 @@ def test_all_correct_groups_with_redundancy_get_a_signal_grpo_does_not_give():
     with provide_credit(_credit(rewards, uids, emb)):
         gcpo = _verl(_data(rewards, uids), "gcpo")[:, 0]
     assert torch.all(_verl(_data(rewards, uids), "grpo") == 0)
-    # copies share log 4 (phi = log(4)/3 each), the distinct solution keeps log 2: the copies go down
+    # copies share log 4 (phi = log(4)/3 each), the distinct solution keeps log 2: the copies go down. Alone in
+    # its batch (no right-vs-wrong spread to measure it against) the group is only centred, in nats
     phi = np.array([np.log(4) / 3] * 3 + [np.log(2)])
-    expected = (phi - phi.mean()) / (phi.std(ddof=1) + 1e-6)
-    np.testing.assert_allclose(gcpo.numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(gcpo.numpy(), phi - phi.mean(), atol=1e-6)
+    own_std = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"all_correct_scale": "group"}}})
+    with provide_credit(_credit(rewards, uids, emb)):
+        data = _data(rewards, uids)
+        legacy, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
+                                                   index=data.non_tensor_batch["uid"], config=own_std)
+    np.testing.assert_allclose(legacy[:, 0].numpy(), (phi - phi.mean()) / (phi.std(ddof=1) + 1e-6), atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["exact", "mc"])
+@pytest.mark.parametrize("all_correct_scale", ["batch", "group"])
+def test_the_estimator_applies_exactly_the_engines_normalisation(method, all_correct_scale):
+    # a batch of all-correct, mixed and all-wrong groups; mc's standard errors reach the noise floor too
+    rng = np.random.default_rng(5)
+    groups, size = 8, 6
+    uids = [f"p{g}" for g in range(groups) for _ in range(size)]
+    rewards = np.where(rng.random(groups * size) < 0.6, 1.0, -1.0)
+    rewards[:size] = 1.0
+    rewards[size : 2 * size] = -1.0
+    emb = torch.from_numpy(clustered_embeddings(rng, groups, size).reshape(groups * size, -1))
+    config = CreditConfig(method=method, permutations=8, all_correct_scale=all_correct_scale)
+    engine = compute_credit(rewards, emb, uids, config)
+    credit = StepCredit(np.array(uids, dtype=object), rewards, engine.score.numpy(), np.ones(len(uids), dtype=bool),
+                        stderr=engine.shapley_stderr.numpy())
+    algorithm = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {
+        "method": method, "permutations": 8, "all_correct_scale": all_correct_scale}}})
+    data = _data(rewards.tolist(), uids)
+    with provide_credit(credit):
+        adv = compute_advantage(data, adv_estimator="gcpo", norm_adv_by_std_in_grpo=True, config=algorithm)
+    np.testing.assert_allclose(adv.batch["advantages"][:, 0].numpy(), engine.advantage.numpy(), rtol=0, atol=1e-6)
+    if method == "mc":
+        assert float(engine.shapley_stderr.max()) > 0
 
 
 def test_padding_rows_are_left_out_and_stay_zero():

@@ -16,7 +16,8 @@ def test_the_recipe_config_parses_to_the_engine_defaults():
     "override, message",
     [
         ("algorithm.gcpo.credit.method=shap", r"algorithm.gcpo.credit.method must be one of \['auto', 'exact', 'mc', 'loo'\]"),
-        ("algorithm.gcpo.credit.permutations=3", "algorithm.gcpo.credit.permutations must be an even number"),
+        ("algorithm.gcpo.credit.permutations=3", r"algorithm.gcpo.credit.permutations must be an integer in \[4"),
+        ("algorithm.gcpo.credit.epsilon=0", "algorithm.gcpo.credit.epsilon must be a finite number > 0"),
         ("algorithm.gcpo.encoder.long_text=middle", "algorithm.gcpo.encoder.long_text must be one of"),
         ("algorithm.gcpo.actor.num_gpus=-1", r"algorithm.gcpo.actor.num_gpus must be in \[0, 64\]"),
         ("+algorithm.gcpo.credit.permutation=8", r"algorithm.gcpo.credit: unknown key\(s\) \['permutation'\]"),
