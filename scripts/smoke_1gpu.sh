@@ -70,6 +70,8 @@ done
 
 # offline: the encoder and the tiny policy are local files
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+# always a local Ray of its own: the run's environment (the metrics file's path) reaches its workers that way
+unset RAY_ADDRESS
 
 # the attention implementation of the FSDP actor (vLLM has its own kernels)
 attention_args() {

@@ -112,8 +112,8 @@ def stub(tmp_path):
     script = tmp_path / "python"
     script.write_text(
         "#!/usr/bin/env bash\n"
-        "{ printf 'CALL'; printf ' %s' \"$@\"; printf ' | LOGGER=%s DRY=%s\\n' \"${VERL_FILE_LOGGER_PATH:-}\" "
-        "\"${GCPO_DRY_RUN:-}\"; } >> \"$STUB_LOG\"\n"
+        "{ printf 'CALL'; printf ' %s' \"$@\"; printf ' | RAY=%s LOGGER=%s DRY=%s\\n' \"${RAY_ADDRESS:-}\" "
+        "\"${VERL_FILE_LOGGER_PATH:-}\" \"${GCPO_DRY_RUN:-}\"; } >> \"$STUB_LOG\"\n"
         "if [[ \"$1\" == \"-c\" ]]; then [[ \"${STUB_FLASH:-0}\" == 1 ]]; exit $?; fi\n"
         "if [[ -n \"${STUB_FAIL:-}\" && \"$*\" == *\"${STUB_FAIL}\"* ]]; then echo 'boom' >&2; exit 3; fi\n"
     )
@@ -138,15 +138,16 @@ def _trainings(calls):
 
 
 def test_two_runs_then_the_checks(stub):
-    proc, calls, smoke_dir = stub("trainer.seed=7")
+    proc, calls, smoke_dir = stub("trainer.seed=7", RAY_ADDRESS="10.0.0.1:6379")
     assert proc.returncode == 0, proc.stderr
     assert [_module(c) for c in calls] == ["recipe.gcpo.smoke", "recipe.gcpo.main_gcpo", "recipe.gcpo.main_gcpo",
                                            "recipe.gcpo.smoke"]
     assert calls[0].startswith(f"CALL -m recipe.gcpo.smoke build --out {smoke_dir} ")
     run = RunDir(smoke_dir / "gcpo")
     first, resumed = _trainings(calls)
-    assert "trainer.total_training_steps=2" in first and f"LOGGER={run.metrics(1)} DRY=" in first
-    assert "trainer.total_training_steps=3" in resumed and f"LOGGER={run.metrics(2)} DRY=" in resumed
+    # a local Ray of its own (the metrics file's path reaches the trainer through the environment)
+    assert "trainer.total_training_steps=2" in first and f"RAY= LOGGER={run.metrics(1)} DRY=" in first
+    assert "trainer.total_training_steps=3" in resumed and f"RAY= LOGGER={run.metrics(2)} DRY=" in resumed
     for call in (first, resumed):
         assert call.split(" | ")[0].endswith("trainer.seed=7")  # overrides come last
         assert "algorithm.adv_estimator=gcpo" in call and "trainer.v1.trainer_mode" not in call
