@@ -86,7 +86,7 @@ attention_args() {
   case "${attn}" in
     # verl's default: packed sequences through flash-attn's varlen kernels (what the launchers run)
     flash_attention_2) ATTN_ARGS=("actor_rollout_ref.model.use_remove_padding=true") ;;
-    # without flash-attn: padded batches through torch's SDPA (packed sequences would attend across each other)
+    # without flash-attn (vLLM's wheel does not bring it): padded batches through PyTorch's SDPA
     sdpa) ATTN_ARGS=("actor_rollout_ref.model.use_remove_padding=false"
                      "+actor_rollout_ref.model.override_config.attn_implementation=sdpa") ;;
     *) echo "error: SMOKE_ATTN must be auto, flash_attention_2 or sdpa, got '${attn}'" >&2; exit 2 ;;
