@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One real GCPO training run on one GPU, offline, in a few minutes: proves an installation before cluster hours.
+# GCPO training end to end on one GPU, offline, meant to take minutes: proves an installation before cluster hours.
 #
 # Builds a tiny Qwen3-architecture policy with random weights (recipe/gcpo/smoke/policy.py) and three prompts
 # from the package's own data, then runs python -m recipe.gcpo.main_gcpo on one GPU (vLLM generating, the

@@ -117,6 +117,7 @@ def check_credit_dumps(dump_dir: str | os.PathLike, steps: Iterable[int]) -> lis
     dump_dir = Path(dump_dir)
     results = []
     kinds = {"all_wrong": 0, "mixed": 0, "all_correct": 0}
+    correct = rollouts = 0
     failures = []
     for step in steps:
         path = dump_dir / f"credit_step{int(step):06d}.jsonl"
@@ -129,6 +130,7 @@ def check_credit_dumps(dump_dir: str | os.PathLike, steps: Iterable[int]) -> lis
             quality = record.get("quality") or [1.0 if r > 0 else 0.0 for r in record["rewards"]]
             kind = group_kind(quality)
             kinds[kind] += 1
+            correct, rollouts = correct + sum(q > 0 for q in quality), rollouts + len(quality)
             where = f"step {step} group {record['uid']}"
             wrong = [i for i, q in enumerate(quality) if q <= 0]
             if any(abs(record["shapley"][i]) > ZERO_TOLERANCE for i in wrong):
@@ -142,8 +144,8 @@ def check_credit_dumps(dump_dir: str | os.PathLike, steps: Iterable[int]) -> lis
     results.append(Check("all-wrong groups: zero advantage; wrong rollouts: zero credit", not failures,
                          "; ".join(failures) if failures else f"{kinds['all_wrong']} all-wrong groups checked"))
     absent = [k for k, n in kinds.items() if n == 0]
-    results.append(Check("group kinds occurred", not absent,
-                         ", ".join(f"{n} {k}" for k, n in kinds.items()) + (f"; none {absent}" if absent else "")))
+    detail = ", ".join(f"{n} {k}" for k, n in kinds.items()) + f" ({correct} of {rollouts} rollouts correct)"
+    results.append(Check("group kinds occurred", not absent, detail + (f"; none {absent}" if absent else "")))
     return results
 
 

@@ -132,7 +132,3 @@ def build_policy(out_dir: str | os.PathLike, spec: TinyPolicySpec = TinyPolicySp
     model.to(torch.bfloat16).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
-
-
-def parameter_count(model) -> int:
-    return sum(p.numel() for p in model.parameters())

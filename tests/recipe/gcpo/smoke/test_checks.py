@@ -136,7 +136,9 @@ def test_real_credit_of_smoke_rewards_passes(tmp_path, minilm):
         write_dump(tmp_path, step, minilm)
     results = checks.check_credit_dumps(tmp_path, [1, 2])
     assert not failed(results)
-    assert results[-1].detail == "2 all_wrong, 2 mixed, 2 all_correct"
+    assert results[-1].detail.startswith("2 all_wrong, 2 mixed, 2 all_correct (")
+    correct = int(results[-1].detail.split("(")[1].split()[0])
+    assert results[-1].detail.endswith(f"({correct} of 48 rollouts correct)") and 16 < correct < 32
 
 
 def test_an_all_wrong_group_with_advantage_fails(tmp_path, minilm):
@@ -190,6 +192,8 @@ def test_check_command_passes_a_good_run_and_writes_its_summary(tmp_path, monkey
     assert "[FAIL]" not in out and "smoke gcpo: PASSED" in out
     assert "| 1 | 1, 2 | 30 | 24 |" in out  # 30 s wall - (2.5 + 3.5) s of steps
     assert "| run 1 | 7 | 2048 | ray::WorkerDict |" in out
+    assert "| generation | 0.5 | 0.5 | 0.5 |" in out and "| credit (in advantage) | 0.25 | 0.25 | 0.25 |" in out
+    assert "| gcpo/groups | 3 | 3 | 3 |" in out  # the metrics table
     summary = json.loads(run.summary.read_text())
     assert summary["ok"] and summary["step_time_s"] == {"1": 2.5, "2": 3.5, "3": 4.5}
 
