@@ -36,7 +36,7 @@ RUN_MARKER=".gcpo-smoke-run"
 
 usage() { sed -n '/^# Usage:/,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
-estimators=(gcpo)
+estimator_given=""
 steps=2
 dry_run=0
 compare=0
@@ -44,11 +44,11 @@ overrides=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
-    --compare) compare=1; estimators=(gcpo grpo) ;;
+    --compare) compare=1 ;;
     --estimator)
       [[ $# -ge 2 ]] || { echo "error: --estimator needs a value (gcpo or grpo)" >&2; exit 2; }
-      estimators=("$2"); shift ;;
-    --estimator=*) estimators=("${1#--estimator=}") ;;
+      estimator_given="$2"; shift ;;
+    --estimator=*) estimator_given="${1#--estimator=}" ;;
     --steps)
       [[ $# -ge 2 ]] || { echo "error: --steps needs a value" >&2; exit 2; }
       steps="$2"; shift ;;
@@ -59,8 +59,11 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-if [[ "${compare}" == "1" && "${estimators[*]}" != "gcpo grpo" ]]; then
-  echo "error: --compare runs gcpo and grpo; leave out --estimator" >&2; exit 2
+if [[ "${compare}" == "1" ]]; then
+  [[ -z "${estimator_given}" ]] || { echo "error: --compare runs gcpo and grpo; leave out --estimator" >&2; exit 2; }
+  estimators=(gcpo grpo)
+else
+  estimators=("${estimator_given:-gcpo}")
 fi
 for estimator in "${estimators[@]}"; do
   [[ "${estimator}" == "gcpo" || "${estimator}" == "grpo" ]] || {

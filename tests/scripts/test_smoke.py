@@ -222,6 +222,7 @@ def test_an_earlier_run_is_cleared_but_a_foreign_folder_is_not(stub, tmp_path):
     (["--estimator", "ppo"], {}, "--estimator must be gcpo or grpo, got 'ppo'"),
     (["--steps", "0"], {}, "--steps must be a positive integer"),
     (["--compare", "--estimator", "grpo"], {}, "--compare runs gcpo and grpo"),
+    (["--estimator=gcpo", "--compare"], {}, "--compare runs gcpo and grpo"),
     (["--frobnicate"], {}, "unknown option --frobnicate"),
     ([], {"SMOKE_ATTN": "xformers"}, "SMOKE_ATTN must be auto, flash_attention_2 or sdpa"),
 ])
