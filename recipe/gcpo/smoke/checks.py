@@ -1,0 +1,172 @@
+"""What the smoke run checks, on the files the trainer wrote.
+
+* metrics: verl's ``file`` logger (``verl/utils/tracking.py``: one JSON line ``{"step": s, "data": {...}}`` per
+  logged step, at ``VERL_FILE_LOGGER_PATH``); every training step is there, and under GCPO the ``gcpo/*`` and
+  ``timing_s/gcpo_*`` metrics are present and finite;
+* credit: the trainer's credit dumps (``algorithm.gcpo.dump``, ``gcpo_core/dump.py``): every all-wrong group
+  got zero advantage (its credit scores are all equal, so any group normalisation gives 0, and the engine's
+  advantage is 0), wrong rollouts of mixed groups got zero Shapley credit, and all-wrong, mixed and all-correct
+  groups all occurred (else the credit path was not really exercised);
+* resume: the first run logged steps 1..S and saved ``global_step_S``; the resumed run's first step is S + 1.
+
+Each check returns :class:`Check` results instead of raising, so that one run reports everything that failed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from gcpo_core.dump import read_credit_dump
+
+# written every GCPO step by the trainer (recipe/gcpo/gcpo_trainer.py) and the credit engine
+REQUIRED_GCPO_METRICS = (
+    "gcpo/groups",
+    "gcpo/team_value/mean",
+    "gcpo/contributing/mean",
+    "gcpo/all_correct_groups",
+    "gcpo/mean_credit_score",
+    "timing_s/gcpo_total",
+    "timing_s/gcpo_embed",
+    "timing_s/gcpo_shapley",
+)
+STEP_KEY = "training/global_step"  # verl logs it on every training step (not on validation-only records)
+ZERO_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"[{'PASS' if self.ok else 'FAIL'}] {self.name}: {self.detail}"
+
+
+def read_metrics(path: str | os.PathLike) -> dict[int, dict[str, float]]:
+    """Training steps' metrics from a file-logger JSONL, by step (records without ``training/global_step``,
+    e.g. validation before training, are left out). A line that is not a logger record is an error."""
+    steps: dict[int, dict[str, float]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                step, data = int(record["step"]), dict(record["data"])
+            except (ValueError, KeyError, TypeError) as err:
+                raise ValueError(f"{path}:{number}: not a verl file-logger record ({err})") from None
+            if STEP_KEY in data:
+                steps.setdefault(step, {}).update(data)
+    return steps
+
+
+def _is_finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_metrics(
+    metrics: Mapping[int, Mapping[str, float]], steps: Sequence[int], gcpo: bool, groups_per_step: int | None = None
+) -> list[Check]:
+    """Every expected step logged with a finite step time; under GCPO the required ``gcpo/*`` and
+    ``timing_s/gcpo_*`` metrics present and every one of them finite (and ``gcpo/groups`` = the prompts of a
+    step, when given)."""
+    results = []
+    missing_steps = [s for s in steps if s not in metrics]
+    results.append(Check("steps logged", not missing_steps and sorted(metrics) == sorted(steps),
+                         f"expected {list(steps)}, logged {sorted(metrics)}"))
+    for step in steps:
+        data = metrics.get(step)
+        if data is None:
+            continue
+        step_time = data.get("timing_s/step")
+        results.append(Check(f"step {step} time", _is_finite_number(step_time), f"timing_s/step = {step_time!r}"))
+        if not gcpo:
+            continue
+        absent = [k for k in REQUIRED_GCPO_METRICS if k not in data]
+        gcpo_keys = sorted(k for k in data if k.startswith("gcpo/") or k.startswith("timing_s/gcpo_"))
+        bad = [f"{k}={data[k]!r}" for k in gcpo_keys if not _is_finite_number(data[k])]
+        detail = f"{len(gcpo_keys)} gcpo metrics"
+        if absent:
+            detail += f"; missing {absent}"
+        if bad:
+            detail += f"; not finite: {bad}"
+        results.append(Check(f"step {step} gcpo metrics", not absent and not bad, detail))
+        if groups_per_step is not None and "gcpo/groups" in data:
+            results.append(Check(f"step {step} groups credited", data["gcpo/groups"] == groups_per_step,
+                                 f"gcpo/groups = {data['gcpo/groups']!r}, prompts per step = {groups_per_step}"))
+    return results
+
+
+def group_kind(quality: Sequence[float]) -> str:
+    """``all_wrong``, ``all_correct`` or ``mixed`` from a group's qualities (0 = wrong)."""
+    correct = [q > 0 for q in quality]
+    if not any(correct):
+        return "all_wrong"
+    return "all_correct" if all(correct) else "mixed"
+
+
+def check_credit_dumps(dump_dir: str | os.PathLike, steps: Iterable[int]) -> list[Check]:
+    """The credit dumps of ``steps``: all-wrong groups got zero advantage, wrong rollouts zero credit, and all
+    three kinds of group occurred."""
+    dump_dir = Path(dump_dir)
+    results = []
+    kinds = {"all_wrong": 0, "mixed": 0, "all_correct": 0}
+    correct = rollouts = 0
+    failures = []
+    for step in steps:
+        path = dump_dir / f"credit_step{int(step):06d}.jsonl"
+        if not path.is_file():
+            results.append(Check(f"step {step} credit dump", False, f"{path} was not written"))
+            continue
+        records = list(read_credit_dump(path))
+        results.append(Check(f"step {step} credit dump", bool(records), f"{len(records)} groups in {path.name}"))
+        for record in records:
+            quality = record.get("quality") or [1.0 if r > 0 else 0.0 for r in record["rewards"]]
+            kind = group_kind(quality)
+            kinds[kind] += 1
+            correct, rollouts = correct + sum(q > 0 for q in quality), rollouts + len(quality)
+            where = f"step {step} group {record['uid']}"
+            wrong = [i for i, q in enumerate(quality) if q <= 0]
+            if any(abs(record["shapley"][i]) > ZERO_TOLERANCE for i in wrong):
+                failures.append(f"{where}: a wrong rollout got Shapley credit {[record['shapley'][i] for i in wrong]}")
+            if kind == "all_wrong":
+                if any(abs(a) > ZERO_TOLERANCE for a in record["advantage"]):
+                    failures.append(f"{where} (all wrong): advantage {record['advantage']}")
+                scores = record.get("score", [])
+                if scores and max(scores) - min(scores) > ZERO_TOLERANCE:
+                    failures.append(f"{where} (all wrong): unequal credit scores {scores}")
+    results.append(Check("all-wrong groups: zero advantage; wrong rollouts: zero credit", not failures,
+                         "; ".join(failures) if failures else f"{kinds['all_wrong']} all-wrong groups checked"))
+    absent = [k for k, n in kinds.items() if n == 0]
+    detail = ", ".join(f"{n} {k}" for k, n in kinds.items()) + f" ({correct} of {rollouts} rollouts correct)"
+    results.append(Check("group kinds occurred", not absent, detail + (f"; none {absent}" if absent else "")))
+    return results
+
+
+def check_resume(
+    first_run: Mapping[int, Mapping[str, float]],
+    resumed_run: Mapping[int, Mapping[str, float]],
+    checkpoint_dir: str | os.PathLike,
+    saved_step: int,
+    resumed_steps: int = 1,
+) -> list[Check]:
+    """The first run ended at ``saved_step`` and saved it; the resumed run started right after it."""
+    checkpoint = Path(checkpoint_dir) / f"global_step_{saved_step}"
+    first_steps, resumed = sorted(first_run), sorted(resumed_run)
+    expected_resumed = list(range(saved_step + 1, saved_step + 1 + resumed_steps))
+    wrong_step_values = [s for run in (first_run, resumed_run) for s, d in run.items() if d.get(STEP_KEY) != s]
+    return [
+        Check("checkpoint saved", (checkpoint / "actor").is_dir(), f"{checkpoint / 'actor'}"),
+        Check("first run steps", first_steps == list(range(1, saved_step + 1)),
+              f"expected 1..{saved_step}, logged {first_steps}"),
+        Check("resumed from the saved step", resumed == expected_resumed,
+              f"expected {expected_resumed}, logged {resumed}"),
+        Check("step numbers consistent", not wrong_step_values,
+              f"{STEP_KEY} differs from the logged step at {wrong_step_values}" if wrong_step_values else "ok"),
+    ]

@@ -1,0 +1,113 @@
+"""What the smoke run reports: wall time per phase and step, the steps' main metrics, peak GPU memory per
+process, and GCPO's step time next to GRPO's (markdown tables, ready for ``docs/benchmarks.md``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Optional, Sequence
+
+# (label, verl timing key) in the order a step runs them; "credit" is inside "advantage"
+PHASES = (
+    ("generation", "timing_s/gen"),
+    ("reward", "timing_s/reward"),
+    ("old log-prob", "timing_s/old_log_prob"),
+    ("credit (in advantage)", "timing_s/gcpo_total"),
+    ("advantage", "timing_s/adv"),
+    ("actor update", "timing_s/update_actor"),
+    ("checkpoint", "timing_s/save_checkpoint"),
+    ("weight sync", "timing_s/update_weights"),
+    ("step", "timing_s/step"),
+    ("embedding prefetch (overlapped)", "timing_s/gcpo_embed_prefetch"),
+)
+KEY_METRICS = (
+    "critic/score/mean",
+    "critic/advantages/mean",
+    "critic/advantages/max",
+    "critic/advantages/min",
+    "response_length/mean",
+    "actor/pg_loss",
+    "actor/entropy",
+    "actor/grad_norm",
+    "gcpo/groups",
+    "gcpo/team_value/mean",
+    "gcpo/contributing/mean",
+    "gcpo/all_correct_groups",
+    "gcpo/rescued_groups",
+    "gcpo/mean_credit_score",
+    "gcpo/encoder/prefetched_frac",
+    "perf/max_memory_allocated_gb",
+    "perf/max_memory_reserved_gb",
+    "perf/throughput",
+)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def phase_table(metrics: Mapping[int, Mapping[str, float]]) -> str:
+    """Seconds per phase (rows) and step (columns); phases no step has are left out."""
+    steps = sorted(metrics)
+    rows = [[label] + [_cell(metrics[s].get(key)) for s in steps]
+            for label, key in PHASES if any(key in metrics[s] for s in steps)]
+    return _table(["phase (s)"] + [f"step {s}" for s in steps], rows)
+
+
+def metrics_table(metrics: Mapping[int, Mapping[str, float]], keys: Sequence[str] = KEY_METRICS) -> str:
+    steps = sorted(metrics)
+    rows = [[key] + [_cell(metrics[s].get(key)) for s in steps] for key in keys if any(key in metrics[s] for s in steps)]
+    return _table(["metric"] + [f"step {s}" for s in steps], rows)
+
+
+def startup_seconds(wall_s: Optional[float], metrics: Mapping[int, Mapping[str, float]]) -> Optional[float]:
+    """A run's wall time outside its steps: start-up (Ray, workers, vLLM, encoder) plus shutdown."""
+    if wall_s is None:
+        return None
+    return wall_s - sum(m.get("timing_s/step", 0.0) for m in metrics.values())
+
+
+def run_table(runs: Mapping[int, tuple[Optional[float], Mapping[int, Mapping[str, float]]]]) -> str:
+    """Each run's steps, wall time and start-up + shutdown time (``{run: (wall_s, metrics by step)}``)."""
+    rows = [[str(n), ", ".join(map(str, sorted(metrics))), _cell(wall), _cell(startup_seconds(wall, metrics))]
+            for n, (wall, metrics) in sorted(runs.items())]
+    return _table(["run", "steps", "wall (s)", "start-up + shutdown (s)"], rows)
+
+
+def memory_table(gpu_memory: Mapping[str, Mapping]) -> str:
+    """Peak MiB per process of each run (``{run: gpu_memory.sample_until_stopped summary}``)."""
+    rows = []
+    for run, summary in gpu_memory.items():
+        if summary.get("error"):
+            rows.append([run, "—", "—", f"not sampled: {summary['error']}"])
+        for process in summary.get("processes", []):
+            rows.append([run, str(process["pid"]), f"{process['peak_mib']:.0f}", process["name"]])
+    return _table(["run", "pid", "peak MiB", "process"], rows)
+
+
+def step_times(metrics: Mapping[int, Mapping[str, float]]) -> dict[int, float]:
+    return {s: m["timing_s/step"] for s, m in metrics.items() if "timing_s/step" in m}
+
+
+def _ratio(a: float, b: float) -> Optional[float]:
+    return a / b if b > 0 else None
+
+
+def comparison_table(gcpo: Mapping[int, float], grpo: Mapping[int, float]) -> str:
+    """Step time of GCPO and GRPO per step and their ratio, plus the mean over the steps both have."""
+    common = sorted(set(gcpo) & set(grpo))
+    rows = [[f"step {s}", _cell(gcpo[s]), _cell(grpo[s]), _cell(_ratio(gcpo[s], grpo[s]))] for s in common]
+    if common:
+        mean_gcpo = sum(gcpo[s] for s in common) / len(common)
+        mean_grpo = sum(grpo[s] for s in common) / len(common)
+        rows.append(["mean", _cell(mean_gcpo), _cell(mean_grpo), _cell(_ratio(mean_gcpo, mean_grpo))])
+    return _table(["", "GCPO step (s)", "GRPO step (s)", "GCPO / GRPO"], rows)

@@ -1,0 +1,224 @@
+"""The smoke run's checks on synthetic runs: metrics written by verl's own file logger, credit dumps written by
+the trainer's dump writer from real credit (MiniLM on the CPU), checkpoints laid out as verl lays them out."""
+
+import json
+
+import pytest
+from verl.utils.tracking import FileLogger
+
+from gcpo_core.config import CreditConfig
+from gcpo_core.dump import write_credit_dump
+from gcpo_core.pipeline import credit_rollouts
+from recipe.gcpo.smoke import checks
+from recipe.gcpo.smoke.__main__ import RunDir, main
+from recipe.gcpo.smoke.reward import compute_score
+
+N_RESP = 8
+
+
+def step_metrics(step, gcpo=True, **changes):
+    data = {"training/global_step": step, "timing_s/step": 1.5 + step, "timing_s/gen": 0.5, "critic/score/mean": 0.0,
+            "critic/values/mean": float("nan")}  # verl logs NaN critic values without a critic: not checked
+    if gcpo:
+        data.update({key: 0.25 for key in checks.REQUIRED_GCPO_METRICS}, **{"gcpo/groups": 3.0})
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not ...}
+
+
+def write_metrics(path, records, monkeypatch):
+    """What verl's file logger writes for ``records`` ({step: metrics})."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    logger = FileLogger("gcpo-smoke", "test")
+    for step, data in records.items():
+        logger.log(data=data, step=step)
+    logger.finish()
+    return path
+
+
+def group_texts(uid):
+    return [f"response {k} of prompt {uid}: so the sum is {17 * k + len(uid)} and then {k * k}" for k in range(N_RESP)]
+
+
+_credited = {}
+
+
+def write_dump(dump_dir, step, minilm, rates=(0.0, 0.5, 1.0)):
+    """A credit dump of one step as the trainer writes it: smoke-reward rewards, real credit (computed once per
+    set of rates: every step of a synthetic run has the same rollouts)."""
+    if rates not in _credited:
+        texts, rewards, uids = [], [], []
+        for g, rate in enumerate(rates):
+            uid = f"prompt{g}"
+            for text in group_texts(uid):
+                texts.append(text)
+                rewards.append(compute_score("gcpo_smoke", text, "540", extra_info={"smoke_correct_rate": rate})["score"])
+                uids.append(uid)
+        result = credit_rollouts(texts, rewards, uids, minilm, CreditConfig(), expected_group_size=N_RESP,
+                                 return_embeddings=True, seed=0)
+        _credited[rates] = (texts, rewards, uids, result)
+    texts, rewards, uids, result = _credited[rates]
+    return write_credit_dump(dump_dir, step, texts, rewards, uids, [True] * len(texts), result, max_groups=64)
+
+
+def failed(results):
+    return [r for r in results if not r.ok]
+
+
+# --- metrics ---------------------------------------------------------------------------------------------
+
+def test_metrics_of_every_step_present_and_finite_pass(tmp_path, monkeypatch):
+    path = write_metrics(tmp_path / "m.jsonl", {0: {"val-core/acc": 0.1}, 1: step_metrics(1), 2: step_metrics(2)},
+                         monkeypatch)
+    metrics = checks.read_metrics(path)
+    assert sorted(metrics) == [1, 2]  # the validation record before training is not a step
+    assert metrics[1]["critic/values/mean"] is None  # orjson writes NaN as null
+    assert not failed(checks.check_metrics(metrics, [1, 2], gcpo=True, groups_per_step=3))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"gcpo/team_value/mean": float("nan")}, "not finite: ['gcpo/team_value/mean=None']"),  # orjson writes NaN as null
+    ({"timing_s/gcpo_shapley": float("inf")}, "not finite"),
+    ({"timing_s/gcpo_total": ...}, "missing ['timing_s/gcpo_total']"),
+    ({"gcpo/groups": 2.0}, "gcpo/groups = 2.0, prompts per step = 3"),
+    ({"timing_s/step": ...}, "timing_s/step = None"),
+])
+def test_a_missing_or_non_finite_gcpo_metric_fails(tmp_path, monkeypatch, change, message):
+    path = write_metrics(tmp_path / "m.jsonl", {1: step_metrics(1), 2: step_metrics(2, **change)}, monkeypatch)
+    bad = failed(checks.check_metrics(checks.read_metrics(path), [1, 2], gcpo=True, groups_per_step=3))
+    assert len(bad) == 1 and bad[0].name.startswith("step 2") and message in bad[0].detail
+
+
+def test_a_missing_step_fails_and_grpo_needs_no_gcpo_metrics(tmp_path, monkeypatch):
+    path = write_metrics(tmp_path / "m.jsonl", {1: step_metrics(1, gcpo=False)}, monkeypatch)
+    metrics = checks.read_metrics(path)
+    assert not failed(checks.check_metrics(metrics, [1], gcpo=False))
+    bad = failed(checks.check_metrics(metrics, [1, 2], gcpo=False))
+    assert [r.name for r in bad] == ["steps logged"]
+    assert [r.name for r in failed(checks.check_metrics(metrics, [1], gcpo=True))] == ["step 1 gcpo metrics"]
+
+
+def test_a_line_that_is_not_a_logger_record_is_an_error(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"step": 1, "data": {}}\nnot json\n')
+    with pytest.raises(ValueError, match=r"m.jsonl:2: not a verl file-logger record"):
+        checks.read_metrics(path)
+
+
+# --- resume ----------------------------------------------------------------------------------------------
+
+def saved(tmp_path, step):
+    (tmp_path / "ckpt" / f"global_step_{step}" / "actor").mkdir(parents=True)
+    return tmp_path / "ckpt"
+
+
+def test_resume_from_the_saved_step_passes(tmp_path):
+    first, resumed = {1: step_metrics(1), 2: step_metrics(2)}, {3: step_metrics(3)}
+    assert not failed(checks.check_resume(first, resumed, saved(tmp_path, 2), saved_step=2))
+
+
+def test_a_resumed_run_that_started_from_scratch_fails(tmp_path):
+    first, resumed = {1: step_metrics(1), 2: step_metrics(2)}, {s: step_metrics(s) for s in (1, 2, 3)}
+    bad = failed(checks.check_resume(first, resumed, saved(tmp_path, 2), saved_step=2))
+    assert [r.name for r in bad] == ["resumed from the saved step"]
+
+
+def test_no_checkpoint_or_a_mislabelled_step_fails(tmp_path):
+    first, resumed = {1: step_metrics(1), 2: step_metrics(2)}, {3: step_metrics(3, **{"training/global_step": 1})}
+    bad = failed(checks.check_resume(first, resumed, tmp_path / "ckpt", saved_step=2))
+    assert [r.name for r in bad] == ["checkpoint saved", "step numbers consistent"]
+
+
+# --- credit dumps ----------------------------------------------------------------------------------------
+
+def test_real_credit_of_smoke_rewards_passes(tmp_path, minilm):
+    for step in (1, 2):
+        write_dump(tmp_path, step, minilm)
+    results = checks.check_credit_dumps(tmp_path, [1, 2])
+    assert not failed(results)
+    assert results[-1].detail.startswith("2 all_wrong, 2 mixed, 2 all_correct (")
+    correct = int(results[-1].detail.split("(")[1].split()[0])
+    assert results[-1].detail.endswith(f"({correct} of 48 rollouts correct)") and 16 < correct < 32
+
+
+def test_an_all_wrong_group_with_advantage_fails(tmp_path, minilm):
+    path = write_dump(tmp_path, 1, minilm)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    wrong = next(r for r in records if max(r["rewards"]) < 0)
+    wrong["advantage"][0], wrong["score"][0] = 0.7, 0.3  # what a broken estimator would hand to verl
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    bad = failed(checks.check_credit_dumps(tmp_path, [1]))
+    assert len(bad) == 1 and "(all wrong): advantage [0.7" in bad[0].detail and "unequal credit scores" in bad[0].detail
+
+
+def test_a_wrong_rollout_with_credit_fails(tmp_path, minilm):
+    path = write_dump(tmp_path, 1, minilm)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    mixed = next(r for r in records if 0 < sum(q > 0 for q in r["quality"]) < N_RESP)
+    mixed["shapley"][mixed["quality"].index(0.0)] = 0.1
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    bad = failed(checks.check_credit_dumps(tmp_path, [1]))
+    assert len(bad) == 1 and "a wrong rollout got Shapley credit" in bad[0].detail
+
+
+def test_a_run_without_all_wrong_groups_or_without_its_dump_fails(tmp_path, minilm):
+    write_dump(tmp_path, 1, minilm, rates=(0.5, 1.0))
+    bad = failed(checks.check_credit_dumps(tmp_path, [1, 2]))
+    assert [r.name for r in bad] == ["step 2 credit dump", "group kinds occurred"]
+    assert "none ['all_wrong']" in bad[1].detail
+
+
+# --- the command the script calls --------------------------------------------------------------------------
+
+def synthetic_run(root, monkeypatch, minilm=None, resumed_steps=(3,)):
+    run = RunDir(root)
+    write_metrics(run.metrics(1), {1: step_metrics(1), 2: step_metrics(2)}, monkeypatch)
+    write_metrics(run.metrics(2), {s: step_metrics(s) for s in resumed_steps}, monkeypatch)
+    saved(root, 2)
+    run.wall(1).write_text("30.0\n")
+    run.wall(2).write_text("20.0\n")
+    run.gpu_memory(1).write_text(json.dumps({"samples": 3, "processes": [
+        {"pid": 7, "peak_mib": 2048.0, "name": "ray::WorkerDict"}, {"pid": 8, "peak_mib": 600.0, "name": "ray::CreditWorker"}]}))
+    if minilm is not None:
+        for step in (1, 2, 3):
+            write_dump(run.dumps, step, minilm)
+    return run
+
+
+def test_check_command_passes_a_good_run_and_writes_its_summary(tmp_path, monkeypatch, minilm, capsys):
+    run = synthetic_run(tmp_path, monkeypatch, minilm)
+    assert main(["check", "--run-dir", str(tmp_path), "--estimator", "gcpo", "--steps", "2", "--groups-per-step", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "[FAIL]" not in out and "smoke gcpo: PASSED" in out
+    assert "| 1 | 1, 2 | 30 | 24 |" in out  # 30 s wall - (2.5 + 3.5) s of steps
+    assert "| run 1 | 7 | 2048 | ray::WorkerDict |" in out
+    assert "| generation | 0.5 | 0.5 | 0.5 |" in out and "| credit (in advantage) | 0.25 | 0.25 | 0.25 |" in out
+    assert "| gcpo/groups | 3 | 3 | 3 |" in out  # the metrics table
+    summary = json.loads(run.summary.read_text())
+    assert summary["ok"] and summary["step_time_s"] == {"1": 2.5, "2": 3.5, "3": 4.5}
+
+
+def test_check_command_fails_a_run_that_did_not_resume(tmp_path, monkeypatch, minilm, capsys):
+    synthetic_run(tmp_path, monkeypatch, minilm, resumed_steps=(1, 2, 3))
+    assert main(["check", "--run-dir", str(tmp_path), "--estimator", "gcpo", "--steps", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] resumed from the saved step: expected [3], logged [1, 2, 3]" in out and "FAILED" in out
+
+
+def test_grpo_is_checked_without_credit_dumps_and_compared_with_gcpo(tmp_path, monkeypatch, minilm, capsys):
+    synthetic_run(tmp_path / "gcpo", monkeypatch, minilm)
+    grpo = RunDir(tmp_path / "grpo")
+    write_metrics(grpo.metrics(1), {s: step_metrics(s, gcpo=False, **{"timing_s/step": 2.0}) for s in (1, 2)}, monkeypatch)
+    write_metrics(grpo.metrics(2), {3: step_metrics(3, gcpo=False, **{"timing_s/step": 2.0})}, monkeypatch)
+    saved(grpo.root, 2)
+    for name in ("gcpo", "grpo"):
+        assert main(["check", "--run-dir", str(tmp_path / name), "--estimator", name, "--steps", "2"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "--gcpo", str(tmp_path / "gcpo"), "--grpo", str(tmp_path / "grpo")]) == 0
+    out = capsys.readouterr().out
+    assert "| step 2 | 3.5 | 2 | 1.75 |" in out and "| mean | 3.5 | 2 | 1.75 |" in out
+
+
+def test_compare_without_a_finished_run_is_a_clear_error(tmp_path, capsys):
+    assert main(["compare", "--gcpo", str(tmp_path / "gcpo"), "--grpo", str(tmp_path / "grpo")]) == 2
+    assert "summary.json not found (run the gcpo smoke first)" in capsys.readouterr().err

@@ -1,0 +1,245 @@
+"""scripts/smoke_1gpu.sh: a real dry run against verl 0.9.1 (tiny policy, data, composed config), and the
+script's orchestration (two runs, the checks, GRPO, --compare, failures) with a stand-in python."""
+
+import importlib.util
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
+from recipe.gcpo.smoke.__main__ import RunDir
+from tests.recipe.gcpo.conftest import compose_gcpo
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "smoke_1gpu.sh"
+
+
+def _run(*args, env=None):
+    full_env = dict(os.environ, **(env or {}))
+    for key in ("SMOKE_ATTN", "SMOKE_N_RESP", "SMOKE_GPU_MEM_UTIL", "SMOKE_MAX_RESPONSE_LENGTH", "PYTHON"):
+        full_env.pop(key, None)
+    full_env.update(env or {})
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=full_env, cwd=ROOT)
+
+
+def _configs(stdout):
+    """The composed configs a dry run printed, in order."""
+    parts = stdout.split(DRY_RUN_MARKER)[1:]
+    return [yaml.safe_load(part.split("# GCPO dry run", 1)[0]) for part in parts]
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    smoke_dir = tmp_path_factory.mktemp("smoke")
+    proc = _run("--dry-run", "actor_rollout_ref.rollout.temperature=0.9", env={"SMOKE_DIR": str(smoke_dir), "PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return smoke_dir, proc, _configs(proc.stdout)
+
+
+def test_dry_run_composes_the_run_against_verl(dry_run):
+    smoke_dir, proc, configs = dry_run
+    assert len(configs) == 1
+    first = configs[0]
+    run = RunDir(smoke_dir / "gcpo")
+    rollout = first["actor_rollout_ref"]["rollout"]
+    assert first["trainer"]["n_gpus_per_node"] == 1 and first["trainer"]["nnodes"] == 1
+    assert rollout["name"] == "vllm" and rollout["enforce_eager"] is True and rollout["load_format"] == "dummy"
+    assert rollout["tensor_model_parallel_size"] == 1 and rollout["gpu_memory_utilization"] <= 0.2
+    assert first["algorithm"]["adv_estimator"] == "gcpo"
+    assert first["trainer"]["default_local_dir"] == str(run.checkpoints)
+    assert first["algorithm"]["gcpo"]["dump"]["directory"] == str(run.dumps)
+    assert first["algorithm"]["gcpo"]["dump"]["every_n_steps"] == 1
+    assert "file" in first["trainer"]["logger"] and first["trainer"]["resume_mode"] == "auto"
+    assert first["trainer"]["total_training_steps"] == first["trainer"]["save_freq"] == 2
+    assert rollout["temperature"] == 0.9  # the command line's overrides win
+    assert first["reward"]["custom_reward_function"]["path"] == "pkg://recipe.gcpo.smoke.reward"
+    assert "trainer.total_training_steps=3" in proc.stdout  # the resumed run, described
+    # what other work changes is left to the recipe's YAML: the trainer mode, the credit actor's settings
+    defaults = compose_gcpo()
+    assert first["trainer"]["v1"]["trainer_mode"] == defaults.trainer.v1.trainer_mode
+    assert first["algorithm"]["gcpo"]["actor"] == dict(defaults.algorithm.gcpo.actor)
+    model = first["actor_rollout_ref"]["model"]
+    if importlib.util.find_spec("flash_attn") is None:  # CI: padded batches through SDPA
+        assert model["use_remove_padding"] is False and model["override_config"]["attn_implementation"] == "sdpa"
+        assert "FSDP actor attention: sdpa" in proc.stderr
+    else:  # verl's default: packed sequences through flash-attn
+        assert model["use_remove_padding"] is True and "attn_implementation" not in model["override_config"]
+
+
+def test_dry_run_builds_a_policy_transformers_loads_and_data_of_one_batch(dry_run):
+    from transformers import AutoModelForCausalLM
+
+    _, _, (config,) = dry_run
+    model = AutoModelForCausalLM.from_pretrained(config["actor_rollout_ref"]["model"]["path"])
+    assert model.config.model_type == "qwen3"
+    frame = pd.read_parquet(config["data"]["train_files"])
+    assert len(frame) == config["data"]["train_batch_size"] == config["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"]
+    assert Path(config["data"]["val_files"]).is_file()
+
+
+def test_the_composed_reward_gives_about_half_correct_and_every_kind_of_group(dry_run):
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    _, _, (config,) = dry_run
+    reward_fn = get_custom_reward_fn(OmegaConf.create(config))  # how verl's reward loop loads it
+    frame = pd.read_parquet(config["data"]["train_files"])
+    n = config["actor_rollout_ref"]["rollout"]["n"]
+    kinds, correct = [], 0
+    for row in frame.itertuples():
+        accs = [reward_fn(data_source=row.data_source, solution_str=f"random response {k} to {row.Index}",
+                          ground_truth=row.reward_model["ground_truth"], extra_info=dict(row.extra_info))["acc"]
+                for k in range(n)]
+        correct += sum(accs)
+        kinds.append("all_wrong" if not any(accs) else "all_correct" if all(accs) else "mixed")
+    assert kinds == ["all_wrong", "mixed", "all_correct"]
+    assert abs(correct / (n * len(frame)) - 0.5) <= 1 / 6
+
+
+# --- orchestration, with a python that records its calls ---------------------------------------------------
+
+@pytest.fixture
+def stub(tmp_path):
+    """A python3 stand-in: logs each call (arguments, file-logger path, dry-run flag), finds flash-attn when
+    STUB_FLASH=1, and fails a call whose arguments contain STUB_FAIL."""
+    log = tmp_path / "calls.log"
+    script = tmp_path / "python"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        "{ printf 'CALL'; printf ' %s' \"$@\"; printf ' | RAY=%s LOGGER=%s DRY=%s\\n' \"${RAY_ADDRESS:-}\" "
+        "\"${VERL_FILE_LOGGER_PATH:-}\" \"${GCPO_DRY_RUN:-}\"; } >> \"$STUB_LOG\"\n"
+        "if [[ \"$1\" == \"-c\" ]]; then [[ \"${STUB_FLASH:-0}\" == 1 ]]; exit $?; fi\n"
+        "if [[ -n \"${STUB_FAIL:-}\" && \"$*\" == *\"${STUB_FAIL}\"* ]]; then echo 'boom' >&2; exit 3; fi\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+    def run(*args, **env):
+        smoke_dir = tmp_path / "smoke"
+        proc = _run(*args, env={"PYTHON": str(script), "STUB_LOG": str(log), "SMOKE_DIR": str(smoke_dir), **env})
+        calls = [line for line in log.read_text().splitlines() if not line.startswith("CALL -c")] if log.exists() else []
+        log.unlink(missing_ok=True)
+        return proc, calls, smoke_dir
+
+    return run
+
+
+def _module(call):
+    return call.split()[2]
+
+
+def _trainings(calls):
+    return [c for c in calls if "recipe.gcpo.main_gcpo" in c]
+
+
+def test_two_runs_then_the_checks(stub):
+    proc, calls, smoke_dir = stub("trainer.seed=7", RAY_ADDRESS="10.0.0.1:6379")
+    assert proc.returncode == 0, proc.stderr
+    assert [_module(c) for c in calls] == ["recipe.gcpo.smoke", "recipe.gcpo.main_gcpo", "recipe.gcpo.main_gcpo",
+                                           "recipe.gcpo.smoke"]
+    assert calls[0].startswith(f"CALL -m recipe.gcpo.smoke build --out {smoke_dir} ")
+    run = RunDir(smoke_dir / "gcpo")
+    first, resumed = _trainings(calls)
+    # a local Ray of its own (the metrics file's path reaches the trainer through the environment)
+    assert "trainer.total_training_steps=2" in first and f"RAY= LOGGER={run.metrics(1)} DRY=" in first
+    assert "trainer.total_training_steps=3" in resumed and f"RAY= LOGGER={run.metrics(2)} DRY=" in resumed
+    for call in (first, resumed):
+        assert call.split(" | ")[0].endswith("trainer.seed=7")  # overrides come last
+        assert "algorithm.adv_estimator=gcpo" in call and "trainer.v1.trainer_mode" not in call
+        assert "algorithm.gcpo.actor" not in call
+    assert f"check --run-dir {run.root} --estimator gcpo --steps 2 --groups-per-step 3" in calls[-1]
+    assert float(run.wall(1).read_text()) >= 0 and run.wall(2).is_file()
+    assert "[PASS] gcpo run 1 (to step 2) exited 0" in proc.stdout
+
+
+def test_grpo_and_more_steps(stub):
+    proc, calls, _ = stub("--estimator", "grpo", "--steps", "3")
+    assert proc.returncode == 0, proc.stderr
+    first, resumed = _trainings(calls)
+    assert "algorithm.adv_estimator=grpo" in first and "algorithm.gcpo.dump" not in first
+    assert "trainer.total_training_steps=3" in first and "trainer.total_training_steps=4" in resumed
+    assert "trainer.save_freq=3" in first
+    assert "--estimator grpo --steps 3" in calls[-1]
+
+
+def test_compare_runs_both_then_prints_the_ratio(stub):
+    proc, calls, smoke_dir = stub("--compare")
+    assert proc.returncode == 0, proc.stderr
+    estimators = [c.split("algorithm.adv_estimator=")[1].split()[0] for c in _trainings(calls)]
+    assert estimators == ["gcpo", "gcpo", "grpo", "grpo"]
+    assert calls[-1].startswith(f"CALL -m recipe.gcpo.smoke compare --gcpo {smoke_dir}/gcpo --grpo {smoke_dir}/grpo")
+
+
+def test_a_failed_run_fails_the_smoke_without_checks_or_comparison(stub):
+    proc, calls, _ = stub("--compare", STUB_FAIL="trainer.experiment_name=gcpo")
+    assert proc.returncode == 1
+    assert "[FAIL] gcpo run 1 (to step 2) exited 3" in proc.stdout and "smoke FAILED: gcpo" in proc.stderr
+    assert len(_trainings(calls)) == 3  # gcpo stopped after its first run; grpo ran both
+    assert not any(" compare " in c for c in calls)
+
+
+def test_a_failed_check_fails_the_smoke(stub):
+    proc, _, _ = stub(STUB_FAIL="check --run-dir")
+    assert proc.returncode == 1 and "smoke FAILED: gcpo" in proc.stderr
+
+
+def test_dry_run_only_composes(stub):
+    proc, calls, smoke_dir = stub("--dry-run", "--compare")
+    assert proc.returncode == 0, proc.stderr
+    assert all(c.endswith("DRY=1") for c in _trainings(calls)) and len(_trainings(calls)) == 2
+    assert not any(" check " in c or " compare " in c for c in calls)
+    assert not (smoke_dir / "gcpo").exists()
+
+
+def test_flash_attn_when_installed(stub):
+    proc, calls, _ = stub(STUB_FLASH="1")
+    first = _trainings(calls)[0]
+    assert "actor_rollout_ref.model.use_remove_padding=true" in first and "attn_implementation" not in first
+    proc, calls, _ = stub(STUB_FLASH="1", SMOKE_ATTN="sdpa")
+    assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in _trainings(calls)[0]
+
+
+def test_an_earlier_run_is_cleared_but_a_foreign_folder_is_not(stub, tmp_path):
+    proc, _, smoke_dir = stub()
+    stale = smoke_dir / "gcpo" / "ckpt" / "global_step_9"
+    stale.mkdir(parents=True)
+    proc, _, _ = stub()
+    assert proc.returncode == 0 and not stale.exists()  # resume_mode=auto would have resumed from it
+    foreign = smoke_dir / "grpo"
+    foreign.mkdir()
+    (foreign / "precious.txt").write_text("keep")
+    proc, calls, _ = stub("--estimator", "grpo")
+    assert proc.returncode == 1 and "is not a smoke run folder" in proc.stderr
+    assert (foreign / "precious.txt").read_text() == "keep" and not _trainings(calls)
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--estimator", "ppo"], {}, "--estimator must be gcpo or grpo, got 'ppo'"),
+    (["--steps", "0"], {}, "--steps must be a positive integer"),
+    (["--compare", "--estimator", "grpo"], {}, "--compare runs gcpo and grpo"),
+    (["--estimator=gcpo", "--compare"], {}, "--compare runs gcpo and grpo"),
+    (["--frobnicate"], {}, "unknown option --frobnicate"),
+    ([], {"SMOKE_ATTN": "xformers"}, "SMOKE_ATTN must be auto, flash_attention_2 or sdpa"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(stub, args, env, message):
+    proc, calls, _ = stub(*args, **env)
+    assert proc.returncode == 2 and message in proc.stderr and not calls
+
+
+def test_help_lists_the_options(stub):
+    proc, calls, _ = stub("--help")
+    assert proc.returncode == 0 and "--compare" in proc.stdout and "SMOKE_DIR" in proc.stdout and not calls
+
+
+def test_the_check_module_reads_what_the_script_names(tmp_path):
+    """The script and RunDir agree on file names (the script cannot import RunDir)."""
+    text = SCRIPT.read_text()
+    run = RunDir(tmp_path)
+    for name in (run.metrics(1).name.replace("1", "${run}"), run.wall(1).name.replace("1", "${run}"),
+                 run.gpu_memory(1).name.replace("1", "${run}"), run.device.name, run.checkpoints.name, run.dumps.name):
+        assert name in text, name
