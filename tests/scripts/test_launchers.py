@@ -54,7 +54,7 @@ def test_every_launcher_composes_against_verl_with_its_estimator(script):
     assert config["algorithm"]["adv_estimator"] == estimator
     assert config["algorithm"]["filter_groups"]["enable"] is filtered
     assert config["actor_rollout_ref"]["model"]["path"] == model
-    assert config["trainer"]["v1"]["trainer_mode"] == "gcpo_sync"
+    assert config["trainer"]["v1"]["trainer_mode"] == "sync" and config["trainer"]["use_v1"]
     if script != "run_qwen3_4b_group_contrastive.sh":
         assert config["data"]["train_files"] == "/data/gcpo/train.parquet"
     assert config["actor_rollout_ref"]["actor"]["clip_ratio_high"] == 0.28

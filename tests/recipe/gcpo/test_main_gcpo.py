@@ -28,7 +28,7 @@ def _dry_run(*overrides):
 def test_composes_with_verls_ppo_trainer_and_sets_the_gcpo_defaults():
     config = compose_gcpo(VALID)
     assert config.algorithm.adv_estimator == "gcpo"
-    assert config.trainer.v1.trainer_mode == "gcpo_sync"
+    assert config.trainer.v1.trainer_mode == "sync" and config.trainer.use_v1  # verl's V1 sync trainer
     assert config.reward.custom_reward_function.path == "pkg://recipe.gcpo.reward"
     assert "actor" in config.actor_rollout_ref and "rollout" in config.actor_rollout_ref  # verl's tree is there
     assert OmegaConf.select(config, "algorithm.gcpo.credit.permutations") == 64
@@ -42,7 +42,7 @@ def test_command_line_overrides_reach_the_gcpo_block():
 def test_dry_run_validates_and_prints_the_config_without_starting_anything():
     proc = _dry_run(*VALID, "algorithm.gcpo.credit.permutations=128")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "permutations: 128" in proc.stdout and "trainer_mode: gcpo_sync" in proc.stdout
+    assert "permutations: 128" in proc.stdout and "trainer_mode: sync" in proc.stdout
     assert "nothing was started" in proc.stdout
     assert "# warning: /data/train.parquet does not exist here (scripts/prepare_data.py writes it)" in proc.stdout
 

@@ -36,8 +36,9 @@ def test_norm_by_std_follows_verls_grpo_switch():
     assert validate_gcpo_config(config).credit.norm_by_std is False
 
 
-def test_gcpo_without_the_gcpo_trainer_mode_is_refused_naming_the_entry_point():
-    for override in ("trainer.v1.trainer_mode=sync", "trainer.use_v1=false"):
+def test_gcpo_outside_verls_v1_sync_trainer_is_refused_naming_the_entry_point():
+    assert validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=8"])) is not None  # verl's defaults
+    for override in ("trainer.v1.trainer_mode=colocate_async", "trainer.use_v1=false"):
         with pytest.raises(ValueError, match="python -m recipe.gcpo.main_gcpo"):
             validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=8", override]))
 
