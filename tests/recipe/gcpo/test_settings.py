@@ -101,3 +101,71 @@ def test_multi_turn_and_oversized_exact_games_are_refused_at_start_up():
     with pytest.raises(ValueError, match="method=exact enumerates 2\\^n coalitions"):
         validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=32", "algorithm.gcpo.credit.method=exact"]))
     assert validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=32"])).credit.method == "auto"
+
+
+LAUNCHER_REWARD = ["reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_resp_len=8192",
+                   "+reward.reward_kwargs.overlong_buffer_cfg.enable=true", "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
+                   "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+                   "+reward.reward_kwargs.overlong_buffer_cfg.log=false"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+reward.reward_kwargs.max_response_len=1"],
+     r"reward.reward_kwargs: unknown key\(s\) \['max_response_len'\] \(did you mean 'max_resp_len'\?\)"),
+    (["+reward.reward_kwargs.overlong_buffer_cfg.penalty=1"],
+     r"reward.reward_kwargs.overlong_buffer_cfg: unknown key\(s\) \['penalty'\] \(did you mean 'penalty_factor'\?\)"),
+    (["reward.reward_manager.name=naive"], r"read only by reward.reward_manager.name=dapo .*naive would ignore it"),
+    (["reward.reward_kwargs.max_resp_len=2048"], r"max_resp_len=2048 must be >= overlong_buffer_cfg.len=4096"),
+    (["reward.reward_kwargs.overlong_buffer_cfg.len=0"], r"overlong_buffer_cfg.len must be > 0"),
+])
+def test_reward_kwargs_are_checked_against_what_the_reward_manager_reads(overrides, message):
+    from recipe.gcpo.settings import validate_reward_kwargs
+
+    validate_reward_kwargs(compose_gcpo(LAUNCHER_REWARD))
+    with pytest.raises(ValueError, match=message):
+        validate_reward_kwargs(compose_gcpo(LAUNCHER_REWARD + overrides))
+
+
+def test_an_enabled_overlong_buffer_needs_every_value_the_dapo_manager_reads():
+    from recipe.gcpo.settings import validate_reward_kwargs
+
+    partial = [o for o in LAUNCHER_REWARD if "penalty_factor" not in o and "max_resp_len" not in o]
+    with pytest.raises(ValueError, match="also reads overlong_buffer_cfg.penalty_factor"):
+        validate_reward_kwargs(compose_gcpo(partial))
+    with pytest.raises(ValueError, match="needs reward.reward_kwargs.max_resp_len"):
+        validate_reward_kwargs(compose_gcpo(partial + ["+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1"]))
+
+
+def _reward_kwargs_verl_reads() -> dict[str, dict]:
+    """Reward manager name -> {key: the sub-keys it reads, None for a value}, from verl's reward manager source:
+    ``config.reward.get("reward_kwargs", ...).get(KEY)`` and then ``self.KEY.SUB``."""
+    import ast
+    from pathlib import Path
+
+    import verl.experimental.reward_loop.reward_manager as managers
+
+    found = {}
+    for path in Path(managers.__file__).parent.glob("*.py"):
+        for cls in [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)]:
+            names = [d.args[0].value for d in cls.decorator_list if isinstance(d, ast.Call) and d.args
+                     and isinstance(d.args[0], ast.Constant) and getattr(d.func, "id", "") == "register"]
+            keys = {}
+            for node in ast.walk(cls):
+                inner = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
+                if (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "get"
+                        and inner.args and getattr(inner.args[0], "value", None) == "reward_kwargs"):
+                    keys[node.args[0].value] = None
+            for node in ast.walk(cls):
+                owner = node.value if isinstance(node, ast.Attribute) else None
+                if (isinstance(owner, ast.Attribute) and owner.attr in keys and isinstance(owner.value, ast.Name)
+                        and owner.value.id == "self"):
+                    keys[owner.attr] = (keys[owner.attr] or frozenset()) | {node.attr}
+            if keys:
+                found.update({name: keys for name in names})
+    return found
+
+
+def test_the_reward_kwargs_table_is_what_verls_reward_managers_read():
+    from recipe.gcpo.settings import REWARD_KWARGS
+
+    assert _reward_kwargs_verl_reads() == REWARD_KWARGS
