@@ -220,6 +220,8 @@ def main(config) -> None:
     except Exception as error:  # the checks only read the config: whatever they raise is the config's
         fail(one_line(error), error)
     if dry_run_requested():
+        # which copy of the recipe runs: an installed one and a checkout on the path can differ
+        print(f"# entry point: {Path(__file__).resolve()}")
         print(DRY_RUN_MARKER)
         print(OmegaConf.to_yaml(config, resolve=True))
         for path in missing_data_files(config):
