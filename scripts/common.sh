@@ -104,9 +104,10 @@ gcpo_launch() {
     "actor_rollout_ref.rollout.top_k=-1"
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$((3 * seq_len))"
+    # validation samples VAL_N answers at temperature 0.6 (verl's V1 agent loop reads only temperature, top_p, top_k
+    # and n of val_kwargs; val_kwargs.do_sample is read by verl's legacy trainer only: temperature=0 is greedy)
     "actor_rollout_ref.rollout.val_kwargs.temperature=0.6"
     "actor_rollout_ref.rollout.val_kwargs.top_p=0.95"
-    "actor_rollout_ref.rollout.val_kwargs.do_sample=true"
     "actor_rollout_ref.rollout.val_kwargs.n=${VAL_N}"
   )
   # the reference model's log-prob pass, only when there is one (verl reads these keys only then)

@@ -38,6 +38,7 @@ from recipe.gcpo.settings import (
     SYNC_TRAINER_MODE,
     validate_gcpo_config,
     validate_group_contrastive,
+    validate_custom_reward_kwargs,
     validate_reward_kwargs,
 )
 
@@ -115,6 +116,7 @@ def validate(config) -> None:
     validate_gcpo_config(config)
     validate_group_contrastive(config)
     validate_reward_kwargs(config)
+    validate_custom_reward_kwargs(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 
 

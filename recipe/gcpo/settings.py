@@ -237,6 +237,57 @@ def validate_reward_kwargs(config: DictConfig) -> None:
             raise ValueError(f"reward.reward_kwargs.max_resp_len={max_len} must be >= overlong_buffer_cfg.len={length}")
 
 
+# the arguments verl 0.9.1's reward managers pass a custom reward function by name (verl/experimental/reward_loop/
+# reward_manager/*.py): custom_reward_function.reward_kwargs of the same name would replace them (verl merges the
+# kwargs over them); the router's two are passed only when a reward model serves the run
+REWARD_FN_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
+REWARD_FN_ROUTER_ARGS = ("reward_router_address", "reward_model_tokenizer")
+# modules whose reward function takes **kwargs only to absorb REWARD_FN_ROUTER_ARGS, so its named parameters are
+# every keyword it reads
+STRICT_REWARD_MODULES = ("recipe.gcpo.reward",)
+
+
+def validate_custom_reward_kwargs(config: DictConfig) -> None:
+    """Start-up check of ``reward.custom_reward_function.reward_kwargs``: verl passes them to the reward function as
+    keyword arguments, so a misspelt one is dropped by a ``**kwargs`` or fails in every reward worker after the
+    models are up. Each name must be a keyword parameter of the function (any name, where the function takes
+    ``**kwargs`` for its own use), and none may replace an argument verl passes.
+
+    Raises:
+        ValueError: an unknown or clashing keyword, or a reward function that cannot be loaded to check it.
+    """
+    function_config = OmegaConf.select(config, "reward.custom_reward_function") or {}
+    kwargs = _plain(function_config.get("reward_kwargs")) or {}
+    if not kwargs:
+        return
+    if not isinstance(kwargs, Mapping):
+        raise ValueError(f"reward.custom_reward_function.reward_kwargs must be a mapping, got {kwargs!r}")
+    path, name = function_config.get("path"), function_config.get("name")
+    if not path:
+        raise ValueError("reward.custom_reward_function.reward_kwargs is set but custom_reward_function.path is not: "
+                         "verl would ignore them")
+    clash = sorted(set(kwargs) & set(REWARD_FN_ARGS + REWARD_FN_ROUTER_ARGS))
+    if clash:
+        raise ValueError(f"reward.custom_reward_function.reward_kwargs: {clash} would replace the argument(s) verl "
+                         "passes the reward function for each response")
+    import inspect
+
+    from verl.utils.import_utils import load_extern_object
+
+    try:
+        function = load_extern_object(module_path=path, object_name=name)
+    except Exception as err:
+        raise ValueError(f"reward.custom_reward_function ({path}, {name}) cannot be loaded here to check its "
+                         f"reward_kwargs: {type(err).__name__}: {err}") from err
+    parameters = inspect.signature(function).parameters.values()
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    if takes_any and getattr(function, "__module__", None) not in STRICT_REWARD_MODULES:
+        return  # a function of the user's own that reads **kwargs: what it reads is its business
+    accepted = {p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                          inspect.Parameter.KEYWORD_ONLY)} - set(REWARD_FN_ARGS)
+    _known(f"reward.custom_reward_function.reward_kwargs (keyword arguments of {path}:{name})", kwargs, accepted)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, DictConfig):
         return OmegaConf.to_container(value, resolve=True)

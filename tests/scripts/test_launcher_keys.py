@@ -47,6 +47,14 @@ NOT_FIELDS = {
     "reward.custom_reward_function.": "a key of verl's ppo_trainer outside RewardConfig, read from the raw config by "
                                       "verl.trainer.ppo.reward.get_custom_reward_fn",
 }
+# keys whose name verl reads, but not on the path the recipe runs (verl's V1 trainer): key -> (why, the V1 module
+# that decides instead and must not read the name, the module that does read it)
+DEAD_IN_V1 = {
+    "actor_rollout_ref.rollout.val_kwargs.do_sample": (
+        "verl's V1 agent loop samples validation with val_kwargs.temperature/top_p/top_k and never reads do_sample "
+        "(only the legacy trainer does; verl's validate_config reads it for a temperature check only)",
+        "verl/trainer/ppo/v1/agent_loop_tq.py", "verl/trainer/ppo/ray_trainer.py"),
+}
 # key prefix -> whether the run builds the component that reads it
 COMPONENTS = {
     "actor_rollout_ref.ref.": need_reference_policy,
@@ -114,6 +122,8 @@ def key_problem(key: str, config: DictConfig) -> str | None:
     """Why verl would not read ``key`` in the run ``config`` describes (None: it would)."""
     if key.startswith("hydra.") or any(key.startswith(prefix) for prefix in READ_ELSEWHERE):
         return None
+    if key in DEAD_IN_V1:
+        return DEAD_IN_V1[key][0]
     for prefix, needed in COMPONENTS.items():
         if key.startswith(prefix) and not needed(config):
             return f"read only when the run builds {prefix.rstrip('.')}, which this run does not"
@@ -165,12 +175,25 @@ def test_every_key_the_recipe_config_sets_is_read_by_verl():
     assert key_problems(_recipe_config_keys(), compose_gcpo()) == {}
 
 
+@pytest.mark.parametrize("key", DEAD_IN_V1)
+def test_the_keys_dead_in_v1_are_read_only_outside_it(key):
+    """Keeps DEAD_IN_V1 true for the installed verl: the V1 module does not read the name, the legacy one does."""
+    _, v1_module, legacy_module = DEAD_IN_V1[key]
+    name = key.rsplit(".", 1)[-1]
+    v1, legacy = (VERL_ROOT.parent / path for path in (v1_module, legacy_module))
+    v1_text = v1.read_text(encoding="utf-8")
+    assert "val_kwargs" in v1_text  # the module that reads the validation sampling settings ...
+    assert f".{name}" not in v1_text and f'"{name}"' not in v1_text  # ... reads no attribute or key of this name
+    assert f".{name}" in legacy.read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("override, problem", [
     ("actor_rollout_ref.actor.grad_clip=1.0", "a name verl's code never reads"),  # a field, dead in 0.9.1
     ("actor_rollout_ref.actor.optim.clip_gradient=1.0", "not a field of verl.workers.config.optimizer.FSDPOptimizerConfig"),
     ("actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
      "read only when the run builds actor_rollout_ref.ref, which this run does not"),
     ("data.no_such_setting=1", "a name verl's code never reads"),
+    ("actor_rollout_ref.rollout.val_kwargs.do_sample=true", DEAD_IN_V1["actor_rollout_ref.rollout.val_kwargs.do_sample"][0]),
 ])
 def test_the_check_finds_keys_verl_does_not_read(override, problem):
     config = compose_gcpo(["+" + override] if "no_such" in override or "clip_gradient" in override else [override])

@@ -159,3 +159,11 @@ def test_the_machine_is_checked_before_ray_starts_unless_a_cluster_is_joined(vis
     assert accelerator_problem(config).startswith("no GPU found on this machine")
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # the cluster's GPUs are verl's to check
     assert accelerator_problem(config) is None
+
+
+def test_a_misspelt_reward_kwarg_fails_the_dry_run_with_one_line(tmp_path):
+    proc = _entry_point(*VALID, "reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_response_len=8192",
+                        cwd=tmp_path)
+    _assert_one_line_error(proc, (
+        "error: reward.reward_kwargs: unknown key(s) ['max_response_len'] (did you mean 'max_resp_len'?); "
+        "known: ['max_resp_len', 'overlong_buffer_cfg']"))

@@ -169,3 +169,42 @@ def test_the_reward_kwargs_table_is_what_verls_reward_managers_read():
     from recipe.gcpo.settings import REWARD_KWARGS
 
     assert _reward_kwargs_verl_reads() == REWARD_KWARGS
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+reward.custom_reward_function.reward_kwargs.correct_scor=2"],
+     r"reward.custom_reward_function.reward_kwargs \(keyword arguments of pkg://recipe.gcpo.reward:compute_score\): "
+     r"unknown key\(s\) \['correct_scor'\] \(did you mean 'correct_score'\?\); known: \['correct_score', 'wrong_score'\]"),
+    (["+reward.custom_reward_function.reward_kwargs.ground_truth=1"],
+     r"\['ground_truth'\] would replace the argument\(s\) verl passes"),
+    (["reward.custom_reward_function.path=null", "+reward.custom_reward_function.reward_kwargs.correct_score=2"],
+     r"reward_kwargs is set but custom_reward_function.path is not"),
+    (["reward.custom_reward_function.path=/no/such/reward.py", "+reward.custom_reward_function.reward_kwargs.a=1"],
+     r"\(/no/such/reward.py, compute_score\) cannot be loaded here"),
+])
+def test_custom_reward_function_kwargs_are_checked_by_name(overrides, message):
+    from recipe.gcpo.settings import validate_custom_reward_kwargs
+
+    with pytest.raises(ValueError, match=message):
+        validate_custom_reward_kwargs(compose_gcpo(overrides))
+
+
+def test_custom_reward_function_kwargs_the_function_reads_pass(tmp_path):
+    from recipe.gcpo.settings import validate_custom_reward_kwargs
+
+    validate_custom_reward_kwargs(compose_gcpo(["+reward.custom_reward_function.reward_kwargs.correct_score=2",
+                                                "+reward.custom_reward_function.reward_kwargs.wrong_score=0"]))
+    # a user's function with **kwargs reads what it reads; one without names its keywords
+    module = tmp_path / "my_reward.py"
+    module.write_text("def open_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n"
+                      "def closed_score(data_source, solution_str, ground_truth, extra_info=None, *, scale=1.0):\n"
+                      "    return 0.0\n")
+    base = [f"reward.custom_reward_function.path={module}"]
+    validate_custom_reward_kwargs(compose_gcpo(base + ["reward.custom_reward_function.name=open_score",
+                                                       "+reward.custom_reward_function.reward_kwargs.anything=1"]))
+    validate_custom_reward_kwargs(compose_gcpo(base + ["reward.custom_reward_function.name=closed_score",
+                                                       "+reward.custom_reward_function.reward_kwargs.scale=2"]))
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['scal'\] \(did you mean 'scale'\?\)"):
+        validate_custom_reward_kwargs(compose_gcpo(base + ["reward.custom_reward_function.name=closed_score",
+                                                           "+reward.custom_reward_function.reward_kwargs.scal=2"]))
+
