@@ -117,6 +117,10 @@ def validate(config) -> None:
     validate_group_contrastive(config)
     validate_reward_kwargs(config)
     validate_custom_reward_kwargs(config)
+    for key in ("nnodes", "n_gpus_per_node"):  # untyped in verl's config: verl multiplies them as they come
+        value = config.trainer[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"trainer.{key} must be an integer >= 1, got {value!r}")
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 
 

@@ -90,6 +90,16 @@ def test_a_machine_without_gpus_stops_before_ray_with_one_line(tmp_path):
     assert "ray init kwargs" not in proc.stdout  # what verl prints as it starts Ray
 
 
+@pytest.mark.parametrize("override, shown", [("trainer.nnodes=abc", "'abc'"), ("trainer.n_gpus_per_node=0", "0"),
+                                             ("trainer.nnodes=1.5", "1.5")])
+def test_the_cluster_shape_must_be_positive_integers(override, shown):
+    from recipe.gcpo.main_gcpo import validate
+
+    key = override.split("=")[0]
+    with pytest.raises(ValueError, match=f"{key} must be an integer >= 1, got {shown}"):
+        validate(compose_gcpo(VALID + [override]))
+
+
 def test_the_legacy_trainer_is_refused():
     from recipe.gcpo.main_gcpo import validate
 
