@@ -45,9 +45,10 @@ def _composed(proc):
 
 
 @pytest.mark.parametrize("script", sorted(LAUNCHERS))
-def test_every_launcher_composes_against_verl_with_its_estimator(script):
+def test_every_launcher_composes_against_verl_with_its_estimator(script, tmp_path):
     estimator, model, filtered, specific = LAUNCHERS[script]
-    config = _composed(_run(script, "--dry-run", env={"DATA_DIR": "/data/gcpo"}))
+    config = _composed(_run(script, "--dry-run", env={"DATA_DIR": "/data/gcpo"}, cwd=tmp_path))
+    assert list(tmp_path.iterdir()) == []  # Hydra's run dir was a temporary one: no ./outputs/<date>/<time>/
     for key, value in specific.items():
         node = config
         for part in key.split("."):
@@ -60,6 +61,7 @@ def test_every_launcher_composes_against_verl_with_its_estimator(script):
     if script != "run_qwen3_4b_group_contrastive.sh":
         assert config["data"]["train_files"] == "/data/gcpo/train.parquet"
     assert config["actor_rollout_ref"]["actor"]["clip_ratio_high"] == 0.28
+    assert config["actor_rollout_ref"]["actor"]["optim"]["clip_grad"] == 1.0  # what verl 0.9.1 clips with
     assert config["reward"]["reward_manager"]["name"] == "dapo"
 
 
