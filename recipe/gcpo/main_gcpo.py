@@ -7,7 +7,8 @@ gen batch size, DAPO refill, checkpoints, resume) is verl's sync one; in verl's 
 runs (the GCPO estimators are refused there).
 
 Before Ray or any GPU is touched it composes ``config/gcpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GCPO
-keys), validates it (the recipe's checks, the reward manager's keyword arguments, verl's own checks) and checks
+keys), validates it (the recipe's checks, the names of the reward manager's and the reward function's keyword
+arguments, verl's own checks) and checks
 that this machine can start the run. A bad override or value stops it with one line saying why, exit status 2
 (``HYDRA_FULL_ERROR=1`` adds the traceback between two copies of that line). With ``GCPO_DRY_RUN=1`` it stops
 after validation and prints the composed config (what the launchers' ``--dry-run`` does), in a temporary Hydra
