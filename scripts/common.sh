@@ -57,6 +57,21 @@ gcpo_check_model_path() {
   fi
 }
 
+# Whether the run has a reference model: verl builds one only for a KL term (KL loss or KL in the reward), and
+# Hydra applies the overrides in order, so the last value of each key counts.
+gcpo_uses_reference() {
+  local arg key kl_loss=false kl_reward=false
+  for arg in "$@"; do
+    key="${arg}"
+    while [[ "${key}" == +* ]]; do key="${key#+}"; done
+    case "${key}" in
+      actor_rollout_ref.actor.use_kl_loss=*) kl_loss="${key#*=}" ;;
+      algorithm.use_kl_in_reward=*) kl_reward="${key#*=}" ;;
+    esac
+  done
+  [[ "${kl_loss,,}" == "true" || "${kl_reward,,}" == "true" ]]
+}
+
 gcpo_launch() {
   local args=()
   local arg
@@ -96,7 +111,7 @@ gcpo_launch() {
     "actor_rollout_ref.actor.loss_agg_mode=token-mean"
     "actor_rollout_ref.actor.use_kl_loss=false"
     "actor_rollout_ref.actor.entropy_coeff=0"
-    "actor_rollout_ref.actor.grad_clip=1.0"
+    "actor_rollout_ref.actor.optim.clip_grad=1.0"
   )
   local rollout=(
     "actor_rollout_ref.rollout.name=vllm"
@@ -110,13 +125,19 @@ gcpo_launch() {
     "actor_rollout_ref.rollout.top_k=-1"
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$((3 * seq_len))"
+    # validation samples VAL_N answers at temperature 0.6 (verl's V1 agent loop reads only temperature, top_p, top_k
+    # and n of val_kwargs; val_kwargs.do_sample is read by verl's legacy trainer only: temperature=0 is greedy)
     "actor_rollout_ref.rollout.val_kwargs.temperature=0.6"
     "actor_rollout_ref.rollout.val_kwargs.top_p=0.95"
-    "actor_rollout_ref.rollout.val_kwargs.do_sample=true"
     "actor_rollout_ref.rollout.val_kwargs.n=${VAL_N}"
-    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true"
-    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$((3 * seq_len))"
   )
+  # the reference model's log-prob pass, only when there is one (verl reads these keys only then)
+  if gcpo_uses_reference "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"}; then
+    rollout+=(
+      "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true"
+      "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$((3 * seq_len))"
+    )
+  fi
   local reward=(
     "algorithm.use_kl_in_reward=false"
     "reward.reward_manager.name=dapo"
@@ -149,6 +170,7 @@ gcpo_launch() {
   local cmd=(python3 -m recipe.gcpo.main_gcpo
     "${data[@]}" "${model[@]}" "${actor[@]}" "${rollout[@]}" "${reward[@]}" "${trainer[@]}"
     "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"})
-  echo "+ ${cmd[*]}" >&2
+  # the command on standard output, so that standard error holds only what went wrong
+  echo "+ ${cmd[*]}"
   exec "${cmd[@]}"
 }

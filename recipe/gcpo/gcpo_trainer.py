@@ -1,7 +1,9 @@
 """The GCPO trainer: verl 0.9.1's V1 synchronous trainer with Shapley credit before the advantage step (and,
 optionally, Group Contrastive PO's reference injection before the old log-probabilities).
 
-Registered as ``trainer.v1.trainer_mode=gcpo_sync``. With ``algorithm.adv_estimator=gcpo``, right after the
+Not a trainer mode of its own: the recipe's entry point (``recipe.gcpo.main_gcpo``) builds it for verl's
+``trainer.v1.trainer_mode=sync``, so every branch of verl's trainer that reads the mode (replay buffer, gen batch
+size, DAPO refill, checkpoints, resume) is the sync one. With ``algorithm.adv_estimator=gcpo``, right after the
 batch is balanced the trainer reads its responses from TransferQueue, decodes them and has the credit actor
 start embedding them (``algorithm.gcpo.actor.prefetch``), while verl computes the old and reference
 log-probabilities. Each step's ``_compute_advantage`` then has the actor compute every rollout's Shapley credit
@@ -21,14 +23,13 @@ import os
 import numpy as np
 import transfer_queue as tq
 from transfer_queue import KVBatchMeta
-from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 
 from recipe.gcpo.credit_actor import CreditActor
 from recipe.gcpo.estimator import StepCredit, provide_credit
 from recipe.gcpo.group_contrastive import inject_references
-from recipe.gcpo.settings import GCPO_TRAINER_MODE, validate_gcpo_config, validate_group_contrastive
+from recipe.gcpo.settings import SYNC_TRAINER_MODE, validate_gcpo_config, validate_group_contrastive
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -36,13 +37,16 @@ logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 GLOBAL_POOL = "global_pool"
 
 
-@register_trainer(GCPO_TRAINER_MODE)
 class GCPOTrainer(PPOTrainerSync):
     """verl's sync trainer plus the GCPO credit actor."""
 
     _prefetched: tuple[list, list[str]] | None = None  # (batch keys, their decoded responses) handed to the actor
 
     def __init__(self, config):
+        mode = config.trainer.v1.trainer_mode
+        if mode != SYNC_TRAINER_MODE:  # verl's mode branches would then not match the sync trainer's hooks
+            raise ValueError(f"GCPOTrainer is verl's sync trainer: trainer.v1.trainer_mode must be "
+                             f"{SYNC_TRAINER_MODE}, got {mode}")
         self.gcpo = validate_gcpo_config(config)
         self.group_contrastive = validate_group_contrastive(config)
         self.credit_actor: CreditActor | None = None

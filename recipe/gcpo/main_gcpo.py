@@ -1,35 +1,103 @@
 """Hydra entry point of the GCPO recipe: ``python -m recipe.gcpo.main_gcpo [key=value ...]``.
 
-Composes ``config/gcpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GCPO keys), validates it before Ray or
-any GPU is touched, then runs verl's V1 training loop with the GCPO trainer. With ``GCPO_DRY_RUN=1`` it stops
-after validation and prints the composed config (what the launchers' ``--dry-run`` does).
+verl 0.9.1's V1 PPO entry point (``verl.trainer.main_ppo``) with one difference: in verl's ``sync`` trainer mode
+its task runner builds the recipe's ``GCPOTrainer`` (verl's ``PPOTrainerSync`` plus the credit actor) where verl
+builds ``PPOTrainerSync``. The mode stays ``sync``, so every branch of verl's trainer that reads it (replay buffer,
+gen batch size, DAPO refill, checkpoints, resume) is verl's sync one; in verl's other modes verl's own trainer
+runs (the GCPO estimators are refused there).
+
+Before Ray or any GPU is touched it composes ``config/gcpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GCPO
+keys), validates it (the recipe's checks, the names of the reward manager's and the reward function's keyword
+arguments, verl's own checks) and checks
+that this machine can start the run. A bad override or value stops it with one line saying why, exit status 2
+(``HYDRA_FULL_ERROR=1`` adds the traceback between two copies of that line). With ``GCPO_DRY_RUN=1`` it stops
+after validation and prints the composed config (what the launchers' ``--dry-run`` does), in a temporary Hydra
+run directory that is removed on exit; a training run keeps Hydra's run directory beside its checkpoints
+(``hydra.run.dir`` in the config).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from pprint import pprint
+from typing import NoReturn
 
 import hydra
 import ray
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
-from verl.utils.device import auto_set_device
+from verl.utils.device import auto_set_device, get_torch_device, is_device_available
 
-from recipe.gcpo.settings import validate_gcpo_config, validate_group_contrastive
+from recipe.gcpo.settings import (
+    SYNC_TRAINER_MODE,
+    validate_gcpo_config,
+    validate_group_contrastive,
+    validate_custom_reward_kwargs,
+    validate_reward_kwargs,
+)
 
-
+CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
+CONFIG_NAME = "gcpo_trainer"
 DRY_RUN_MARKER = "# composed config (GCPO dry run)"
+# exit status of a run stopped by its config or by this machine (Hydra's own is 1)
+CONFIG_ERROR_EXIT = 2
+
+
+def trainer_class(mode: str):
+    """The trainer the recipe runs in verl's trainer mode ``mode``: GCPOTrainer for ``sync``, verl's own else."""
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    if mode == SYNC_TRAINER_MODE:
+        from recipe.gcpo.gcpo_trainer import GCPOTrainer
+
+        return GCPOTrainer
+    return get_trainer_cls(mode)
 
 
 class GCPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
-    """verl's V1 task runner, with the GCPO estimator and trainer registered in its process."""
+    """verl's V1 task runner, building ``trainer_class(mode)`` with the recipe's estimators registered."""
 
-    def run(self, config):
-        import recipe.gcpo.register  # noqa: F401
+    def run(self, config: DictConfig):
+        """verl 0.9.1's ``TaskRunnerV1.run`` line for line, but for the trainer class (verl looks it up in its
+        trainer registry by the mode string, which would need a second name for the same mode)."""
+        from verl.utils.logging_utils import configure_verl_logging
 
-        return super().run(config)
+        import recipe.gcpo.register  # noqa: F401  (the recipe's estimators, in this process)
+
+        configure_verl_logging()
+
+        import transfer_queue as tq
+
+        trainer_cls = trainer_class(config.trainer.v1.trainer_mode)
+
+        config.transfer_queue.enable = True
+        pprint(OmegaConf.to_container(config, resolve=True))
+        OmegaConf.resolve(config)
+        self.config = config
+
+        # initialize transfer queue
+        tq.init(config.transfer_queue)
+        succeeded = False
+        try:
+            self.trainer = trainer_cls(config=config)
+            self.trainer.init()
+            self.init_agent_loop_manager()
+            self.trainer.fit(self.agent_loop_manager)
+            succeeded = True
+        finally:
+            try:
+                tracking = getattr(self.trainer, "logger", None)
+                if tracking is not None:
+                    tracking.finish(exit_code=0 if succeeded else 1)
+            finally:
+                tq.close()
 
 
 def missing_data_files(config) -> list[str]:
@@ -42,25 +110,150 @@ def missing_data_files(config) -> list[str]:
 
 
 def validate(config) -> None:
-    """Every start-up check: GCPO's own, then verl's."""
+    """Every start-up check of the config: the recipe's, then verl's."""
+    if not config.trainer.get("use_v1", True):
+        raise ValueError("trainer.use_v1=false selects verl's legacy trainer, which this entry point does not run: "
+                         "use verl's own `python -m verl.trainer.main_ppo` for it")
     validate_gcpo_config(config)
     validate_group_contrastive(config)
+    validate_reward_kwargs(config)
+    validate_custom_reward_kwargs(config)
+    for key in ("nnodes", "n_gpus_per_node"):  # untyped in verl's config: verl multiplies them as they come
+        value = config.trainer[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"trainer.{key} must be an integer >= 1, got {value!r}")
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 
 
-@hydra.main(config_path="config", config_name="gcpo_trainer", version_base=None)
+def accelerator_problem(config) -> str | None:
+    """Why this machine cannot start the run, found before Ray starts (verl finds out only after loading the
+    tokenizer and the data sets, minutes later); None when it can, or when the run joins a running Ray cluster,
+    whose GPUs verl checks."""
+    ray_init = config.ray_kwargs.get("ray_init") or {}
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        # ray.init's own rule (RAY_ADDRESS, ray_init.address, a cluster `ray start`ed on this machine): None means
+        # that run_ppo's ray.init() starts a new Ray on this machine with this machine's GPUs only
+        if canonicalize_bootstrap_address(ray_init.get("address"), ray_init.get("_temp_dir")) is not None:
+            return None
+    except Exception:  # a private API of Ray: if it moves, leave the check to verl
+        return None
+    device, nnodes, per_node = config.trainer.device, config.trainer.nnodes, config.trainer.n_gpus_per_node
+    visible = get_torch_device().device_count() if is_device_available() else 0
+    if visible == 0:
+        return (f"no GPU found on this machine (trainer.device={device}: 0 visible) and no Ray cluster to join "
+                "(RAY_ADDRESS): training needs GPUs. To check a config on a machine without GPUs, use the dry run "
+                "(--dry-run / GCPO_DRY_RUN=1): it composes and validates the config and starts nothing.")
+    if nnodes > 1:
+        return (f"trainer.nnodes={nnodes}, but no Ray cluster to join: start one over the {nnodes} nodes and set "
+                "RAY_ADDRESS=<head-ip>:6379 (docker/slurm_gcpo.sbatch does both)")
+    if visible < per_node:
+        return (f"trainer.n_gpus_per_node={per_node}, but this machine has {visible} visible {device} device(s): set "
+                f"trainer.n_gpus_per_node={visible} (GPUS_PER_NODE in the launchers)")
+    return None
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (Hydra's and OmegaConf's span several)."""
+    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
+    return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"
+
+
+def fail(reason: str, error: BaseException | None = None) -> NoReturn:
+    """Stop with the one-line reason; ``HYDRA_FULL_ERROR=1`` adds ``error``'s traceback, then the reason again
+    (first and last, whatever scrolls by)."""
+    line = f"error: {reason}"
+    print(line, file=sys.stderr, flush=True)
+    if error is not None and os.environ.get("HYDRA_FULL_ERROR") == "1":
+        traceback.print_exception(error)
+        print(line, file=sys.stderr, flush=True)
+    raise SystemExit(CONFIG_ERROR_EXIT)
+
+
+def config_paths(node, prefix: str = "") -> list[str]:
+    """Every dotted key of a composed config (without resolving it)."""
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=False)
+    paths = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            paths += [path, *config_paths(value, f"{path}.")]
+    return paths
+
+
+def describe_override_error(error: BaseException) -> str:
+    """One line for an override Hydra could not apply; a key that does not exist gets the closest one that does."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause = error.__cause__
+    key = getattr(cause, "full_key", None)
+    message = str(error).split("'")
+    if str(error).startswith("Could not override '") and len(message) > 1:
+        key = message[1]  # the key as written in the override (full_key may stop at the first missing level)
+    if not (isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key):
+        return one_line(error) + (f" ({one_line(cause)})" if cause is not None else "")
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        known = config_paths(compose(config_name=CONFIG_NAME, return_hydra_config=True))
+    match = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    if match:
+        return f"{key} is not a key of the config: did you mean {match[0]}?"
+    return f"{key} is not a key of the config (a new key is added with a leading +: +{key}=...)"
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Compose the config once with Hydra's compose API, so that an override Hydra cannot apply fails as one line
+    (Hydra's own report spans several lines and names no alternative)."""
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+            compose(config_name=CONFIG_NAME, overrides=overrides)
+    except Exception as error:  # every composition failure comes from the overrides given
+        fail(describe_override_error(error), error)
+
+
+def dry_run_requested() -> bool:
+    return os.environ.get("GCPO_DRY_RUN", "0") == "1"
+
+
+@hydra.main(config_path="config", config_name=CONFIG_NAME, version_base=None)
 def main(config) -> None:
     auto_set_device(config)
-    validate(config)
-    if os.environ.get("GCPO_DRY_RUN", "0") == "1":
+    try:
+        validate(config)
+    except Exception as error:  # the checks only read the config: whatever they raise is the config's
+        fail(one_line(error), error)
+    if dry_run_requested():
+        # which copy of the recipe runs: an installed one and a checkout on the path can differ
+        print(f"# entry point: {Path(__file__).resolve()}")
         print(DRY_RUN_MARKER)
         print(OmegaConf.to_yaml(config, resolve=True))
         for path in missing_data_files(config):
             print(f"# warning: {path} does not exist here (scripts/prepare_data.py writes it)")
         print("# GCPO dry run: the config composes and validates; nothing was started.")
         return
+    problem = accelerator_problem(config)
+    if problem is not None:
+        fail(problem)
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(GCPOTaskRunner))
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``python -m recipe.gcpo.main_gcpo``: Hydra's command line, with one-line errors for bad overrides and
+    dry runs in a temporary Hydra run directory."""
+    overrides = sys.argv[1:]
+    if not any(arg.startswith("-") for arg in overrides):  # Hydra's own flags (--cfg, -m, ...): Hydra reports
+        check_overrides(overrides)
+    if dry_run_requested() and not any(arg.startswith("hydra.run.dir=") for arg in overrides):
+        with tempfile.TemporaryDirectory(prefix="gcpo-dry-run-") as run_dir:
+            sys.argv.append(f"hydra.run.dir={run_dir}")
+            main()
+        return
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,25 +1,44 @@
-"""Make GCPO known to verl: the ``gcpo`` advantage estimator (and the baselines ``dqo``, ``dra_grpo``, ``copo``,
-``mc_grpo``), the ``gcpo_sync`` trainer, and a start-up check.
+"""Make the recipe's advantage estimators known to verl, and refuse at once a config that needs the GCPO trainer
+under any other trainer.
 
-Imported by ``recipe.gcpo.main_gcpo``. To use verl's stock entry point instead, have verl import it in every
-process: ``VERL_USE_EXTERNAL_MODULES=recipe.gcpo.register python -m verl.trainer.main_ppo
---config-path <recipe/gcpo/config> --config-name gcpo_trainer ...`` (and pass the variable on to Ray workers).
+Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator) and ``copo``, ``mc_grpo``
+(recipe.gcpo.baselines) in verl's estimator registry. It registers no trainer mode: the GCPO trainer is built by
+the recipe's entry point, ``python -m recipe.gcpo.main_gcpo``, for verl's own ``trainer.v1.trainer_mode=sync``.
 
-The check: with an estimator that needs embeddings (gcpo, dqo, dra_grpo), constructing any trainer other than the
-GCPO trainer fails
-at once, naming the entry point, instead of at the first advantage step after models and rollouts are up.
+Under verl's stock entry point (``VERL_USE_EXTERNAL_MODULES=recipe.gcpo.register python -m verl.trainer.main_ppo
+--config-path <checkout>/recipe/gcpo/config --config-name gcpo_trainer ...``: verl imports the module in every
+process that imports verl and has the variable, which a Ray started by verl inherits; on an existing Ray cluster
+it must be in the environment of ``ray start`` on every node):
+
+* verl's own estimators and the reward-only baselines (``copo``, ``mc_grpo``) run with verl's stock trainer, as
+  they would under the recipe's entry point;
+* a config that needs the GCPO trainer (``gcpo``, ``dqo``, ``dra_grpo``, or ``algorithm.group_contrastive``)
+  fails when verl constructs its trainer, before any worker, model or rollout starts, with a message naming
+  ``python -m recipe.gcpo.main_gcpo``. Without this check verl's trainer would ignore
+  ``algorithm.group_contrastive`` and stop only at the first advantage step for the embedding estimators.
 """
 
 from __future__ import annotations
 
 import functools
 
+from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 import recipe.gcpo.baselines  # noqa: F401  (registers "copo" and "mc_grpo")
 import recipe.gcpo.estimator  # noqa: F401  (registers "gcpo", "dqo" and "dra_grpo")
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
 from recipe.gcpo.settings import EMBEDDING_ESTIMATORS, needs_gcpo_trainer
+
+
+def needs_the_gcpo_trainer(config) -> str | None:
+    """Why ``config`` cannot run under a trainer other than GCPOTrainer (None: it can)."""
+    estimator = config.algorithm.adv_estimator
+    if estimator in EMBEDDING_ESTIMATORS:
+        return f"algorithm.adv_estimator={estimator}"
+    if OmegaConf.select(config, "algorithm.group_contrastive.enable", default=False):
+        return "algorithm.group_contrastive.enable=true"
+    return None
 
 
 def install_startup_check() -> None:
@@ -29,9 +48,14 @@ def install_startup_check() -> None:
 
     @functools.wraps(original)
     def checked_init(self, config, *args, **kwargs):
-        estimator = config.algorithm.adv_estimator
-        if estimator in EMBEDDING_ESTIMATORS and not isinstance(self, GCPOTrainer):
-            raise ValueError(needs_gcpo_trainer(f"trainer class {type(self).__name__}", estimator))
+        needed_by = needs_the_gcpo_trainer(config)
+        if needed_by is not None and not isinstance(self, GCPOTrainer):
+            found = f"trainer class {type(self).__name__}"
+            if needed_by.startswith("algorithm.adv_estimator="):
+                raise ValueError(needs_gcpo_trainer(found, config.algorithm.adv_estimator))
+            raise ValueError(f"{needed_by} needs the GCPO trainer, which injects the reference solutions before "
+                             "the old log-probabilities; launch with `python -m recipe.gcpo.main_gcpo` (or "
+                             f"scripts/run_qwen3_4b_group_contrastive.sh) (found: {found}).")
         original(self, config, *args, **kwargs)
 
     checked_init._gcpo_startup_check = True

@@ -8,6 +8,7 @@ fails naming the known ones. The GRPO-style normalisation switch is verl's own
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,7 +22,9 @@ from gcpo_core.shapley import EXACT_LIMIT
 from recipe.gcpo.credit_actor import CreditActorOptions
 
 GCPO_ESTIMATOR = "gcpo"
-GCPO_TRAINER_MODE = "gcpo_sync"
+# verl's trainer mode the GCPO trainer runs in: the recipe's entry point builds GCPOTrainer (verl's
+# PPOTrainerSync plus the credit actor) for it, so every mode-dependent branch of verl's trainer is the sync one
+SYNC_TRAINER_MODE = "sync"
 # Estimators that need the responses' embeddings, hence the GCPO trainer and its credit actor; each fixes some
 # algorithm.gcpo.credit keys (the rest stay configurable, e.g. DQO's alpha is credit.mix_coef).
 EMBEDDING_ESTIMATORS: dict[str, dict] = {
@@ -34,6 +37,13 @@ EMBEDDING_ESTIMATORS: dict[str, dict] = {
 }
 # reward_extra_info key written by recipe.gcpo.reward: constant within a group exactly when GCPO has no signal
 GCPO_FILTER_METRIC = "gcpo_signal"
+# reward.reward_kwargs as verl 0.9.1's reward managers read it (key -> its sub-keys, None for a value): only the
+# DAPO manager reads it, from the raw config (verl/experimental/reward_loop/reward_manager/dapo.py); the keys are
+# added with "+" outside verl's schema, so a misspelt one would be a silent no-op. tests/recipe/gcpo/
+# test_settings.py reads verl's source to keep this table true.
+REWARD_KWARGS: dict[str, dict[str, frozenset[str] | None]] = {
+    "dapo": {"max_resp_len": None, "overlong_buffer_cfg": frozenset({"enable", "len", "penalty_factor", "log"})},
+}
 
 
 @dataclass(frozen=True)
@@ -103,8 +113,8 @@ def validate_gcpo_config(config: DictConfig) -> GCPOSettings | None:
     """Start-up checks of a full trainer config; returns the GCPO settings (None when GCPO is not selected).
 
     Raises:
-        ValueError: a bad ``algorithm.gcpo`` value, ``gcpo`` selected without the GCPO trainer, fewer than two
-            rollouts per prompt, or DAPO group filtering that would silently discard all-correct groups.
+        ValueError: a bad ``algorithm.gcpo`` value, ``gcpo`` selected outside verl's V1 sync trainer mode, fewer
+            than two rollouts per prompt, or DAPO group filtering that would silently discard all-correct groups.
     """
     algorithm = config.algorithm
     estimator = algorithm.adv_estimator
@@ -112,7 +122,7 @@ def validate_gcpo_config(config: DictConfig) -> GCPOSettings | None:
         return None
     settings = GCPOSettings.from_algorithm_config(algorithm, estimator)
     mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
-    if not config.trainer.get("use_v1", True) or mode != GCPO_TRAINER_MODE:
+    if not config.trainer.get("use_v1", True) or mode != SYNC_TRAINER_MODE:
         raise ValueError(needs_gcpo_trainer(
             f"trainer.use_v1={config.trainer.get('use_v1')}, trainer.v1.trainer_mode={mode}", estimator))
     multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable")
@@ -149,8 +159,8 @@ def needs_gcpo_trainer(found: str, estimator: str = GCPO_ESTIMATOR) -> str:
     return (
         f"algorithm.adv_estimator={estimator} needs the GCPO trainer, which embeds the responses and computes their "
         "credit before advantages; verl's stock trainers give an estimator neither. Launch with "
-        "`python -m recipe.gcpo.main_gcpo` (or scripts/run_qwen3_4b_gcpo.sh), which sets "
-        f"trainer.use_v1=true and trainer.v1.trainer_mode={GCPO_TRAINER_MODE} (found: {found})."
+        "`python -m recipe.gcpo.main_gcpo` (or scripts/run_qwen3_4b_gcpo.sh), which runs it as verl's V1 sync "
+        f"trainer (trainer.use_v1=true, trainer.v1.trainer_mode={SYNC_TRAINER_MODE}: verl's defaults) (found: {found})."
     )
 
 
@@ -163,9 +173,11 @@ def validate_group_contrastive(config: DictConfig):
     if not settings.enable:
         return settings
     mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
-    if mode != GCPO_TRAINER_MODE:
-        raise ValueError(f"algorithm.group_contrastive runs in the recipe's trainer: set trainer.v1.trainer_mode="
-                         f"{GCPO_TRAINER_MODE} (found {mode}) and launch with python -m recipe.gcpo.main_gcpo")
+    if not config.trainer.get("use_v1", True) or mode != SYNC_TRAINER_MODE:
+        raise ValueError(f"algorithm.group_contrastive runs in the recipe's trainer, verl's V1 sync trainer: set "
+                         f"trainer.use_v1=true and trainer.v1.trainer_mode={SYNC_TRAINER_MODE} (found use_v1="
+                         f"{config.trainer.get('use_v1')}, trainer_mode={mode}) and launch with python -m "
+                         "recipe.gcpo.main_gcpo")
     correction = config.algorithm.get("rollout_correction") or {}
     if correction.get("rollout_is") or correction.get("rollout_rs") or correction.get("bypass_mode"):
         raise ValueError("algorithm.group_contrastive injects reference solutions that were never sampled, so they "
@@ -181,6 +193,101 @@ def validate_group_contrastive(config: DictConfig):
     return settings
 
 
+def validate_reward_kwargs(config: DictConfig) -> None:
+    """Start-up checks of ``reward.reward_kwargs``: only keys the selected reward manager reads, and the DAPO
+    manager's own overlong-buffer checks (which verl runs in every reward worker, after the models are up).
+
+    Raises:
+        ValueError: a key the reward manager does not read, a manager that reads none, or an overlong buffer
+            that is enabled without the values the DAPO manager needs.
+    """
+    kwargs = _plain(OmegaConf.select(config, "reward.reward_kwargs"))
+    if not kwargs:
+        return
+    if not isinstance(kwargs, Mapping):
+        raise ValueError(f"reward.reward_kwargs must be a mapping, got {kwargs!r}")
+    manager = config.reward.reward_manager
+    if manager.get("source", "register") != "register":
+        return  # a reward manager of the user's own (source=importlib) reads what it reads
+    accepted = REWARD_KWARGS.get(manager.name)
+    if accepted is None:
+        readers = ", ".join(sorted(REWARD_KWARGS))
+        raise ValueError(f"reward.reward_kwargs ({sorted(kwargs)}) is read only by reward.reward_manager.name="
+                         f"{readers} in verl 0.9.1: reward_manager.name={manager.name} would ignore it")
+    _known("reward.reward_kwargs", kwargs, set(accepted))
+    for key, fields in accepted.items():
+        value = kwargs.get(key)
+        if fields is not None and value is not None:
+            if not isinstance(value, Mapping):
+                raise ValueError(f"reward.reward_kwargs.{key} must be a mapping, got {value!r}")
+            _known(f"reward.reward_kwargs.{key}", value, set(fields))
+    buffer = kwargs.get("overlong_buffer_cfg") or {}
+    if buffer.get("enable"):
+        missing = sorted(REWARD_KWARGS["dapo"]["overlong_buffer_cfg"] - set(buffer))
+        if missing:
+            raise ValueError(f"reward.reward_kwargs.overlong_buffer_cfg.enable=true: the DAPO reward manager also reads "
+                             f"{', '.join(f'overlong_buffer_cfg.{key}' for key in missing)}; set them")
+        max_len, length = kwargs.get("max_resp_len"), buffer["len"]
+        if max_len is None:
+            raise ValueError("reward.reward_kwargs.overlong_buffer_cfg.enable=true needs reward.reward_kwargs.max_resp_len")
+        if not length or length <= 0:
+            raise ValueError(f"reward.reward_kwargs.overlong_buffer_cfg.len must be > 0 when the buffer is enabled, "
+                             f"got {length}")
+        if max_len < length:
+            raise ValueError(f"reward.reward_kwargs.max_resp_len={max_len} must be >= overlong_buffer_cfg.len={length}")
+
+
+# the arguments verl 0.9.1's reward managers pass a custom reward function by name (verl/experimental/reward_loop/
+# reward_manager/*.py): custom_reward_function.reward_kwargs of the same name would replace them (verl merges the
+# kwargs over them); the router's two are passed only when a reward model serves the run
+REWARD_FN_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
+REWARD_FN_ROUTER_ARGS = ("reward_router_address", "reward_model_tokenizer")
+# modules whose reward function takes **kwargs only to absorb REWARD_FN_ROUTER_ARGS, so its named parameters are
+# every keyword it reads
+STRICT_REWARD_MODULES = ("recipe.gcpo.reward",)
+
+
+def validate_custom_reward_kwargs(config: DictConfig) -> None:
+    """Start-up check of ``reward.custom_reward_function.reward_kwargs``: verl passes them to the reward function as
+    keyword arguments, so a misspelt one is dropped by a ``**kwargs`` or fails in every reward worker after the
+    models are up. Each name must be a keyword parameter of the function (any name, where the function takes
+    ``**kwargs`` for its own use), and none may replace an argument verl passes.
+
+    Raises:
+        ValueError: an unknown or clashing keyword, or a reward function that cannot be loaded to check it.
+    """
+    function_config = OmegaConf.select(config, "reward.custom_reward_function") or {}
+    kwargs = _plain(function_config.get("reward_kwargs")) or {}
+    if not kwargs:
+        return
+    if not isinstance(kwargs, Mapping):
+        raise ValueError(f"reward.custom_reward_function.reward_kwargs must be a mapping, got {kwargs!r}")
+    path, name = function_config.get("path"), function_config.get("name")
+    if not path:
+        raise ValueError("reward.custom_reward_function.reward_kwargs is set but custom_reward_function.path is not: "
+                         "verl would ignore them")
+    clash = sorted(set(kwargs) & set(REWARD_FN_ARGS + REWARD_FN_ROUTER_ARGS))
+    if clash:
+        raise ValueError(f"reward.custom_reward_function.reward_kwargs: {clash} would replace the argument(s) verl "
+                         "passes the reward function for each response")
+    import inspect
+
+    from verl.utils.import_utils import load_extern_object
+
+    try:
+        function = load_extern_object(module_path=path, object_name=name)
+    except Exception as err:
+        raise ValueError(f"reward.custom_reward_function ({path}, {name}) cannot be loaded here to check its "
+                         f"reward_kwargs: {type(err).__name__}: {err}") from err
+    parameters = inspect.signature(function).parameters.values()
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    if takes_any and getattr(function, "__module__", None) not in STRICT_REWARD_MODULES:
+        return  # a function of the user's own that reads **kwargs: what it reads is its business
+    accepted = {p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                          inspect.Parameter.KEYWORD_ONLY)} - set(REWARD_FN_ARGS)
+    _known(f"reward.custom_reward_function.reward_kwargs (keyword arguments of {path}:{name})", kwargs, accepted)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, DictConfig):
         return OmegaConf.to_container(value, resolve=True)
@@ -190,7 +297,9 @@ def _plain(value: Any) -> Any:
 def _known(path: str, block: Mapping, allowed: set[str]) -> None:
     unknown = sorted(set(block) - allowed)
     if unknown:
-        raise ValueError(f"{path}: unknown key(s) {unknown}; known: {sorted(allowed)}")
+        close = [match for key in unknown for match in difflib.get_close_matches(key, sorted(allowed), n=1)]
+        hint = f" (did you mean {', '.join(repr(m) for m in close)}?)" if close else ""
+        raise ValueError(f"{path}: unknown key(s) {unknown}{hint}; known: {sorted(allowed)}")
 
 
 def _build(cls, values: Mapping[str, Any] | None, path: str):

@@ -10,7 +10,6 @@ from omegaconf import OmegaConf
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transfer_queue import KVBatchMeta
 from transformers import PreTrainedTokenizerFast
-from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
@@ -22,7 +21,6 @@ from gcpo_core.grouping import layout_groups
 from gcpo_core.pipeline import credit_rollouts
 from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
-from recipe.gcpo.settings import validate_gcpo_config, validate_group_contrastive
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 GROUP_SIZE = 4
@@ -96,17 +94,15 @@ def _put_batch(tokenizer, step_seed=0):
 
 
 def _trainer(cls, config, tokenizer, credit_actor=None, global_steps=3):
-    trainer = cls.__new__(cls)
-    trainer.config = config
+    """The trainer built by its real constructor, then given what its ``init()`` sets up on GPUs and the advantage
+    step reads: the tokenizer (loaded from the model path), the step counter (from the checkpoint), verl's
+    per-step timings and the credit actor (created inside verl's GPU placement group)."""
+    trainer = cls(config)
     trainer.tokenizer = tokenizer
     trainer.global_steps = global_steps
     trainer.timing_raw = {}
-    if cls is GCPOTrainer:
-        trainer.gcpo = validate_gcpo_config(config)
-        trainer.group_contrastive = validate_group_contrastive(config)
+    if isinstance(trainer, GCPOTrainer):
         trainer.credit_actor = credit_actor
-    if config.algorithm.use_kl_in_reward:
-        trainer.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl)
     return trainer
 
 
@@ -294,7 +290,7 @@ def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_p
 
     config = compose_gcpo(BASE_OVERRIDES + ["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true"])
     trainer = _trainer(GCPOTrainer, config, tiny_tokenizer)
-    trainer.group_contrastive = GroupContrastiveSettings(enable=True)
+    assert trainer.group_contrastive == GroupContrastiveSettings(enable=True)  # from the config
     monkeypatch.setattr(PPOTrainerSync, "_balance_batch", lambda self, batch, metrics, *a, **k: batch)
     metrics = {}
     batch = trainer._balance_batch(batch, metrics)

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -20,15 +21,32 @@ VALID = [
 ]
 
 
-def _dry_run(*overrides):
-    env = dict(os.environ, GCPO_DRY_RUN="1")
-    return subprocess.run([sys.executable, "-m", "recipe.gcpo.main_gcpo", *overrides], capture_output=True, text=True, env=env)
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _entry_point(*overrides, cwd, dry_run=True, **env):
+    """``python -m recipe.gcpo.main_gcpo`` from ``cwd`` (this checkout first on the path)."""
+    full_env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "HYDRA_FULL_ERROR")}
+    full_env.update(env, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    if dry_run:
+        full_env["GCPO_DRY_RUN"] = "1"
+    return subprocess.run([sys.executable, "-m", "recipe.gcpo.main_gcpo", *overrides], capture_output=True,
+                          text=True, env=full_env, cwd=cwd)
+
+
+def _assert_one_line_error(proc, line):
+    """Exit 2 and the reason as the last line of standard error, once: no Hydra report, no traceback."""
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [text for text in proc.stderr.splitlines() if text.strip()]
+    assert lines[-1] == line
+    assert [text for text in lines if text.startswith("error: ")] == [line]
+    assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr
 
 
 def test_composes_with_verls_ppo_trainer_and_sets_the_gcpo_defaults():
     config = compose_gcpo(VALID)
     assert config.algorithm.adv_estimator == "gcpo"
-    assert config.trainer.v1.trainer_mode == "gcpo_sync"
+    assert config.trainer.v1.trainer_mode == "sync" and config.trainer.use_v1  # verl's V1 sync trainer
     assert config.reward.custom_reward_function.path == "pkg://recipe.gcpo.reward"
     assert "actor" in config.actor_rollout_ref and "rollout" in config.actor_rollout_ref  # verl's tree is there
     assert OmegaConf.select(config, "algorithm.gcpo.credit.permutations") == 64
@@ -39,24 +57,123 @@ def test_command_line_overrides_reach_the_gcpo_block():
     assert config.algorithm.gcpo.credit.method == "mc" and config.algorithm.gcpo.encoder.text_span == "reasoning"
 
 
-def test_dry_run_validates_and_prints_the_config_without_starting_anything():
-    proc = _dry_run(*VALID, "algorithm.gcpo.credit.permutations=128")
+def test_dry_run_validates_and_prints_the_config_without_starting_anything(tmp_path):
+    proc = _entry_point(*VALID, "algorithm.gcpo.credit.permutations=128", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "permutations: 128" in proc.stdout and "trainer_mode: gcpo_sync" in proc.stdout
+    assert "permutations: 128" in proc.stdout and "trainer_mode: sync" in proc.stdout
     assert "nothing was started" in proc.stdout
     assert "# warning: /data/train.parquet does not exist here (scripts/prepare_data.py writes it)" in proc.stdout
+    assert list(tmp_path.iterdir()) == []  # no outputs/<date>/<time>/ from Hydra
 
 
-def test_a_bad_value_fails_at_start_up_naming_the_key():
-    proc = _dry_run(*VALID, "algorithm.gcpo.credit.kernel=laplace")
-    assert proc.returncode != 0
-    assert "algorithm.gcpo.credit.kernel must be one of ['cosine', 'rbf']" in proc.stderr
+def test_a_misspelt_key_fails_with_one_line_naming_the_closest_key(tmp_path):
+    proc = _entry_point(*VALID, "algorithm.gcpo.credit.methd=mc", cwd=tmp_path)
+    _assert_one_line_error(
+        proc, "error: algorithm.gcpo.credit.methd is not a key of the config: did you mean algorithm.gcpo.credit.method?")
 
 
-def test_the_register_module_refuses_gcpo_under_a_stock_trainer():
+def test_hydra_full_error_puts_the_traceback_between_two_copies_of_the_reason(tmp_path):
+    proc = _entry_point(*VALID, "algorithm.gcpo.credit.kernel=laplace", cwd=tmp_path, HYDRA_FULL_ERROR="1")
+    assert proc.returncode == 2
+    line = "error: algorithm.gcpo.credit.kernel must be one of ['cosine', 'rbf'], got 'laplace'"
+    lines = [text for text in proc.stderr.splitlines() if text.strip()]
+    assert lines[-1] == line and lines.index(line) < lines.index("Traceback (most recent call last):")
+
+
+def test_a_machine_without_gpus_stops_before_ray_with_one_line(tmp_path):
+    proc = _entry_point(*VALID, f"trainer.default_local_dir={tmp_path / 'ckpt'}", cwd=tmp_path, dry_run=False,
+                        CUDA_VISIBLE_DEVICES="", RAY_TMPDIR=str(tmp_path))  # no Ray cluster `ray start`ed here
+    _assert_one_line_error(proc, (
+        "error: no GPU found on this machine (trainer.device=cuda: 0 visible) and no Ray cluster to join (RAY_ADDRESS): "
+        "training needs GPUs. To check a config on a machine without GPUs, use the dry run (--dry-run / "
+        "GCPO_DRY_RUN=1): it composes and validates the config and starts nothing."))
+    assert "ray init kwargs" not in proc.stdout  # what verl prints as it starts Ray
+
+
+@pytest.mark.parametrize("override, shown", [("trainer.nnodes=abc", "'abc'"), ("trainer.n_gpus_per_node=0", "0"),
+                                             ("trainer.nnodes=1.5", "1.5")])
+def test_the_cluster_shape_must_be_positive_integers(override, shown):
+    from recipe.gcpo.main_gcpo import validate
+
+    key = override.split("=")[0]
+    with pytest.raises(ValueError, match=f"{key} must be an integer >= 1, got {shown}"):
+        validate(compose_gcpo(VALID + [override]))
+
+
+def test_the_legacy_trainer_is_refused():
+    from recipe.gcpo.main_gcpo import validate
+
+    with pytest.raises(ValueError, match="trainer.use_v1=false selects verl's legacy trainer"):
+        validate(compose_gcpo(VALID + ["algorithm.adv_estimator=grpo", "trainer.use_v1=false"]))
+
+
+def test_the_register_module_refuses_what_needs_the_gcpo_trainer_under_a_stock_trainer():
     import recipe.gcpo.register  # noqa: F401
+    from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    config = compose_gcpo(VALID + ["trainer.v1.trainer_mode=sync"])
     with pytest.raises(ValueError, match="needs the GCPO trainer.*trainer class PPOTrainerSync"):
-        PPOTrainerSync(config)
+        PPOTrainerSync(compose_gcpo(VALID))
+    with pytest.raises(ValueError, match="group_contrastive.enable=true needs the GCPO trainer.*recipe.gcpo.main_gcpo"):
+        PPOTrainerSync(compose_gcpo(VALID + ["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true"]))
+    # a baseline that needs only rewards runs with verl's stock trainer
+    assert PPOTrainerSync(compose_gcpo(VALID + ["algorithm.adv_estimator=copo"])).trainer_mode == "sync"
+    assert core_algos.get_adv_estimator_fn("copo") is not None
+
+
+def test_verls_stock_entry_point_gets_the_check_through_verl_use_external_modules(tmp_path):
+    """What ``VERL_USE_EXTERNAL_MODULES=recipe.gcpo.register python -m verl.trainer.main_ppo`` does in verl's task
+    runner: importing verl imports the register module, so verl's own trainer refuses GCPO when it is built."""
+    script = (
+        "import verl\n"
+        "from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync\n"
+        "from tests.recipe.gcpo.conftest import compose_gcpo\n"
+        f"PPOTrainerSync(compose_gcpo({VALID!r}))\n"
+    )
+    env = dict(os.environ, VERL_USE_EXTERNAL_MODULES="recipe.gcpo.register",
+               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "ValueError: algorithm.adv_estimator=gcpo needs the GCPO trainer" in proc.stderr
+    assert "python -m recipe.gcpo.main_gcpo" in proc.stderr
+
+
+@pytest.fixture
+def visible_gpus(monkeypatch, tmp_path):
+    """Set how many GPUs this machine shows; no Ray cluster to join unless a test sets RAY_ADDRESS."""
+    from types import SimpleNamespace
+
+    import recipe.gcpo.main_gcpo as entry
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # where Ray looks for a cluster `ray start`ed on this machine
+
+    def set_count(count):
+        monkeypatch.setattr(entry, "is_device_available", lambda: count > 0)
+        monkeypatch.setattr(entry, "get_torch_device", lambda: SimpleNamespace(device_count=lambda: count))
+
+    return set_count
+
+
+def test_the_machine_is_checked_before_ray_starts_unless_a_cluster_is_joined(visible_gpus, monkeypatch):
+    from recipe.gcpo.main_gcpo import accelerator_problem
+
+    config = compose_gcpo(VALID + ["trainer.n_gpus_per_node=8"])
+    visible_gpus(8)
+    assert accelerator_problem(config) is None
+    two_nodes = accelerator_problem(compose_gcpo(VALID + ["trainer.n_gpus_per_node=8", "trainer.nnodes=2"]))
+    assert two_nodes.startswith("trainer.nnodes=2, but no Ray cluster to join")
+    visible_gpus(4)
+    assert accelerator_problem(config).startswith("trainer.n_gpus_per_node=8, but this machine has 4 visible cuda")
+    visible_gpus(0)
+    assert accelerator_problem(config).startswith("no GPU found on this machine")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # the cluster's GPUs are verl's to check
+    assert accelerator_problem(config) is None
+
+
+def test_a_misspelt_reward_kwarg_fails_the_dry_run_with_one_line(tmp_path):
+    proc = _entry_point(*VALID, "reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_response_len=8192",
+                        cwd=tmp_path)
+    _assert_one_line_error(proc, (
+        "error: reward.reward_kwargs: unknown key(s) ['max_response_len'] (did you mean 'max_resp_len'?); "
+        "known: ['max_resp_len', 'overlong_buffer_cfg']"))

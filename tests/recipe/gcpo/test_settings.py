@@ -37,8 +37,9 @@ def test_norm_by_std_follows_verls_grpo_switch():
     assert validate_gcpo_config(config).credit.norm_by_std is False
 
 
-def test_gcpo_without_the_gcpo_trainer_mode_is_refused_naming_the_entry_point():
-    for override in ("trainer.v1.trainer_mode=sync", "trainer.use_v1=false"):
+def test_gcpo_outside_verls_v1_sync_trainer_is_refused_naming_the_entry_point():
+    assert validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=8"])) is not None  # verl's defaults
+    for override in ("trainer.v1.trainer_mode=colocate_async", "trainer.use_v1=false"):
         with pytest.raises(ValueError, match="python -m recipe.gcpo.main_gcpo"):
             validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=8", override]))
 
@@ -101,3 +102,110 @@ def test_multi_turn_and_oversized_exact_games_are_refused_at_start_up():
     with pytest.raises(ValueError, match="method=exact enumerates 2\\^n coalitions"):
         validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=32", "algorithm.gcpo.credit.method=exact"]))
     assert validate_gcpo_config(compose_gcpo(["actor_rollout_ref.rollout.n=32"])).credit.method == "auto"
+
+
+LAUNCHER_REWARD = ["reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_resp_len=8192",
+                   "+reward.reward_kwargs.overlong_buffer_cfg.enable=true", "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
+                   "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+                   "+reward.reward_kwargs.overlong_buffer_cfg.log=false"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+reward.reward_kwargs.max_response_len=1"],
+     r"reward.reward_kwargs: unknown key\(s\) \['max_response_len'\] \(did you mean 'max_resp_len'\?\)"),
+    (["+reward.reward_kwargs.overlong_buffer_cfg.penalty=1"],
+     r"reward.reward_kwargs.overlong_buffer_cfg: unknown key\(s\) \['penalty'\] \(did you mean 'penalty_factor'\?\)"),
+    (["reward.reward_manager.name=naive"], r"read only by reward.reward_manager.name=dapo .*naive would ignore it"),
+    (["reward.reward_kwargs.max_resp_len=2048"], r"max_resp_len=2048 must be >= overlong_buffer_cfg.len=4096"),
+    (["reward.reward_kwargs.overlong_buffer_cfg.len=0"], r"overlong_buffer_cfg.len must be > 0"),
+])
+def test_reward_kwargs_are_checked_against_what_the_reward_manager_reads(overrides, message):
+    from recipe.gcpo.settings import validate_reward_kwargs
+
+    validate_reward_kwargs(compose_gcpo(LAUNCHER_REWARD))
+    with pytest.raises(ValueError, match=message):
+        validate_reward_kwargs(compose_gcpo(LAUNCHER_REWARD + overrides))
+
+
+def test_an_enabled_overlong_buffer_needs_every_value_the_dapo_manager_reads():
+    from recipe.gcpo.settings import validate_reward_kwargs
+
+    partial = [o for o in LAUNCHER_REWARD if "penalty_factor" not in o and "max_resp_len" not in o]
+    with pytest.raises(ValueError, match="also reads overlong_buffer_cfg.penalty_factor"):
+        validate_reward_kwargs(compose_gcpo(partial))
+    with pytest.raises(ValueError, match="needs reward.reward_kwargs.max_resp_len"):
+        validate_reward_kwargs(compose_gcpo(partial + ["+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1"]))
+
+
+def _reward_kwargs_verl_reads() -> dict[str, dict]:
+    """Reward manager name -> {key: the sub-keys it reads, None for a value}, from verl's reward manager source:
+    ``config.reward.get("reward_kwargs", ...).get(KEY)`` and then ``self.KEY.SUB``."""
+    import ast
+    from pathlib import Path
+
+    import verl.experimental.reward_loop.reward_manager as managers
+
+    found = {}
+    for path in Path(managers.__file__).parent.glob("*.py"):
+        for cls in [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)]:
+            names = [d.args[0].value for d in cls.decorator_list if isinstance(d, ast.Call) and d.args
+                     and isinstance(d.args[0], ast.Constant) and getattr(d.func, "id", "") == "register"]
+            keys = {}
+            for node in ast.walk(cls):
+                inner = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
+                if (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "get"
+                        and inner.args and getattr(inner.args[0], "value", None) == "reward_kwargs"):
+                    keys[node.args[0].value] = None
+            for node in ast.walk(cls):
+                owner = node.value if isinstance(node, ast.Attribute) else None
+                if (isinstance(owner, ast.Attribute) and owner.attr in keys and isinstance(owner.value, ast.Name)
+                        and owner.value.id == "self"):
+                    keys[owner.attr] = (keys[owner.attr] or frozenset()) | {node.attr}
+            if keys:
+                found.update({name: keys for name in names})
+    return found
+
+
+def test_the_reward_kwargs_table_is_what_verls_reward_managers_read():
+    from recipe.gcpo.settings import REWARD_KWARGS
+
+    assert _reward_kwargs_verl_reads() == REWARD_KWARGS
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+reward.custom_reward_function.reward_kwargs.correct_scor=2"],
+     r"reward.custom_reward_function.reward_kwargs \(keyword arguments of pkg://recipe.gcpo.reward:compute_score\): "
+     r"unknown key\(s\) \['correct_scor'\] \(did you mean 'correct_score'\?\); known: \['correct_score', 'wrong_score'\]"),
+    (["+reward.custom_reward_function.reward_kwargs.ground_truth=1"],
+     r"\['ground_truth'\] would replace the argument\(s\) verl passes"),
+    (["reward.custom_reward_function.path=null", "+reward.custom_reward_function.reward_kwargs.correct_score=2"],
+     r"reward_kwargs is set but custom_reward_function.path is not"),
+    (["reward.custom_reward_function.path=/no/such/reward.py", "+reward.custom_reward_function.reward_kwargs.a=1"],
+     r"\(/no/such/reward.py, compute_score\) cannot be loaded here"),
+])
+def test_custom_reward_function_kwargs_are_checked_by_name(overrides, message):
+    from recipe.gcpo.settings import validate_custom_reward_kwargs
+
+    with pytest.raises(ValueError, match=message):
+        validate_custom_reward_kwargs(compose_gcpo(overrides))
+
+
+def test_custom_reward_function_kwargs_the_function_reads_pass(tmp_path):
+    from recipe.gcpo.settings import validate_custom_reward_kwargs
+
+    validate_custom_reward_kwargs(compose_gcpo(["+reward.custom_reward_function.reward_kwargs.correct_score=2",
+                                                "+reward.custom_reward_function.reward_kwargs.wrong_score=0"]))
+    # a user's function with **kwargs reads what it reads; one without names its keywords
+    module = tmp_path / "my_reward.py"
+    module.write_text("def open_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n"
+                      "def closed_score(data_source, solution_str, ground_truth, extra_info=None, *, scale=1.0):\n"
+                      "    return 0.0\n")
+    base = [f"reward.custom_reward_function.path={module}"]
+    validate_custom_reward_kwargs(compose_gcpo(base + ["reward.custom_reward_function.name=open_score",
+                                                       "+reward.custom_reward_function.reward_kwargs.anything=1"]))
+    validate_custom_reward_kwargs(compose_gcpo(base + ["reward.custom_reward_function.name=closed_score",
+                                                       "+reward.custom_reward_function.reward_kwargs.scale=2"]))
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['scal'\] \(did you mean 'scale'\?\)"):
+        validate_custom_reward_kwargs(compose_gcpo(base + ["reward.custom_reward_function.name=closed_score",
+                                                           "+reward.custom_reward_function.reward_kwargs.scal=2"]))
+

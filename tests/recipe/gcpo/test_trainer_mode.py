@@ -1,0 +1,245 @@
+"""The GCPO trainer is verl's sync trainer in every branch that depends on the trainer mode.
+
+verl 0.9.1's V1 trainer reads ``trainer.v1.trainer_mode`` in its constructor (replay buffer class and
+arguments), its dataloader (``data.gen_batch_size``), its rollout submission (what TransferQueue keeps), its
+checkpoints (a TransferQueue checkpoint in the async modes) and its resume. Each test builds the trainer with
+its real constructor from a launcher's composed config and runs verl's own method next to stock
+``PPOTrainerSync``; what only GPUs can build (the actor's worker group, the rollout) is replaced by a recorder.
+"""
+
+import ast
+import inspect
+import os
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import transfer_queue as tq
+from tokenizers import Tokenizer, models, pre_tokenizers
+from torchdata.stateful_dataloader import StatefulDataLoader
+from transformers import PreTrainedTokenizerFast
+from verl.trainer.main_ppo import TaskRunnerV1
+from verl.trainer.ppo.v1 import trainer_base
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+
+from recipe.gcpo.gcpo_trainer import GCPOTrainer
+from recipe.gcpo.main_gcpo import GCPOTaskRunner
+from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.scripts.launch import launcher_overrides
+
+SYNC_LAUNCHERS = ["run_qwen3_4b_gcpo.sh", "run_qwen3_4b_grpo.sh", "run_qwen3_4b_dapo.sh"]
+
+
+@pytest.fixture
+def stock_sync(monkeypatch):
+    """Build verl's PPOTrainerSync with verl's own constructor: recipe.gcpo.register (if a test imported it)
+    wraps that constructor to refuse the GCPO estimators under a stock trainer, which is exactly what these
+    comparisons build, so the wrapper is taken off."""
+    monkeypatch.setattr(PPOTrainer, "__init__", getattr(PPOTrainer.__init__, "__wrapped__", PPOTrainer.__init__))
+    return PPOTrainerSync
+
+
+def _launcher_config(script, **env):
+    return compose_gcpo(launcher_overrides(script, env=env))
+
+
+def _replay_buffer_construction(trainer_cls, config, monkeypatch):
+    """(class, refill function, other keyword arguments) of the replay buffer the trainer's constructor builds."""
+    calls = []
+    original = ReplayBuffer.__init__  # ReplayBufferAsync inherits it
+
+    def recording(self, **kwargs):
+        calls.append((type(self), dict(kwargs)))
+        original(self, **kwargs)
+
+    monkeypatch.setattr(ReplayBuffer, "__init__", recording)
+    trainer = trainer_cls(config)
+    monkeypatch.setattr(ReplayBuffer, "__init__", original)
+    [(cls, kwargs)] = calls
+    refill = kwargs.pop("refill_fn")
+    assert refill.__self__ is trainer
+    return cls, refill.__func__, kwargs
+
+
+@pytest.mark.parametrize("script", SYNC_LAUNCHERS)
+def test_the_replay_buffer_is_verls_sync_one(script, stock_sync, monkeypatch):
+    ours = _replay_buffer_construction(GCPOTrainer, _launcher_config(script), monkeypatch)
+    stock = _replay_buffer_construction(stock_sync, _launcher_config(script), monkeypatch)
+    assert ours[0] is ReplayBuffer  # the sync sampler, not ReplayBufferAsync
+    assert ours == stock
+    if script == "run_qwen3_4b_dapo.sh":  # verl's speculative sync refill: whole batches in flight
+        assert ours[2]["filter_groups_metric"] == "acc" and ours[2]["max_inflight_gen_batches"] == 2
+        assert ours[2]["train_batch_size"] == 256 and ours[2]["gen_batch_size"] == 1
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer():
+    """A word-level tokenizer with a chat template: enough for verl's dataset and its prompt-length filter."""
+    words = ["what", "is", "plus"] + [str(i) for i in range(40)]
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "</s>"] + words)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", eos_token="</s>")
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return tokenizer
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    """train.parquet and val_aime24.parquet in verl's RL format, 12 prompts each."""
+    rows = [{"data_source": "math", "prompt": [{"role": "user", "content": f"what is {i} plus {i}"}],
+             "reward_model": {"ground_truth": str(2 * i), "style": "rule"}, "extra_info": {"index": i}}
+            for i in range(12)]
+    for name in ("train", "val_aime24"):
+        pd.DataFrame(rows).to_parquet(tmp_path / f"{name}.parquet")
+    return tmp_path
+
+
+@pytest.mark.parametrize("script, gen_batch_size", [("run_qwen3_4b_gcpo.sh", 256), ("run_qwen3_4b_dapo.sh", 1)])
+def test_the_dataloader_fetches_verls_sync_gen_batch(script, gen_batch_size, chat_tokenizer, data_dir, stock_sync):
+    """In sync mode prompts are fetched a whole train batch at a time (one at a time only for DAPO's exact
+    refills); in any other mode verl forces data.gen_batch_size=1."""
+    sizes = []
+    for cls in (GCPOTrainer, stock_sync):
+        config = _launcher_config(script, DATA_DIR=str(data_dir), VAL_SETS="aime24")
+        trainer = cls(config)
+        trainer.tokenizer, trainer.processor = chat_tokenizer, None  # what init() loads from the model path
+        trainer._init_dataloader()
+        sizes.append((trainer.train_dataloader.batch_size, config.data.gen_batch_size))
+    assert sizes[0] == sizes[1]
+    assert sizes[0][0] == gen_batch_size
+
+
+class _ActorWorkers:
+    """Stands in for the actor's worker group (its FSDP shards need GPUs): records checkpoint calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def save_checkpoint(self, local_path, remote_path, global_steps, max_ckpt_to_keep=None):
+        self.calls.append(("save", local_path, global_steps))
+
+    def load_checkpoint(self, local_path, del_local_after_load=False):
+        self.calls.append(("load", local_path))
+
+
+class _AgentLoop:
+    def __init__(self):
+        self.batches = []
+
+    def generate_sequences(self, batch):
+        self.batches.append(len(batch))
+
+
+def _record_transfer_queue(monkeypatch):
+    calls = []
+    for name in ("save_checkpoint", "load_checkpoint", "kv_list", "kv_batch_put"):
+        monkeypatch.setattr(tq, name, lambda *args, _name=name, **kwargs: calls.append((_name, sorted(kwargs))))
+    return calls
+
+
+def _dataloader():
+    loader = StatefulDataLoader(list(range(16)), batch_size=4)
+    iterator = iter(loader)
+    next(iterator), next(iterator)
+    return loader
+
+
+def _a_step_with_a_checkpoint_and_a_resume(trainer_cls, ckpt_dir, monkeypatch):
+    """Submit a batch of prompts, save a checkpoint at step 50, then resume a new trainer from it."""
+    tq_calls = _record_transfer_queue(monkeypatch)
+    config = _launcher_config("run_qwen3_4b_gcpo.sh", CKPT_DIR=str(ckpt_dir))
+    trainer = trainer_cls(config)
+    trainer.global_steps = 50
+    trainer.agent_loop_manager = _AgentLoop()
+    prompts = tu.get_tensordict({"uid": np.array(["u0", "u1"], dtype=object), "input_ids": torch.ones(2, 3)})
+    trainer._submit_batch_to_rollout(prompts)
+    trainer.actor_rollout_wg, trainer.train_dataloader = _ActorWorkers(), _dataloader()
+    trainer._save_checkpoint()
+    written = sorted(str(p.relative_to(ckpt_dir)) for p in ckpt_dir.rglob("*"))
+
+    resumed = trainer_cls(config)
+    resumed.actor_rollout_wg = _ActorWorkers()
+    resumed.train_dataloader = StatefulDataLoader(list(range(16)), batch_size=4)
+    resumed._load_checkpoint()
+    reissued = resumed._reissue_inflight_prompts()
+    relative = [(call[0], os.path.relpath(call[1], ckpt_dir), *call[2:]) for call in trainer.actor_rollout_wg.calls
+                + resumed.actor_rollout_wg.calls]
+    return {
+        "transfer_queue": tq_calls,
+        "files": written,
+        "actor": relative,
+        "resumed_step": resumed.global_steps,
+        "reissued": reissued,
+        "restored_prompts": resumed._restored_tq_prompt_count,
+        "dataloader": resumed.train_dataloader.state_dict() == trainer.train_dataloader.state_dict(),
+    }
+
+
+def test_checkpoints_and_resume_are_verls_sync_ones(tmp_path, stock_sync, monkeypatch):
+    ours = _a_step_with_a_checkpoint_and_a_resume(GCPOTrainer, tmp_path / "ours", monkeypatch)
+    stock = _a_step_with_a_checkpoint_and_a_resume(stock_sync, tmp_path / "stock", monkeypatch)
+    assert ours == stock
+    # sync mode: prompts are registered as tags only, no TransferQueue checkpoint is written or read
+    assert ours["transfer_queue"] == [("kv_batch_put", ["keys", "partition_id", "tags"])]
+    assert not any("transfer_queue" in path for path in ours["files"])
+    assert ours["resumed_step"] == 50 and ours["reissued"] == 0 and ours["dataloader"]
+
+
+class _Started(Exception):
+    """Raised where the trainer would start its workers on GPUs."""
+
+
+@pytest.mark.parametrize("overrides, trainer_cls", [
+    (["actor_rollout_ref.rollout.n=4"], GCPOTrainer),
+    (["algorithm.adv_estimator=grpo"], GCPOTrainer),
+    (["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=colocate_async"], PPOTrainerColocateAsync),
+])
+def test_the_task_runner_builds_the_gcpo_trainer_in_verls_sync_mode(overrides, trainer_cls, monkeypatch):
+    built = []
+
+    def start(self):
+        built.append(self)
+        raise _Started
+
+    monkeypatch.setattr(PPOTrainer, "init", start)
+    monkeypatch.setattr(tq, "init", lambda config: None)  # the runner's TransferQueue (Ray actors)
+    monkeypatch.setattr(tq, "close", lambda: None)
+    with pytest.raises(_Started):
+        GCPOTaskRunner().run(compose_gcpo(overrides))
+    [trainer] = built
+    assert type(trainer) is trainer_cls
+    assert trainer.trainer_mode == compose_gcpo(overrides).trainer.v1.trainer_mode
+    if trainer_cls is GCPOTrainer:
+        assert trainer.trainer_mode == "sync" and type(trainer.replay_buffer) is ReplayBuffer
+
+
+def test_the_recipe_registers_no_trainer_mode_of_its_own():
+    import recipe.gcpo.register  # noqa: F401
+
+    assert set(trainer_base.TRAINER_REGISTRY) == {"sync", "colocate_async", "separate_async"}
+    assert trainer_base.TRAINER_REGISTRY["sync"] is PPOTrainerSync
+
+
+def _run_statements(method, skipped_imports):
+    """The statements of a task runner's ``run``, docstring and the given imports left out, as AST dumps."""
+    [function] = ast.parse(textwrap.dedent(inspect.getsource(method))).body
+    body = function.body[1:] if isinstance(function.body[0].value if isinstance(function.body[0], ast.Expr) else None,
+                                           ast.Constant) else function.body
+    kept = [s for s in body if not (isinstance(s, (ast.Import, ast.ImportFrom)) and ast.unparse(s) in skipped_imports)]
+    return [ast.dump(s).replace("'get_trainer_cls'", "'trainer_class'") for s in kept]
+
+
+def test_the_task_runner_is_verls_but_for_the_trainer_class():
+    """GCPOTaskRunner.run mirrors verl 0.9.1's TaskRunnerV1.run, choosing the trainer class where verl looks it
+    up by mode: this fails when either side changes, so that the mirror is redone."""
+    ours = _run_statements(GCPOTaskRunner.run, {"from verl.utils.logging_utils import configure_verl_logging",
+                                                "import recipe.gcpo.register"})
+    verls = _run_statements(TaskRunnerV1.__ray_actor_class__.run, {"from verl.trainer.ppo.v1 import get_trainer_cls"})
+    assert ours == verls
