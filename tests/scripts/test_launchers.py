@@ -101,7 +101,8 @@ def test_a_bad_override_fails_with_one_short_line(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines[-1] == "error: algorithm.gcpo.credit.method must be one of ['auto', 'exact', 'mc', 'loo'], got 'banana'"
     assert not any(line.startswith(("+ python3", "Error executing job", "Traceback")) for line in lines)
-    assert sum(len(line) for line in lines if not line.startswith("WARNING:")) < 200  # verl's import-time warnings
+    # verl's import-time warnings, and the launcher's warning that the hub is off (the tests run offline)
+    assert sum(len(line) for line in lines if not line.startswith(("WARNING:", "# warning"))) < 200
     assert list(tmp_path.iterdir()) == []
 
 

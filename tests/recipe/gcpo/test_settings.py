@@ -175,7 +175,7 @@ def test_the_reward_kwargs_table_is_what_verls_reward_managers_read():
 @pytest.mark.parametrize("overrides, message", [
     (["+reward.custom_reward_function.reward_kwargs.correct_scor=2"],
      r"reward.custom_reward_function.reward_kwargs \(keyword arguments of pkg://recipe.gcpo.reward:compute_score\): "
-     r"unknown key\(s\) \['correct_scor'\] \(did you mean 'correct_score'\?\); known: \['correct_score', 'wrong_score'\]"),
+     r"unknown key\(s\) \['correct_scor'\] \(did you mean 'correct_score'\?\); known: \['correct_score', 'timeout_s', 'wrong_score'\]"),
     (["+reward.custom_reward_function.reward_kwargs.ground_truth=1"],
      r"\['ground_truth'\] would replace the argument\(s\) verl passes"),
     (["reward.custom_reward_function.path=null", "+reward.custom_reward_function.reward_kwargs.correct_score=2"],
