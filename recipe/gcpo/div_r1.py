@@ -71,15 +71,21 @@ def validate_div_r1_config(config: DictConfig) -> Optional[DivR1Settings]:
     """Start-up checks of ``algorithm.div_r1``; the settings when enabled, else None.
 
     Raises:
-        ValueError: a bad value, distillation (which replaces the actor loss), or ``entropy=exact`` without the
-            actor computing entropies.
+        ValueError: a bad value, a trainer other than the recipe's (which installs the loss), distillation (which
+            replaces the actor loss), or ``entropy=exact`` without the actor computing entropies.
     """
-    from recipe.gcpo.settings import _build, _plain
+    from recipe.gcpo.settings import GCPO_TRAINER_MODE, _build, _plain
 
     block = _plain(config.algorithm.get("div_r1")) or {}
     settings = _build(DivR1Settings, block, "algorithm.div_r1")
     if not settings.enable:
         return None
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
+    if not config.trainer.get("use_v1", True) or mode != GCPO_TRAINER_MODE:
+        raise ValueError("algorithm.div_r1.enable=true needs the recipe's trainer, which gives the actor workers the "
+                         f"Div-R1 loss: launch with `python -m recipe.gcpo.main_gcpo` (trainer.v1.trainer_mode="
+                         f"{GCPO_TRAINER_MODE}; found trainer.use_v1={config.trainer.get('use_v1')}, "
+                         f"trainer.v1.trainer_mode={mode})")
     if OmegaConf.select(config, "distillation.enabled"):
         raise ValueError("algorithm.div_r1 adds its term to verl's PPO loss; with distillation.enabled=true the actor "
                          "runs the distillation loss instead: use one or the other")

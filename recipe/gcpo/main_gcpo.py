@@ -17,6 +17,8 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 
+from recipe.gcpo.div_r1 import validate_div_r1_config
+from recipe.gcpo.diver import validate_diver_config
 from recipe.gcpo.settings import validate_gcpo_config, validate_group_contrastive
 
 
@@ -44,6 +46,8 @@ def missing_data_files(config) -> list[str]:
 def validate(config) -> None:
     """Every start-up check: GCPO's own, then verl's."""
     validate_gcpo_config(config)
+    validate_diver_config(config)
+    validate_div_r1_config(config)
     validate_group_contrastive(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 
