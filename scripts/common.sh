@@ -33,9 +33,9 @@ if [[ "${PROTOCOL}" == "stock" ]]; then PROTOCOL="${STOCK_PROTOCOL:-verl-grpo}";
 case "${PROTOCOL}" in
   shared) ;;
   verl-grpo)
-    : "${TRAIN_BATCH_SIZE:=512}" "${MINI_BATCH_SIZE:=256}" "${N_RESP:=5}" "${VAL_N:=1}" ;;
+    : "${TRAIN_BATCH_SIZE:=512}" "${MINI_BATCH_SIZE:=256}" "${N_RESP:=5}" "${VAL_N:=1}" "${INFLIGHT_GEN_BATCHES:=1}" ;;
   dapo-recipe)
-    : "${TRAIN_BATCH_SIZE:=512}" "${MINI_BATCH_SIZE:=32}" "${N_RESP:=16}" "${VAL_N:=1}"
+    : "${TRAIN_BATCH_SIZE:=512}" "${MINI_BATCH_SIZE:=32}" "${N_RESP:=16}" "${VAL_N:=1}" "${INFLIGHT_GEN_BATCHES:=3}"
     : "${MAX_RESPONSE_LENGTH:=20480}" "${OVERLONG_BUFFER:=4096}" ;;
   *)
     echo "PROTOCOL must be one of shared, verl-grpo, dapo-recipe, stock; got '${PROTOCOL}'" >&2
@@ -43,12 +43,18 @@ case "${PROTOCOL}" in
 esac
 
 # The overrides of PROTOCOL's keys that are not environment variables, into PROTOCOL_ARGS (they come after the
-# shared settings and before the method's keys and the command line, so those win).
+# shared settings and before the method's keys and the command line, so those win). Arguments: the method's keys
+# and the command line, to see whether dynamic sampling is on (the last value counts, as in Hydra).
+# INFLIGHT_GEN_BATCHES (2; dapo-recipe 3, its gen batch 1536 = 3 x 512): prompt batches dynamic sampling may have
+# in flight, set only with dynamic sampling on (verl reads it only then).
 gcpo_protocol_args() {
   local seq_len=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))
+  local arg filtering=false
+  for arg in "$@"; do
+    case "${arg#+}" in algorithm.filter_groups.enable=*) filtering="${arg#*=}" ;; esac
+  done
+  PROTOCOL_ARGS=()
   case "${PROTOCOL}" in
-    shared)
-      PROTOCOL_ARGS=("algorithm.filter_groups.max_inflight_gen_batches=2") ;;
     verl-grpo)
       PROTOCOL_ARGS=(
         "actor_rollout_ref.actor.clip_ratio_high=0.2"
@@ -64,7 +70,6 @@ gcpo_protocol_args() {
         "data.truncation=error"
         "actor_rollout_ref.rollout.val_kwargs.temperature=0"
         "actor_rollout_ref.rollout.val_kwargs.top_p=1.0"
-        "algorithm.filter_groups.max_inflight_gen_batches=1"
         "trainer.test_freq=5"
         "trainer.save_freq=20"
       ) ;;
@@ -72,11 +77,13 @@ gcpo_protocol_args() {
       PROTOCOL_ARGS=(
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"
         "actor_rollout_ref.rollout.val_kwargs.top_p=0.7"
-        "algorithm.filter_groups.max_inflight_gen_batches=3"
         "trainer.test_freq=5"
         "trainer.save_freq=5"
       ) ;;
   esac
+  if [[ "${filtering,,}" == "true" ]]; then
+    PROTOCOL_ARGS+=("algorithm.filter_groups.max_inflight_gen_batches=${INFLIGHT_GEN_BATCHES}")
+  fi
 }
 # ---- end of protocol ---------------------------------------------------------------------------------------------
 
@@ -98,6 +105,7 @@ gcpo_protocol_args() {
 : "${TP_SIZE:=1}"
 : "${GPU_MEM_UTIL:=0.7}"
 : "${DRY_RUN:=0}"
+: "${INFLIGHT_GEN_BATCHES:=2}"
 if [[ -z "${LOGGER:-}" ]]; then
   if [[ -n "${WANDB_API_KEY:-}" ]]; then LOGGER='["console","wandb"]'; else LOGGER='["console"]'; fi
 fi
@@ -188,12 +196,12 @@ gcpo_launch() {
     trainer+=("ray_kwargs.ray_init.num_cpus=${RAY_NUM_CPUS}")
   fi
 
-  gcpo_protocol_args
+  gcpo_protocol_args "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"}
   if [[ "${DRY_RUN}" == "1" ]]; then export GCPO_DRY_RUN=1; fi
   if [[ -n "${RAY_ADDRESS:-}" ]]; then export RAY_ADDRESS; fi
   local cmd=(python3 -m recipe.gcpo.main_gcpo
     "${data[@]}" "${model[@]}" "${actor[@]}" "${rollout[@]}" "${reward[@]}" "${trainer[@]}"
-    "${PROTOCOL_ARGS[@]}" "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"})
+    ${PROTOCOL_ARGS[@]+"${PROTOCOL_ARGS[@]}"} "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"})
   echo "+ ${cmd[*]}" >&2
   exec "${cmd[@]}"
 }

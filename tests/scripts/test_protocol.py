@@ -28,6 +28,7 @@ ARM_KEYS = {
     "run_qwen3_1.7b_gcpo.sh": {"actor_rollout_ref.model.path": "Qwen/Qwen3-1.7B-Base",  # and verl's copy of it:
                                "actor_rollout_ref.rollout.prometheus.served_model_name": "Qwen/Qwen3-1.7B-Base"},
     "run_qwen3_4b_grpo.sh": {"algorithm.adv_estimator": "grpo"},
+    # + algorithm.filter_groups.max_inflight_gen_batches: the protocol's INFLIGHT (set only with dynamic sampling)
     "run_qwen3_4b_dapo.sh": {"algorithm.adv_estimator": "grpo", "algorithm.filter_groups.enable": True,
                              "algorithm.filter_groups.metric": "acc"},
     # metric=gcpo_signal is the recipe's default (the launcher sets it anyway, so that it says what it filters on)
@@ -48,6 +49,8 @@ ARM_KEYS = {
 PAPER_ARMS = ["run_qwen3_4b_grpo.sh", "run_qwen3_4b_dapo.sh", "run_qwen3_4b_div_r1.sh", "run_qwen3_4b_diver.sh",
               "run_qwen3_4b_dqo.sh", "run_qwen3_4b_gcpo_dynamic.sh"]
 NEW_LAUNCHERS = ("run_qwen3_4b_diver.sh", "run_qwen3_4b_div_r1.sh", "run_qwen3_4b_gcpo_dynamic.sh")
+DYNAMIC_SAMPLING = ("run_qwen3_4b_dapo.sh", "run_qwen3_4b_gcpo_dynamic.sh")
+INFLIGHT = {"shared": 2, "verl-grpo": 1, "dapo-recipe": 3}  # verl's default: 1
 NAMING = {"trainer.experiment_name", "trainer.default_local_dir"}
 
 # verl's stock GRPO example for Qwen3-4B (verl examples/grpo_trainer/run_qwen3_4b_fsdp.sh) and verl's defaults it
@@ -66,7 +69,6 @@ VERL_GRPO = {
 }
 DAPO_RECIPE = {
     "data.train_batch_size": 512, "actor_rollout_ref.actor.ppo_mini_batch_size": 32, "actor_rollout_ref.rollout.n": 16,
-    "algorithm.filter_groups.max_inflight_gen_batches": 3,  # its gen batch 1536 = 3 x 512 prompts
     "data.max_prompt_length": 2048, "data.max_response_length": 20480, "reward.reward_kwargs.max_resp_len": 20480,
     "reward.reward_kwargs.overlong_buffer_cfg.enable": True, "reward.reward_kwargs.overlong_buffer_cfg.len": 4096,
     "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor": 1.0, "actor_rollout_ref.actor.use_kl_loss": False,
@@ -83,10 +85,10 @@ DAPO_RECIPE = {
 
 @pytest.fixture(scope="module")
 def stub_python(tmp_path_factory):
-    """A python3 that prints its arguments, one a line, instead of training."""
+    """A python3 that prints its arguments, NUL-separated, instead of training."""
     folder = tmp_path_factory.mktemp("stub")
     stub = folder / "python3"
-    stub.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    stub.write_text('#!/usr/bin/env bash\nprintf "%s\\0" "$@"\n')
     stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
     return folder
 
@@ -103,9 +105,12 @@ def _overrides(script, stub, *args, **env):
     env["PATH"] = f"{stub}:{env['PATH']}"
     proc = subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
-    assert lines[:2] == ENTRY
-    return lines[2:]
+    out = proc.stdout
+    if out.startswith("+ "):  # a launcher's echo of its command
+        out = out.split("\n", 1)[1]
+    argv = out.split("\0")[:-1]
+    assert argv[:2] == ENTRY
+    return argv[2:]
 
 
 def _flat(node, prefix=""):
@@ -160,7 +165,9 @@ def test_every_launcher_is_listed_with_its_method_keys():
 def test_each_arm_differs_from_gcpo_only_in_its_methods_keys(stub_python, protocol, scripts):
     gcpo = _composed("run_qwen3_4b_gcpo.sh", stub_python, PROTOCOL=protocol)
     for script in scripts:
-        keys = ARM_KEYS[script]
+        keys = dict(ARM_KEYS[script])
+        if script in DYNAMIC_SAMPLING and INFLIGHT[protocol] != INFLIGHT["verl-grpo"]:
+            keys["algorithm.filter_groups.max_inflight_gen_batches"] = INFLIGHT[protocol]
         arm = _composed(script, stub_python, PROTOCOL=protocol)
         diff = _diff(gcpo, arm)
         assert {k: new for k, (_, new) in diff.items()} == keys, script
@@ -171,7 +178,6 @@ def test_the_new_launchers_compose_in_a_real_dry_run(dry_runs, script):
     config = dry_runs[script, "shared"]
     for key, value in ARM_KEYS[script].items():
         assert config[key] == value, key
-    assert config["trainer.v1.trainer_mode"] == "gcpo_sync"
     assert config["reward.reward_manager.name"] == "dapo"
     assert config["actor_rollout_ref.actor.clip_ratio_high"] == 0.28  # the shared protocol
     if script == "run_qwen3_4b_gcpo_dynamic.sh":
@@ -183,6 +189,7 @@ def test_stock_is_the_dapo_recipe_for_dynamic_sampling_launchers_in_a_real_dry_r
     for key, value in DAPO_RECIPE.items():
         assert config[key] == value, key
     assert (config["algorithm.filter_groups.enable"], config["algorithm.filter_groups.metric"]) == (True, "acc")
+    assert config["algorithm.filter_groups.max_inflight_gen_batches"] == 3  # its gen batch 1536 = 3 x 512 prompts
 
 
 @pytest.mark.parametrize("script, protocol, expected", [
@@ -221,3 +228,30 @@ def test_an_unknown_protocol_is_refused_naming_the_choices(stub_python):
     assert proc.returncode != 0
     assert "PROTOCOL must be one of shared, verl-grpo, dapo-recipe, stock; got 'grpo'" in proc.stderr
     assert "recipe.gcpo.main_gcpo" not in proc.stdout
+
+
+def test_readme_lists_the_five_baselines_with_their_sources_and_launchers():
+    readme = (ROOT / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `run_")]
+    launchers = {re.match(r"\| `(run_[^`]+)`", row).group(1): row for row in rows}
+    for script in launchers:
+        assert (ROOT / "scripts" / script).is_file(), script
+    sources = {  # the paper's five baselines: launcher, how the row names it, its source
+        "GRPO": ("run_qwen3_4b_grpo.sh", "arXiv 2402.03300"),
+        "DAPO": ("run_qwen3_4b_dapo.sh", "arXiv 2503.14476"),
+        "Div-R1": ("run_qwen3_4b_div_r1.sh", "arXiv 2505.23433"),
+        "DIVER": ("run_qwen3_4b_diver.sh", "arXiv 2509.26209"),
+        "DQO": ("run_qwen3_4b_dqo.sh", "arXiv 2509.04784"),
+    }
+    for name, (script, source) in sources.items():
+        assert script in launchers, name
+        assert name in launchers[script] and source in launchers[script], launchers[script]
+    assert "our reading" in launchers["run_qwen3_4b_div_r1.sh"]
+    gcpo_runs = {"run_qwen3_4b_gcpo.sh", "run_qwen3_1.7b_gcpo.sh"}  # named in the text above the table
+    assert set(launchers) == set(ARM_KEYS) - gcpo_runs
+
+
+def test_protocol_doc_names_every_launcher():
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    for script in ARM_KEYS:
+        assert script in doc, script
