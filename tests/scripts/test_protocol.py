@@ -255,3 +255,49 @@ def test_protocol_doc_names_every_launcher():
     doc = (ROOT / "docs" / "protocol.md").read_text()
     for script in ARM_KEYS:
         assert script in doc, script
+
+
+# rows of docs/protocol.md's hyperparameter table: (row label, config key, then per column -- shared, verl GRPO
+# example, DAPO recipe -- (composed value under that PROTOCOL, how the cell starts), or None where the protocol
+# deliberately does not copy the stock value (the doc says why))
+DOC_ROWS = [
+    ("`data.train_batch_size` (prompts / step)", "data.train_batch_size", (256, "256"), (512, "512"), (512, "512")),
+    ("`actor_rollout_ref.rollout.n`", "actor_rollout_ref.rollout.n", (16, "16"), (5, "5"), (16, "16")),
+    ("`actor.ppo_mini_batch_size` (prompts / update)", "actor_rollout_ref.actor.ppo_mini_batch_size",
+     (64, "64"), (256, "256"), (32, "32")),
+    ("`data.max_prompt_length`", "data.max_prompt_length", (2048, "2,048"), None, (2048, "2,048")),
+    ("`data.max_response_length`", "data.max_response_length", (8192, "8,192"), None, (20480, "20,480")),
+    ("`actor.optim.lr`", "actor_rollout_ref.actor.optim.lr", (1e-6, "1e-6"), (1e-6, "1e-6"), (1e-6, "1e-6")),
+    ("`actor.optim.lr_warmup_steps`", "actor_rollout_ref.actor.optim.lr_warmup_steps", (10, "10"), (-1, "none"),
+     (10, "10")),
+    ("`actor.optim.weight_decay`", "actor_rollout_ref.actor.optim.weight_decay", (0.1, "0.1"), (0.01, "0.01"),
+     (0.1, "0.1")),
+    ("`actor.optim.clip_grad` (gradient norm clip)", "actor_rollout_ref.actor.optim.clip_grad", (1.0, "1.0"),
+     (1.0, "1.0"), (1.0, "1.0")),
+    ("`actor.clip_ratio_c` (dual clip)", "actor_rollout_ref.actor.clip_ratio_c", (10.0, "10.0"), (3.0, "3.0"),
+     (10.0, "10.0")),
+    ("`actor.clip_ratio_low` / `clip_ratio_high`", "actor_rollout_ref.actor.clip_ratio_high", (0.28, "0.2 / 0.28"),
+     (0.2, "0.2 / 0.2"), (0.28, "0.2 / 0.28")),
+    ("`actor.use_kl_loss` / `kl_loss_coef` / `kl_loss_type`", "actor_rollout_ref.actor.use_kl_loss", (False, "off"),
+     (True, "on, 0.001"), (False, "off")),
+    ("overlong buffer (`reward_kwargs.overlong_buffer_cfg`)", "reward.reward_kwargs.overlong_buffer_cfg.enable",
+     (True, "on, 4,096"), (False, "off"), (True, "on, 4,096")),
+    ("validation temperature / top-p / n (`rollout.val_kwargs`)", "actor_rollout_ref.rollout.val_kwargs.top_p",
+     (0.95, "0.6 / 0.95 / 16"), (1.0, "greedy (0) / 1.0 / 1"), (0.7, "1.0 / 0.7 / 1")),
+    ("`trainer.test_freq` / `save_freq`", "trainer.save_freq", (50, "10 / 50"), (20, "5 / 20"), (5, "5 / 5")),
+]
+
+
+def test_protocol_docs_table_is_what_the_protocols_compose(stub_python):
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    rows = {cells[0]: cells[1:] for cells in
+            ([c.strip() for c in line.strip().strip("|").split("|")] for line in doc.splitlines() if line.startswith("| "))}
+    configs = [_composed("run_qwen3_4b_gcpo.sh", stub_python, PROTOCOL=p) for p in ("shared", "verl-grpo", "dapo-recipe")]
+    for label, key, *columns in DOC_ROWS:
+        assert label in rows, label
+        for column, (config, expected) in enumerate(zip(configs, columns)):
+            if expected is None:
+                continue
+            value, cell = expected
+            assert rows[label][column].startswith(cell), (label, column, rows[label][column])
+            assert config[key] == value, (label, column)
