@@ -1,4 +1,4 @@
-Make the recipe's advantage estimators known to verl, and refuse at once a config that needs the GCPO trainer
+"""Make the recipe's advantage estimators known to verl, and refuse at once a config that needs the GCPO trainer
 under any other trainer.
 
 Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator), ``diver`` (recipe.gcpo.diver) and ``copo``,
