@@ -15,6 +15,78 @@
 #   RAY_ADDRESS (an existing Ray cluster: head_ip:6379)  RAY_NUM_CPUS (fixed CPU count for a local Ray)
 #   DRY_RUN=1 or --dry-run: print the composed, validated config and stop (no GPU, no Ray).
 
+# ---- protocol (docs/protocol.md) ------------------------------------------------------------------------------
+# PROTOCOL selects the hyperparameters every arm shares:
+#   shared       (default) this project's comparison protocol: DAPO's trainer settings without dynamic sampling
+#                (the arms differ only in their method's keys; docs/protocol.md says why each value is what it is)
+#   verl-grpo    verl's stock GRPO example for Qwen3-4B (examples/grpo_trainer/run_qwen3_4b_fsdp.sh): low-variance
+#                KL loss 0.001, clip 0.2, no length shaping, 512 prompts x 5, mini-batch 256, greedy validation
+#   dapo-recipe  verl-recipe's DAPO recipe (dapo/run_dapo_qwen2.5_32b.sh): 512 prompts x 16, mini-batch 32, 3x
+#                the prompts in flight for dynamic sampling (its gen batch 1536), 20k responses with the length
+#                penalty from 16k, validation at T 1.0, top-p 0.7, n 1
+#   stock        the launcher's own reference: dapo-recipe for launchers with dynamic sampling (STOCK_PROTOCOL
+#                in the launcher), verl-grpo for the others
+# The data, model, schedule and the method's keys are the launcher's under every protocol. Environment
+# variables (TRAIN_BATCH_SIZE, N_RESP, ...) still win over a protocol's values, command-line overrides over all.
+: "${PROTOCOL:=shared}"
+if [[ "${PROTOCOL}" == "stock" ]]; then PROTOCOL="${STOCK_PROTOCOL:-verl-grpo}"; fi
+case "${PROTOCOL}" in
+  shared) ;;
+  verl-grpo)
+    : "${TRAIN_BATCH_SIZE:=512}" "${MINI_BATCH_SIZE:=256}" "${N_RESP:=5}" "${VAL_N:=1}" "${INFLIGHT_GEN_BATCHES:=1}" ;;
+  dapo-recipe)
+    : "${TRAIN_BATCH_SIZE:=512}" "${MINI_BATCH_SIZE:=32}" "${N_RESP:=16}" "${VAL_N:=1}" "${INFLIGHT_GEN_BATCHES:=3}"
+    : "${MAX_RESPONSE_LENGTH:=20480}" "${OVERLONG_BUFFER:=4096}" ;;
+  *)
+    echo "PROTOCOL must be one of shared, verl-grpo, dapo-recipe, stock; got '${PROTOCOL}'" >&2
+    exit 2 ;;
+esac
+
+# The overrides of PROTOCOL's keys that are not environment variables, into PROTOCOL_ARGS (they come after the
+# shared settings and before the method's keys and the command line, so those win). Arguments: the method's keys
+# and the command line, to see whether dynamic sampling is on (the last value counts, as in Hydra).
+# INFLIGHT_GEN_BATCHES (2; dapo-recipe 3, its gen batch 1536 = 3 x 512): prompt batches dynamic sampling may have
+# in flight, set only with dynamic sampling on (verl reads it only then).
+gcpo_protocol_args() {
+  local seq_len=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))
+  local arg filtering=false
+  for arg in "$@"; do
+    case "${arg#+}" in algorithm.filter_groups.enable=*) filtering="${arg#*=}" ;; esac
+  done
+  PROTOCOL_ARGS=()
+  case "${PROTOCOL}" in
+    verl-grpo)
+      PROTOCOL_ARGS=(
+        "actor_rollout_ref.actor.clip_ratio_high=0.2"
+        "actor_rollout_ref.actor.clip_ratio_c=3.0"
+        "actor_rollout_ref.actor.use_kl_loss=true"
+        "actor_rollout_ref.actor.kl_loss_coef=0.001"
+        "actor_rollout_ref.actor.kl_loss_type=low_var_kl"
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=-1"
+        "actor_rollout_ref.actor.optim.weight_decay=0.01"
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true"
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$((3 * seq_len))"
+        "reward.reward_kwargs.overlong_buffer_cfg.enable=false"
+        "data.truncation=error"
+        "actor_rollout_ref.rollout.val_kwargs.temperature=0"
+        "actor_rollout_ref.rollout.val_kwargs.top_p=1.0"
+        "trainer.test_freq=5"
+        "trainer.save_freq=20"
+      ) ;;
+    dapo-recipe)
+      PROTOCOL_ARGS=(
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"
+        "actor_rollout_ref.rollout.val_kwargs.top_p=0.7"
+        "trainer.test_freq=5"
+        "trainer.save_freq=5"
+      ) ;;
+  esac
+  if [[ "${filtering,,}" == "true" ]]; then
+    PROTOCOL_ARGS+=("algorithm.filter_groups.max_inflight_gen_batches=${INFLIGHT_GEN_BATCHES}")
+  fi
+}
+# ---- end of protocol ---------------------------------------------------------------------------------------------
+
 : "${NNODES:=1}"
 : "${GPUS_PER_NODE:=8}"
 : "${DATA_DIR:=${HOME}/data/gcpo}"
@@ -33,6 +105,7 @@
 : "${TP_SIZE:=1}"
 : "${GPU_MEM_UTIL:=0.7}"
 : "${DRY_RUN:=0}"
+: "${INFLIGHT_GEN_BATCHES:=2}"
 if [[ -z "${LOGGER:-}" ]]; then
   if [[ -n "${WANDB_API_KEY:-}" ]]; then LOGGER='["console","wandb"]'; else LOGGER='["console"]'; fi
 fi
@@ -165,11 +238,12 @@ gcpo_launch() {
     trainer+=("ray_kwargs.ray_init.num_cpus=${RAY_NUM_CPUS}")
   fi
 
+  gcpo_protocol_args "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"}
   if [[ "${DRY_RUN}" == "1" ]]; then export GCPO_DRY_RUN=1; fi
   if [[ -n "${RAY_ADDRESS:-}" ]]; then export RAY_ADDRESS; fi
   local cmd=(python3 -m recipe.gcpo.main_gcpo
     "${data[@]}" "${model[@]}" "${actor[@]}" "${rollout[@]}" "${reward[@]}" "${trainer[@]}"
-    "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"})
+    ${PROTOCOL_ARGS[@]+"${PROTOCOL_ARGS[@]}"} "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"})
   # the command on standard output, so that standard error holds only what went wrong
   echo "+ ${cmd[*]}"
   exec "${cmd[@]}"

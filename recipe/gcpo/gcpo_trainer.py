@@ -27,6 +27,8 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 
 from recipe.gcpo.credit_actor import CreditActor
+from recipe.gcpo.div_r1 import div_r1_loss_fn
+from recipe.gcpo.diver import diver_credit, validate_diver_config
 from recipe.gcpo.estimator import StepCredit, provide_credit
 from recipe.gcpo.group_contrastive import inject_references
 from recipe.gcpo.settings import SYNC_TRAINER_MODE, validate_gcpo_config, validate_group_contrastive
@@ -48,6 +50,7 @@ class GCPOTrainer(PPOTrainerSync):
             raise ValueError(f"GCPOTrainer is verl's sync trainer: trainer.v1.trainer_mode must be "
                              f"{SYNC_TRAINER_MODE}, got {mode}")
         self.gcpo = validate_gcpo_config(config)
+        self.diver = validate_diver_config(config)
         self.group_contrastive = validate_group_contrastive(config)
         self.credit_actor: CreditActor | None = None
         super().__init__(config)
@@ -56,6 +59,10 @@ class GCPOTrainer(PPOTrainerSync):
         super()._setup()
         if self.gcpo is not None:
             self.credit_actor = self._create_credit_actor()
+        # Div-R1 (algorithm.div_r1): verl's PPO loss plus its term, given to the actor workers as their loss
+        loss_fn = div_r1_loss_fn(self.config)
+        if loss_fn is not None:
+            self.actor_rollout_wg.set_loss_fn(loss_fn)
 
     def _create_credit_actor(self) -> CreditActor:
         """The actor takes a fraction of GPU 0 inside verl's global placement group (outside it, it would never
@@ -106,6 +113,12 @@ class GCPOTrainer(PPOTrainerSync):
         return texts
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        if self.diver is not None:
+            credit, diver_metrics = diver_credit(batch, self._decode_responses(batch), self.diver,
+                                                 int(getattr(self, "global_steps", 0)))
+            metrics.update(diver_metrics)
+            with provide_credit(credit):
+                return super()._compute_advantage(batch, metrics)
         if self.gcpo is None:
             return super()._compute_advantage(batch, metrics)
         credit = self._compute_credit(batch, metrics)

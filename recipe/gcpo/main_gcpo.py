@@ -35,6 +35,9 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device, get_torch_device, is_device_available
 
+from recipe.gcpo.div_r1 import validate_div_r1_config
+from recipe.gcpo.diver import validate_diver_config
+
 from recipe.gcpo.settings import (
     SYNC_TRAINER_MODE,
     validate_gcpo_config,
@@ -115,6 +118,8 @@ def validate(config) -> None:
         raise ValueError("trainer.use_v1=false selects verl's legacy trainer, which this entry point does not run: "
                          "use verl's own `python -m verl.trainer.main_ppo` for it")
     validate_gcpo_config(config)
+    validate_diver_config(config)
+    validate_div_r1_config(config)
     validate_group_contrastive(config)
     validate_reward_kwargs(config)
     validate_custom_reward_kwargs(config)

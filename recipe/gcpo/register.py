@@ -1,8 +1,8 @@
 """Make the recipe's advantage estimators known to verl, and refuse at once a config that needs the GCPO trainer
 under any other trainer.
 
-Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator) and ``copo``, ``mc_grpo``
-(recipe.gcpo.baselines) in verl's estimator registry. It registers no trainer mode: the GCPO trainer is built by
+Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator), ``diver`` (recipe.gcpo.diver) and ``copo``,
+``mc_grpo`` (recipe.gcpo.baselines) in verl's estimator registry. It registers no trainer mode: the GCPO trainer is built by
 the recipe's entry point, ``python -m recipe.gcpo.main_gcpo``, for verl's own ``trainer.v1.trainer_mode=sync``.
 
 Under verl's stock entry point (``VERL_USE_EXTERNAL_MODULES=recipe.gcpo.register python -m verl.trainer.main_ppo
@@ -12,7 +12,8 @@ it must be in the environment of ``ray start`` on every node):
 
 * verl's own estimators and the reward-only baselines (``copo``, ``mc_grpo``) run with verl's stock trainer, as
   they would under the recipe's entry point;
-* a config that needs the GCPO trainer (``gcpo``, ``dqo``, ``dra_grpo``, or ``algorithm.group_contrastive``)
+* a config that needs the GCPO trainer (``gcpo``, ``dqo``, ``dra_grpo``, ``diver``, Div-R1's actor loss
+  ``algorithm.div_r1`` or ``algorithm.group_contrastive``)
   fails when verl constructs its trainer, before any worker, model or rollout starts, with a message naming
   ``python -m recipe.gcpo.main_gcpo``. Without this check verl's trainer would ignore
   ``algorithm.group_contrastive`` and stop only at the first advantage step for the embedding estimators.
@@ -26,16 +27,23 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 import recipe.gcpo.baselines  # noqa: F401  (registers "copo" and "mc_grpo")
+import recipe.gcpo.diver  # noqa: F401  (registers "diver")
 import recipe.gcpo.estimator  # noqa: F401  (registers "gcpo", "dqo" and "dra_grpo")
+from recipe.gcpo.diver import DIVER_ESTIMATOR
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
 from recipe.gcpo.settings import EMBEDDING_ESTIMATORS, needs_gcpo_trainer
+
+# estimators whose inputs only the GCPO trainer computes (embeddings, or the response texts for DIVER)
+TRAINER_ESTIMATORS = (*EMBEDDING_ESTIMATORS, DIVER_ESTIMATOR)
 
 
 def needs_the_gcpo_trainer(config) -> str | None:
     """Why ``config`` cannot run under a trainer other than GCPOTrainer (None: it can)."""
     estimator = config.algorithm.adv_estimator
-    if estimator in EMBEDDING_ESTIMATORS:
+    if estimator in TRAINER_ESTIMATORS:
         return f"algorithm.adv_estimator={estimator}"
+    if OmegaConf.select(config, "algorithm.div_r1.enable", default=False):
+        return "algorithm.div_r1.enable=true"
     if OmegaConf.select(config, "algorithm.group_contrastive.enable", default=False):
         return "algorithm.group_contrastive.enable=true"
     return None
@@ -53,6 +61,9 @@ def install_startup_check() -> None:
             found = f"trainer class {type(self).__name__}"
             if needed_by.startswith("algorithm.adv_estimator="):
                 raise ValueError(needs_gcpo_trainer(found, config.algorithm.adv_estimator))
+            if needed_by.startswith("algorithm.div_r1."):
+                raise ValueError(f"{needed_by} needs the GCPO trainer, which gives the actor the Div-R1 loss; {found} "
+                                 "would train without it. Launch with `python -m recipe.gcpo.main_gcpo`.")
             raise ValueError(f"{needed_by} needs the GCPO trainer, which injects the reference solutions before "
                              "the old log-probabilities; launch with `python -m recipe.gcpo.main_gcpo` (or "
                              f"scripts/run_qwen3_4b_group_contrastive.sh) (found: {found}).")
