@@ -17,6 +17,12 @@ Texts are windows of real math solutions (MATH-500 from ../shared/data, or the b
 cut to the wanted number of word pieces, so that every text is distinct.
 
     python scripts/bench_encoder.py [--device cuda] [--model PATH] [--data math500.jsonl]
+    python scripts/bench_encoder.py --mode tokenize [--responses 1024]
+
+``--mode tokenize``: cutting a batch of DAPO-length responses into word pieces (lognormal lengths around 3,000
+word pieces, capped at the launchers' 8,192), by each tokenising strategy in turn, checked to give identical
+pieces: the tokenizers library's own ``encode_batch`` (Rust, parallel over the usable CPUs, GIL released)
+against this project's process pool and ASCII shortcut.
 """
 
 from __future__ import annotations
@@ -78,6 +84,68 @@ def corpus_windows(corpus: str, count: int, chars: int, seed: int) -> list[str]:
     return [corpus[s : s + chars] for s in starts]
 
 
+def dapo_lengths(count: int, mean: float, sigma: float, cap: int, seed: int) -> np.ndarray:
+    """Response lengths in word pieces drawn like a DAPO run's: lognormal with the given mean and log-space
+    sigma, capped at ``cap`` (the launcher's max response length), at least 16."""
+    mu = np.log(mean) - sigma**2 / 2
+    return np.clip(np.random.default_rng(seed).lognormal(mu, sigma, size=count), 16, cap).astype(np.int64)
+
+
+def dapo_texts(tokenizer, corpus: str, lengths: np.ndarray, seed: int) -> list[str]:
+    """Character windows of the corpus (text as written), each about ``lengths[i]`` word pieces long: the corpus's
+    characters per word piece are measured once."""
+    logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
+    sample = corpus[:200_000]
+    chars_per_piece = len(sample) / len(tokenizer(sample, add_special_tokens=False)["input_ids"])
+    chars = np.maximum((lengths * chars_per_piece).astype(np.int64), 1)
+    while len(corpus) < int(chars.max()) + len(lengths):
+        corpus += "\n\n" + corpus
+    starts = np.random.default_rng(seed).integers(0, len(corpus) - chars, size=len(lengths))
+    return [corpus[s : s + c] for s, c in zip(starts, chars)]
+
+
+def tokenize_mode(args, encoder, corpus: str) -> int:
+    """Tokenising strategies on one DAPO-length batch, in turn, on the same texts."""
+    import os
+
+    from gcpo_core.word_pieces import Pieces, cut_into_pieces, rust_tokenize, usable_cpus
+
+    rules = encoder.word_pieces.rules
+    lengths = dapo_lengths(args.responses, args.mean_pieces, args.sigma, args.max_pieces, seed=5)
+    texts = dapo_texts(encoder.tokenizer, corpus, lengths, seed=5)
+    backend = encoder.tokenizer.backend_tokenizer
+    library = rust_tokenize(backend, ascii_shortcut=False)
+    candidates = {"tokenizers encode_batch (Rust threads)": lambda: cut_into_pieces(texts, library, rules)}
+    pools = {}
+    for workers in args.pool_workers:
+        pool = PieceTokenizer(encoder.tokenizer, rules, workers=workers)
+        pools[workers] = pool
+        label = "home-made: in process, ASCII shortcut" if workers == 0 else f"home-made: {workers} worker processes"
+        candidates[label] = (lambda p: lambda: Pieces.concatenate(list(p.chunks(texts))))(pool)
+    reference = candidates["tokenizers encode_batch (Rust threads)"]()
+    for label, candidate in candidates.items():
+        got = candidate()
+        if not (np.array_equal(got.ids, reference.ids) and np.array_equal(got.lengths, reference.lengths)
+                and np.array_equal(got.owner, reference.owner)):
+            print(f"FAIL  {label} cut different pieces")
+            return 1
+    costs = wall_and_cpu_seconds(candidates, args.repeats)
+    for pool in pools.values():
+        pool.close()
+    pieces = int(reference.lengths.sum())
+    print(f"## tokenising {len(texts)} DAPO-length responses ({pieces:,} word pieces, {pieces / len(texts):,.0f} per "
+          f"response, {len(reference.lengths):,} pieces kept; lognormal mean {args.mean_pieces}, sigma {args.sigma}, "
+          f"cap {args.max_pieces}); {usable_cpus()} usable CPUs, RAYON_NUM_THREADS="
+          f"{os.environ.get('RAYON_NUM_THREADS', 'unset')}; identical pieces; medians of {args.repeats}, in turn")
+    print("| tokenising | wall (s) | CPU time of this process (s) | word pieces/s | wall vs encode_batch |")
+    print("|---|---:|---:|---:|---:|")
+    base_wall = costs["tokenizers encode_batch (Rust threads)"][0]
+    for label, (wall, cpu) in costs.items():
+        print(f"| {label} | {wall:.3f} | {cpu:.3f} | {pieces / wall:,.0f} | {wall / base_wall:.2f}x |")
+    print("(worker processes' own CPU time is not in this process's)")
+    return 0
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -132,6 +200,13 @@ def main(argv=None) -> int:
                         help="tokenising: characters per response (570 of the MATH-500 solutions are ~250 word pieces)")
     parser.add_argument("--tokenize-chunk", type=int, default=None,
                         help="whole credit call: texts per tokenised chunk (default gcpo_core.word_pieces.TOKENIZE_CHUNK)")
+    parser.add_argument("--mode", choices=["windows", "tokenize"], default="windows")
+    parser.add_argument("--responses", type=int, default=1024, help="tokenize: responses in the batch")
+    parser.add_argument("--mean-pieces", type=int, default=3000, help="tokenize: mean response length (word pieces)")
+    parser.add_argument("--sigma", type=float, default=0.6, help="tokenize: log-space sigma of the lengths")
+    parser.add_argument("--max-pieces", type=int, default=8192, help="tokenize: length cap (the launchers' max)")
+    parser.add_argument("--pool-workers", type=int, nargs="+", default=[0, 1, 2],
+                        help="tokenize: home-made process pool sizes to compare (0: in process)")
     args = parser.parse_args(argv)
 
     try:
@@ -147,6 +222,8 @@ def main(argv=None) -> int:
     per_length = args.texts_per_length or (2048 if on_gpu else 64)
     corpus = corpus_text(args.data)
     tokenizer = encoder.tokenizer
+    if args.mode == "tokenize":
+        return tokenize_mode(args, encoder, corpus)
     print(f"# encoder benchmark: {args.model}, {encoder.dtype}, batch {encoder.batch_size}, {name}, torch {torch.__version__}")
     print(f"# texts: windows of {args.data.name if args.data.is_file() else 'bundled demo solutions'}; "
           f"medians of {args.repeats}")
