@@ -32,8 +32,7 @@ CREDIT_KEYS = {
 }
 ENCODER_KEYS = {
     "model": "encoder", "text_span": "text_span", "long_text": "long_text", "max_chunks": "max_chunks",
-    "device": "device", "dtype": "dtype", "batch_size": "batch_size", "max_seq_length": "max_seq_length",
-    "tokenizer_workers": "tokenizer_workers",
+    "device": "device", "dtype": "dtype", "batch_tokens": "batch_tokens", "max_seq_length": "max_seq_length",
 }
 
 
@@ -117,13 +116,13 @@ def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
                        help="texts longer than the encoder reads (default %(default)s)")
     group.add_argument("--max-chunks", type=int, default=defaults.max_chunks)
     group.add_argument("--device", default=defaults.device, help="auto, cpu, cuda, cuda:1, ...")
-    group.add_argument("--dtype", default=defaults.dtype, help="auto, float32, float16, bfloat16")
+    group.add_argument("--dtype", default=defaults.dtype,
+                       help="auto (float16 on a GPU, float32 on a CPU), float32, float16, bfloat16")
     group.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length,
                        help="word pieces the encoder reads (default: the model's)")
-    group.add_argument("--batch-size", type=int, default=defaults.batch_size,
-                       help="pieces per forward pass (default: 1024 on a GPU, 64 on a CPU)")
-    group.add_argument("--tokenizer-workers", type=int, default=defaults.tokenizer_workers,
-                       help="processes that tokenise while the model embeds (default: up to 4 on a GPU, 0 on a CPU)")
+    group.add_argument("--batch-tokens", type=int, default=defaults.batch_tokens,
+                       help="padded tokens per forward pass, bounding the encoder's memory (default: 262144 on a GPU, "
+                            "16384 on a CPU)")
 
 
 def encoder_config_from_args(args: argparse.Namespace) -> EncoderConfig:
