@@ -26,6 +26,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 
 from recipe.gcpo.credit_actor import CreditActor
+from recipe.gcpo.credit_shards import credit_placements
 from recipe.gcpo.estimator import StepCredit, provide_credit
 from recipe.gcpo.group_contrastive import inject_references
 from recipe.gcpo.settings import GCPO_TRAINER_MODE, validate_gcpo_config, validate_group_contrastive
@@ -54,13 +55,14 @@ class GCPOTrainer(PPOTrainerSync):
             self.credit_actor = self._create_credit_actor()
 
     def _create_credit_actor(self) -> CreditActor:
-        """The actor takes a fraction of GPU 0 inside verl's global placement group (outside it, it would never
-        be scheduled: verl's placement groups reserve every GPU)."""
-        placement_group = None
-        if self.gcpo.actor.num_gpus > 0:
-            pool = self.resource_pool_manager.resource_pool_dict[GLOBAL_POOL]
-            placement_group = pool.get_placement_groups()[0]
-        return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor, placement_group=placement_group)
+        """The actors take a fraction of a GPU inside verl's global placement groups (outside them, they would
+        never be scheduled: verl's placement groups reserve every GPU): one per GPU bundle by default
+        (``algorithm.gcpo.actor.shards``), the first on GPU 0; CPU-only actors are not placed."""
+        if self.gcpo.actor.num_gpus == 0:
+            return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor)
+        pool = self.resource_pool_manager.resource_pool_dict[GLOBAL_POOL]
+        placements = credit_placements(pool.get_placement_groups(), self.gcpo.actor.shards)
+        return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor, placements=placements)
 
     def on_train_end(self):
         super().on_train_end()
