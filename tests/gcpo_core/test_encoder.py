@@ -265,3 +265,22 @@ def test_a_plain_script_can_build_and_use_an_encoder_at_module_top_level(tmp_pat
                           env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[-2] == "(3, 384) 0"
+
+
+def test_a_plain_script_may_build_and_use_an_encoder_at_module_top_level(tmp_path):
+    # no `if __name__ == "__main__":` and the spawn start method (a GPU machine's CUDA forbids fork): anything
+    # that starts worker processes on import would re-run this module in each child and crash
+    script = tmp_path / "embed_at_top_level.py"
+    script.write_text(
+        "import multiprocessing\n"
+        "multiprocessing.set_start_method('spawn', force=True)\n"
+        "from gcpo_core.encoder import EncoderConfig, RolloutEncoder\n"
+        "encoder = RolloutEncoder(EncoderConfig(device='cpu'))\n"
+        "out = encoder.encode(['a long proof, step by step. ' * 300, 'a short one', 'x = 2'] * 40)\n"
+        "print('embedded', tuple(out.embeddings.shape), multiprocessing.active_children())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "embedded (120, 384) []" in done.stdout
