@@ -132,7 +132,10 @@ def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
 
     import ray
 
+    from ray.util.placement_group import placement_group, remove_placement_group
+
     from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions
+    from recipe.gcpo.credit_shards import credit_placements
 
     count = args.responses - args.responses % args.group_size
     lengths = dapo_lengths(count, args.mean_pieces, args.sigma, args.max_pieces, seed=5)
@@ -151,7 +154,7 @@ def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
 
     seconds = timed(run_in_process, device, args.repeats)
     reference = run_in_process()
-    pieces = reference.metrics["gcpo/encoder/pieces_per_text"] * reference.metrics["gcpo/encoder/unique_frac"] * count
+    pieces = reference.metrics["gcpo/encoder/tokens"]  # word pieces read, [CLS]/[SEP] included
     print(f"({pieces:,.0f} word pieces read by the encoder: {pieces / count:,.0f} per response after the "
           f"{encoder.config.max_chunks}-chunk cap)")
     print()
@@ -168,7 +171,13 @@ def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
         for shards in args.shards:
             options = CreditActorOptions(num_gpus=args.actor_gpus, num_cpus=args.actor_cpus, shards=shards,
                                          timeout_s=3600, startup_timeout_s=600)
-            actors = CreditActor(encoder_settings, config, options)
+            group = placements = None
+            if args.actor_gpus > 0:
+                # one bundle per GPU, as verl's global pool: unplaced fractional actors would all pack onto GPU 0
+                group = placement_group([{"GPU": 1, "CPU": args.actor_cpus}] * shards)
+                ray.get(group.ready(), timeout=600)
+                placements = credit_placements([group], shards)
+            actors = CreditActor(encoder_settings, config, options, placements=placements)
             try:
                 def call():
                     return actors.compute(texts, rewards, groups)
@@ -183,6 +192,8 @@ def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
                 critical = _seconds(call)
             finally:
                 actors.shutdown()
+                if group is not None:
+                    remove_placement_group(group)
             one_actor = one_actor or actor_seconds
             scaling = one_actor / actor_seconds
             worst = min(worst, scaling / (0.8 * shards))

@@ -42,7 +42,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from gcpo_core.config import CreditConfig
 from gcpo_core.encoder import Encoded, EncoderConfig, EncoderStats, RolloutEncoder
-from gcpo_core.pipeline import RolloutCredit, credit_encoded, credit_rollouts
+from gcpo_core.pipeline import RolloutCredit, credit_encoded, credit_rollouts, rows_to_credit
 from recipe.gcpo.credit_shards import estimated_pieces, parse_shards, shard_rows
 
 logger = logging.getLogger(__name__)
@@ -320,10 +320,11 @@ class CreditActor:
             ref = self.handle.compute.remote(texts, rewards, group_ids, valid, expected_group_size,
                                              return_embeddings, seed)
         else:
-            if len(texts) != len(rewards) or len(group_ids) != len(texts) or (valid is not None and len(valid) != len(texts)):
+            if len(rewards) != len(texts):
                 raise ValueError(
                     f"texts, rewards, group ids and valid flags must have one entry per rollout (N={len(texts)})"
                 )
+            rows_to_credit(len(texts), group_ids, valid, expected_group_size)  # fail before any embedding
             plan = self._plan(texts, valid)
             keep = np.ones(len(texts), dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
             parts = [

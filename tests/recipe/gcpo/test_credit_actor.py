@@ -214,6 +214,8 @@ def test_sharded_actors_credit_a_batch_as_one_actor_does_even_when_a_shard_is_ki
         assert calm.metrics["gcpo/encoder/shards"] == 2.0
         assert calm.metrics["gcpo/encoder/texts"] == expected.metrics["gcpo/encoder/texts"] == 95.0
         assert calm.metrics["gcpo/encoder/shard_pieces_max_over_mean"] < 1.25
+        with pytest.raises(ValueError, match="grouped by their prompt's uid"):
+            sharded.compute(texts, rewards, ["one-uid"] * len(texts), expected_group_size=8)
 
         victim = sharded.infos[1]["pid"]
         out = {}
