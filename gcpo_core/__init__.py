@@ -9,8 +9,8 @@ from importlib import import_module
 
 __version__ = "0.1.0"
 
-# Names are loaded on first use (PEP 562), so that a process needing one module (a tokenizer worker needs
-# gcpo_core.word_pieces, numpy and tokenizers) does not import torch.
+# Names are loaded on first use (PEP 562), so that a process needing one module does not import them all
+# (torch among them).
 _EXPORTS = {
     "ADVANTAGE_MODES": "advantages", "credit_advantages": "advantages", "group_normalize": "advantages",
     "CreditConfig": "config",

@@ -8,13 +8,19 @@ are handled by a named policy:
 * ``truncate``: the first piece only (what the model does by itself).
 * ``head_tail``: the first and last half-pieces joined.
 
-Pieces of all texts are sorted by length and batched; identical texts are encoded once; empty or
+Pieces of all texts are sorted by length and run in forward batches of at most ``batch_tokens`` padded tokens
+(which bounds the activation memory whatever the lengths); identical texts are encoded once; empty or
 whitespace-only responses are not encoded and are flagged ``empty`` (the credit engine gives them q = 0); a
 response whose chosen span is empty (a bare answer under ``reasoning``) is embedded whole.
+
+Precision: on a GPU the transformer runs in float16 by default (measured on an H100: as fast as bfloat16 and
+about 10x closer to float32 in the advantages, docs/benchmarks.md); pooling and normalisation always run in
+float32, and a forward batch whose float16 output is not finite (an overflow) is run again in float32.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from collections import Counter
@@ -25,13 +31,15 @@ import numpy as np
 import torch
 
 from gcpo_core.text_span import TEXT_SPANS, select_span
-from gcpo_core.word_pieces import LONG_TEXT_POLICIES, PieceRules, Pieces, PieceTokenizer, padded_rows, usable_cpus
+from gcpo_core.word_pieces import LONG_TEXT_POLICIES, PieceRules, Pieces, PieceTokenizer, padded_rows
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED_ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2"}
-# Tokenizer worker processes by default on a GPU (at most one per 4 usable CPUs): see EncoderConfig.
-WORKERS_ON_GPU = 4
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Padded tokens per forward pass by default: 1024 full pieces of 256 on a GPU (measured faster than 256 pieces per
+# pass on an H100, 0.68 s vs 0.73 s for 8,192 responses), 64 on a CPU (bounded attention memory).
+BATCH_TOKENS_GPU = 1024 * 256
+BATCH_TOKENS_CPU = 64 * 256
 
 
 @dataclass(frozen=True)
@@ -39,28 +47,25 @@ class EncoderConfig:
     """Attributes:
     model: sentence-transformers model name or local path.
     device: ``auto`` (cuda when available, else cpu), or a torch device string.
-    dtype: ``auto`` (bfloat16 / float16 on GPU, float32 on CPU) or one of float32, float16, bfloat16.
-    batch_size: pieces per forward pass (pieces are sorted by length, so batches are evenly filled); None:
-        1024 on a GPU (fewer, larger launches: 0.68 s vs 0.73 s with 256 for 8,192 responses on an H100), 64 on
-        a CPU (bounded attention memory).
+    dtype: ``auto`` (float16 on a GPU, float32 on a CPU) or one of float32, float16, bfloat16: the transformer's
+        precision (pooling and normalisation are float32 whatever it is).
+    batch_tokens: padded tokens per forward pass, which bounds the encoder's activation memory (pieces are sorted
+        by length, so batches are evenly filled); None: 262,144 on a GPU, 16,384 on a CPU. At least one full
+        piece (the model's max_seq_length).
     max_seq_length: word pieces the model reads (None: the model's own, 256 for MiniLM).
     text_span: ``full``, ``reasoning`` or ``answer`` (see gcpo_core.text_span).
     long_text: ``chunk``, ``truncate`` or ``head_tail``.
     max_chunks: most pieces pooled per text under ``chunk``.
-    tokenizer_workers: processes that tokenise while the model embeds (see gcpo_core.word_pieces); None:
-        WORKERS_ON_GPU on a GPU (as many as the CPUs allow), 0 (this process) on a CPU, where the model is
-        the bottleneck.
     """
 
     model: str = DEFAULT_MODEL
     device: str = "auto"
     dtype: str = "auto"
-    batch_size: Optional[int] = None
+    batch_tokens: Optional[int] = None
     max_seq_length: Optional[int] = None
     text_span: str = "full"
     long_text: str = "chunk"
     max_chunks: int = 16
-    tokenizer_workers: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -74,10 +79,8 @@ class EncoderConfig:
                 f"encoder config: long_text must be one of {list(LONG_TEXT_POLICIES)}, got {self.long_text!r}"
             )
         checked = [("max_chunks", self.max_chunks, 1)]
-        if self.batch_size is not None:
-            checked.append(("batch_size", self.batch_size, 1))
-        if self.tokenizer_workers is not None:
-            checked.append(("tokenizer_workers", self.tokenizer_workers, 0))
+        if self.batch_tokens is not None:
+            checked.append(("batch_tokens", self.batch_tokens, 8))
         for name, value, low in checked:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"encoder config: {name} must be an integer >= {low}, got {value!r}")
@@ -105,14 +108,16 @@ class EncoderStats:
     pieces: int = 0
     tokens: int = 0
     prefetched_texts: int = 0  # distinct texts whose embeddings were kept from RolloutEncoder.prefetch
-    # time spent selecting spans, deduplicating and cutting texts into pieces, or waiting for the tokenizer
-    # workers to: what tokenisation adds to the call (with workers, most of it is hidden behind the GPU)
+    fp32_redone_pieces: int = 0  # pieces whose low-precision output was not finite, embedded again in float32
+    # time spent selecting spans, deduplicating and cutting texts into pieces: what tokenisation adds to the call
+    # (on a GPU, the forward passes queued before it keep running meanwhile)
     tokenize_s: float = 0.0
     model_s: float = 0.0  # the rest: padding, transfers, forward passes, pooling
+    peak_mem_gb: Optional[float] = None  # most GPU memory allocated during the call (None on a CPU)
 
     def summary(self, prefix: str = "gcpo/encoder/") -> dict[str, float]:
         n = max(self.texts, 1)
-        return {
+        out = {
             f"{prefix}texts": float(self.texts),
             f"{prefix}unique_frac": self.unique_texts / n,
             f"{prefix}empty_frac": self.empty_texts / n,
@@ -122,9 +127,29 @@ class EncoderStats:
             f"{prefix}pieces_per_text": self.pieces / max(self.unique_texts, 1),
             f"{prefix}tokens": float(self.tokens),
             f"{prefix}prefetched_frac": self.prefetched_texts / max(self.unique_texts, 1),
+            f"{prefix}fp32_redone_pieces": float(self.fp32_redone_pieces),
             f"{prefix}tokenize_s": self.tokenize_s,
             f"{prefix}model_s": self.model_s,
         }
+        if self.peak_mem_gb is not None:
+            out[f"{prefix}peak_mem_gb"] = self.peak_mem_gb
+        return out
+
+    @classmethod
+    def combine(cls, parts: Sequence["EncoderStats"]) -> "EncoderStats":
+        """The stats of calls made side by side (one per shard): counts add up; seconds and peak memory are the
+        largest shard's, the time the slowest one took."""
+        if not parts:
+            raise ValueError("no encoder stats to combine")
+        out = cls(policy=parts[0].policy)
+        for name in ("texts", "unique_texts", "empty_texts", "long_texts", "truncated_texts", "span_fallbacks",
+                     "pieces", "tokens", "prefetched_texts", "fp32_redone_pieces"):
+            setattr(out, name, sum(getattr(p, name) for p in parts))
+        out.tokenize_s = max(p.tokenize_s for p in parts)
+        out.model_s = max(p.model_s for p in parts)
+        peaks = [p.peak_mem_gb for p in parts if p.peak_mem_gb is not None]
+        out.peak_mem_gb = max(peaks) if peaks else None
+        return out
 
 
 @dataclass
@@ -189,8 +214,34 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def default_dtype(device: torch.device) -> torch.dtype:
+    """The transformer's precision for ``dtype: auto``: float16 on a GPU (as fast as bfloat16, with 8 more bits of
+    mantissa; overflows are caught and redone in float32), float32 on a CPU."""
+    return torch.float16 if device.type == "cuda" else torch.float32
+
+
+def forward_batches(lengths: np.ndarray, budget: int) -> list[np.ndarray]:
+    """Pieces of the given padded lengths in forward batches of at most ``budget`` padded tokens.
+
+    Args:
+        lengths: `(np.ndarray)` int (P,), each piece's length with its special tokens.
+        budget: padded tokens per batch (a batch pads to its longest piece); one piece longer than the budget
+            gets a batch of its own.
+    Returns:
+        Piece indices per batch, longest pieces first, so that each batch is padded to little more than its rows.
+    """
+    order = np.argsort(-lengths, kind="stable")
+    batches, start = [], 0
+    while start < len(order):
+        width = max(int(lengths[order[start]]), 1)  # the longest of the rest: this batch pads to it
+        count = max(budget // width, 1)
+        batches.append(order[start : start + count])
+        start += count
+    return batches
+
+
 class RolloutEncoder:
-    """Embeds rollout texts; see the module docstring for the long-text policies."""
+    """Embeds rollout texts; see the module docstring for the long-text policies and the precision."""
 
     def __init__(self, config: EncoderConfig = EncoderConfig()):
         from sentence_transformers import SentenceTransformer
@@ -203,9 +254,15 @@ class RolloutEncoder:
         self.model = SentenceTransformer(resolve_model_path(config.model), device=str(self.device))
         if config.max_seq_length is not None:
             self.model.max_seq_length = config.max_seq_length
-        self.dtype = self._pick_dtype(config.dtype)
-        self.model.to(self.dtype)
+        self.dtype = DTYPES[config.dtype] if config.dtype != "auto" else default_dtype(self.device)
         self.model.eval()
+        # the transformer runs in self.dtype; pooling, normalisation and any later module stay float32
+        self._transformer, self._head = self.model[0], list(self.model)[1:]
+        self._fp32_weights: Optional[dict] = None
+        self._fp32_transformer: Optional[torch.nn.Module] = None
+        if self.dtype != torch.float32:
+            self._fp32_weights = {k: v.detach().to("cpu", copy=True) for k, v in self._transformer.state_dict().items()}
+            self._transformer.to(self.dtype)
         self.tokenizer = self.model.tokenizer
         self._prefix, self._suffix = _special_tokens_around(self.tokenizer)
         self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -213,25 +270,14 @@ class RolloutEncoder:
         if self.piece_length < 4:
             raise ValueError(f"max_seq_length {self.model.max_seq_length} leaves no room for text")
         self.dimension = int(self.model.get_embedding_dimension())
-        self.batch_size = config.batch_size or (1024 if self.device.type == "cuda" else 64)
-        workers = config.tokenizer_workers
-        if workers is None:
-            workers = min(WORKERS_ON_GPU, max(usable_cpus() // 4, 1)) if self.device.type == "cuda" else 0
+        self.batch_tokens = config.batch_tokens or (BATCH_TOKENS_GPU if self.device.type == "cuda" else BATCH_TOKENS_CPU)
+        if self.batch_tokens < int(self.model.max_seq_length):
+            raise ValueError(
+                f"encoder config: batch_tokens ({self.batch_tokens}) must hold one full piece "
+                f"({self.model.max_seq_length} tokens)"
+            )
         self._prefetched: Optional[_DistinctTexts] = None
-        self.word_pieces = PieceTokenizer(
-            self.tokenizer, PieceRules(self.piece_length, config.long_text, config.max_chunks), workers=workers
-        )
-
-    def _pick_dtype(self, name: str) -> torch.dtype:
-        if name != "auto":
-            return DTYPES[name]
-        if self.device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
-
-    def close(self) -> None:
-        """Stop the tokenizer worker processes, if any (a later :meth:`encode` starts them again)."""
-        self.word_pieces.close()
+        self.word_pieces = PieceTokenizer(self.tokenizer, PieceRules(self.piece_length, config.long_text, config.max_chunks))
 
     # ------------------------------------------------------------------ encoding
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
@@ -242,57 +288,73 @@ class RolloutEncoder:
             return tensor
         return tensor.pin_memory().to(self.device, non_blocking=True)
 
+    def _forward(self, transformer: torch.nn.Module, ids: np.ndarray, mask: np.ndarray) -> torch.Tensor:
+        """(B, d) float32 sentence embeddings: ``transformer`` in its own precision, the rest in float32."""
+        features = {"input_ids": self._to_device(ids), "attention_mask": self._to_device(mask)}
+        if "token_type_ids" in self.tokenizer.model_input_names:
+            features["token_type_ids"] = torch.zeros_like(features["input_ids"])
+        features = transformer(features)
+        features["token_embeddings"] = features["token_embeddings"].float()
+        for module in self._head:
+            features = module(features)
+        return features["sentence_embedding"].float()
+
+    def _reference_transformer(self) -> torch.nn.Module:
+        """The transformer in float32 with its original weights, built the first time a batch overflows."""
+        if self._fp32_transformer is None:
+            reference = copy.deepcopy(self._transformer).to(torch.float32)
+            reference.load_state_dict(self._fp32_weights)
+            self._fp32_transformer = reference.eval()
+        return self._fp32_transformer
+
     @torch.inference_mode()
-    def _embed_pieces(self, pieces: Pieces) -> torch.Tensor:
-        """(P, d) float32 unit embeddings of the pieces, in length-sorted batches; on a GPU the work is queued,
-        not waited for."""
-        order = np.argsort(-pieces.lengths, kind="stable")
-        out = torch.empty(len(order), self.dimension, dtype=torch.float32, device=self.device)
-        wants_types = "token_type_ids" in self.tokenizer.model_input_names
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
+    def _embed_pieces(self, pieces: Pieces) -> tuple[torch.Tensor, int]:
+        """(P, d) float32 embeddings of the pieces (in token-budgeted, length-sorted batches) and how many were
+        embedded again in float32 because their low-precision output was not finite. On a GPU the forward passes
+        are queued, and the host waits once, for the overflow check."""
+        out = torch.empty(len(pieces.lengths), self.dimension, dtype=torch.float32, device=self.device)
+        framed = pieces.lengths + len(self._prefix) + len(self._suffix)
+        for rows in forward_batches(framed, self.batch_tokens):
             ids, mask = padded_rows(pieces, rows, self._prefix, self._suffix, self._pad_id)
-            features = {"input_ids": self._to_device(ids), "attention_mask": self._to_device(mask)}
-            if wants_types:
-                features["token_type_ids"] = torch.zeros_like(features["input_ids"])
-            out[self._to_device(rows)] = self.model(features)["sentence_embedding"].float()
-        return out
+            out[self._to_device(rows)] = self._forward(self._transformer, ids, mask)
+        if self.dtype == torch.float32:
+            return out, 0
+        bad = np.flatnonzero(~torch.isfinite(out).all(dim=1).cpu().numpy())
+        for rows in forward_batches(framed[bad], self.batch_tokens):
+            ids, mask = padded_rows(pieces, bad[rows], self._prefix, self._suffix, self._pad_id)
+            out[self._to_device(bad[rows])] = self._forward(self._reference_transformer(), ids, mask)
+        return out, len(bad)
 
-    def _pool_into(self, pooled: torch.Tensor, pieces: Pieces) -> None:
-        """Add each piece's embedding, weighted by its length, to its text's row of ``pooled``."""
+    def _pool_into(self, pooled: torch.Tensor, pieces: Pieces) -> int:
+        """Add each piece's embedding, weighted by its length, to its text's row of ``pooled``; returns the pieces
+        redone in float32."""
         weight = np.maximum(pieces.lengths, 1).astype(np.float32)
-        pooled.index_add_(0, self._to_device(pieces.owner), self._embed_pieces(pieces) * self._to_device(weight)[:, None])
+        embedded, redone = self._embed_pieces(pieces)
+        pooled.index_add_(0, self._to_device(pieces.owner), embedded * self._to_device(weight)[:, None])
+        return redone
 
-    def _embed_distinct(self, texts: list[str]) -> tuple[_DistinctTexts, float]:
-        """Embeddings of distinct non-empty texts, and the seconds spent waiting for them to be cut.
+    def _embed_distinct(self, texts: list[str]) -> tuple[_DistinctTexts, float, int]:
+        """Embeddings of distinct non-empty texts, the seconds spent cutting them and the pieces redone in float32.
 
-        Texts are cut into pieces chunk by chunk (in worker processes when there are any), and pieces are
-        embedded as soon as a forward batch of them is cut, so on a GPU tokenisation and the forward passes
-        overlap.
+        Texts are cut into pieces chunk by chunk, and each chunk's forward passes are queued before the next
+        chunk is cut, so on a GPU tokenisation overlaps the forward passes of the chunk before.
         """
         out = _DistinctTexts.zeros(len(texts), self.dimension, self.device)
-        waited = 0.0
+        cutting, redone = 0.0, 0
         chunks = self.word_pieces.chunks(texts)
-        waiting: list[tuple[int, Pieces]] = []  # cut chunks gathered into full forward batches
-        waiting_pieces = 0
         while True:
             tick = time.perf_counter()
             first, pieces = next(chunks, (None, None))
-            waited += time.perf_counter() - tick
-            if pieces is not None:
-                here = slice(first, first + len(pieces.long))
-                out.long[here], out.truncated[here] = pieces.long, pieces.truncated
-                out.pieces[here] = np.bincount(pieces.owner, minlength=len(pieces.long))
-                out.tokens[here] = np.bincount(pieces.owner, weights=pieces.lengths, minlength=len(pieces.long))
-                waiting.append((first, pieces))
-                waiting_pieces += len(pieces.lengths)
-            if waiting and (pieces is None or waiting_pieces >= self.batch_size):
-                self._pool_into(out.embeddings, Pieces.concatenate(waiting))
-                waiting, waiting_pieces = [], 0
+            cutting += time.perf_counter() - tick
             if pieces is None:
                 break
+            here = slice(first, first + len(pieces.long))
+            out.long[here], out.truncated[here] = pieces.long, pieces.truncated
+            out.pieces[here] = np.bincount(pieces.owner, minlength=len(pieces.long))
+            out.tokens[here] = np.bincount(pieces.owner, weights=pieces.lengths, minlength=len(pieces.long))
+            redone += self._pool_into(out.embeddings, Pieces.concatenate([(first, pieces)]))
         out.embeddings = torch.nn.functional.normalize(out.embeddings, dim=-1)
-        return out, waited
+        return out, cutting, redone
 
     def prefetch(self, texts: Sequence[str]) -> EncoderStats:
         """Embed ``texts`` now and keep their embeddings, so that a later :meth:`encode` of the same texts (e.g.
@@ -307,6 +369,10 @@ class RolloutEncoder:
     def encode(self, texts: Sequence[str], remember: bool = False) -> Encoded:
         """Embed ``texts`` (after selecting ``text_span``); texts kept by :meth:`prefetch` are looked up.
 
+        On a GPU the call ends by handing the memory it cached back to the driver (``torch.cuda.empty_cache``),
+        so that the process sharing the GPU (verl's FSDP worker, vLLM at its next wake-up) finds it free;
+        ``stats.peak_mem_gb`` is the most the call had allocated.
+
         Args:
             texts: `(Sequence[str])` length N.
             remember: keep these embeddings for later calls, in place of those kept before (see :meth:`prefetch`).
@@ -314,6 +380,9 @@ class RolloutEncoder:
             :class:`Encoded` with (N, d) float32 unit embeddings on the encoder's device.
         """
         start = time.perf_counter()
+        on_gpu = self.device.type == "cuda"
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats(self.device)
         stats = EncoderStats(policy=self.config.long_text, texts=len(texts))
         spans = []
         for i, text in enumerate(texts):
@@ -336,8 +405,8 @@ class RolloutEncoder:
         cached = np.array([kept.index.get(u, -1) for u in unique] if kept else [-1] * len(unique), dtype=np.int64)
         hit, fresh = np.flatnonzero(cached >= 0), np.flatnonzero(cached < 0)
         cpu_seconds = time.perf_counter() - start
-        embedded, waited = self._embed_distinct([unique[u] for u in fresh])
-        cpu_seconds += waited
+        embedded, cutting, stats.fp32_redone_pieces = self._embed_distinct([unique[u] for u in fresh])
+        cpu_seconds += cutting
         distinct = _DistinctTexts.zeros(len(unique), self.dimension, self.device)
         for name in ("long", "truncated", "pieces", "tokens"):
             getattr(distinct, name)[fresh] = getattr(embedded, name)
@@ -361,8 +430,10 @@ class RolloutEncoder:
             index = distinct.index or {text: u for u, text in enumerate(unique)}
             rows = np.flatnonzero(~np.asarray(is_empty, dtype=bool))
             embeddings[self._to_device(rows)] = distinct.embeddings[self._to_device(np.array([index[spans[i]] for i in rows]))]
-        if self.device.type == "cuda":
+        if on_gpu:
             torch.cuda.synchronize(self.device)
+            stats.peak_mem_gb = torch.cuda.max_memory_allocated(self.device) / 2**30
+            torch.cuda.empty_cache()
         stats.tokenize_s = cpu_seconds
         stats.model_s = time.perf_counter() - start - cpu_seconds
         return Encoded(embeddings=embeddings, empty=torch.tensor(is_empty, dtype=torch.bool), stats=stats)

@@ -1,7 +1,9 @@
 """Texts + rewards + group ids -> embeddings -> Shapley credit -> advantages, with timings and diagnostics.
 
-The one call the credit actor, ``gcpo credit`` on text and ``gcpo demo`` share. Rows marked invalid (verl's
-padding rows) are left out of every group and get zeros.
+:func:`credit_rollouts` is the one call the credit actor, ``gcpo credit`` on text and ``gcpo demo`` share;
+:func:`credit_encoded` is its second half, for embeddings made elsewhere (the sharded credit actors embed their
+shares of a batch side by side, and one of them credits the whole batch). Rows marked invalid (verl's padding
+rows) are left out of every group and get zeros.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from gcpo_core.config import CreditConfig
 from gcpo_core.credit import compute_credit
-from gcpo_core.encoder import RolloutEncoder
+from gcpo_core.encoder import Encoded, RolloutEncoder
 
 PER_ROLLOUT_FIELDS = ("quality", "shapley", "shapley_stderr", "score", "advantage")
 
@@ -30,6 +32,8 @@ class RolloutCredit:
         metrics: ``gcpo/*`` diagnostics and ``gcpo/encoder/*`` statistics.
         timings: seconds spent in ``embed``, ``shapley`` (kernel, credit, advantages) and ``total``.
         embeddings: float32 (N, d) when asked for, else None.
+        texts: the texts credited, when the caller did not have them (the credit actors read and decode
+            TransferQueue rows themselves) and asked for them; else None.
     """
 
     quality: np.ndarray
@@ -40,6 +44,36 @@ class RolloutCredit:
     metrics: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
     embeddings: Optional[np.ndarray] = None
+    texts: Optional[list[str]] = None
+
+
+def rows_to_credit(
+    n: int,
+    group_ids: Sequence[Hashable],
+    valid: Optional[Sequence[bool]] = None,
+    expected_group_size: Optional[int] = None,
+) -> tuple[np.ndarray, int]:
+    """The rows to credit (not marked invalid) and the number of incomplete groups among them.
+
+    Raises:
+        ValueError: ``group_ids`` or ``valid`` of the wrong length, or a group larger than ``expected_group_size``
+            (a grouping bug).
+    """
+    if len(group_ids) != n or (valid is not None and len(valid) != n):
+        raise ValueError(f"texts, rewards, group ids and valid flags must have one entry per rollout (N={n})")
+    keep = np.ones(n, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
+    rows = np.flatnonzero(keep)
+    sizes = Counter(group_ids[i] for i in rows)
+    if expected_group_size is None:
+        return rows, 0
+    oversized = {g: s for g, s in sizes.items() if s > expected_group_size}
+    if oversized:
+        example = next(iter(oversized.items()))
+        raise ValueError(
+            f"{len(oversized)} group(s) have more than {expected_group_size} rollouts (e.g. {example[0]!r}: "
+            f"{example[1]}); rollouts must be grouped by their prompt's uid"
+        )
+    return rows, sum(s < expected_group_size for s in sizes.values())
 
 
 def credit_rollouts(
@@ -70,44 +104,60 @@ def credit_rollouts(
         :class:`RolloutCredit`.
     """
     start = time.perf_counter()
-    if seed is not None:
-        config = dataclasses.replace(config, seed=int(seed))
     n = len(texts)
-    if len(rewards) != n or len(group_ids) != n or (valid is not None and len(valid) != n):
+    if len(rewards) != n:
         raise ValueError(f"texts, rewards, group ids and valid flags must have one entry per rollout (N={n})")
-    keep = np.ones(n, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
-    rows = np.flatnonzero(keep)
-    kept_groups = [group_ids[i] for i in rows]
-    sizes = Counter(kept_groups)
-    incomplete = 0
-    if expected_group_size is not None:
-        oversized = {g: s for g, s in sizes.items() if s > expected_group_size}
-        if oversized:
-            example = next(iter(oversized.items()))
-            raise ValueError(
-                f"{len(oversized)} group(s) have more than {expected_group_size} rollouts (e.g. {example[0]!r}: "
-                f"{example[1]}); rollouts must be grouped by their prompt's uid"
-            )
-        incomplete = sum(s < expected_group_size for s in sizes.values())
-
+    rows, _ = rows_to_credit(n, group_ids, valid, expected_group_size)  # before the embedding: fail fast
     encoded = encoder.encode([texts[i] for i in rows])
     _synchronize(encoded.embeddings.device)
-    embedded = time.perf_counter()
+    embed_seconds = time.perf_counter() - start
+    result = credit_encoded(encoded, rewards, group_ids, config, valid, expected_group_size, return_embeddings, seed)
+    result.timings["embed"] = embed_seconds
+    result.timings["total"] = time.perf_counter() - start
+    return result
+
+
+def credit_encoded(
+    encoded: Encoded,
+    rewards: Sequence[float],
+    group_ids: Sequence[Hashable],
+    config: CreditConfig = CreditConfig(),
+    valid: Optional[Sequence[bool]] = None,
+    expected_group_size: Optional[int] = None,
+    return_embeddings: bool = False,
+    seed: Optional[int] = None,
+) -> RolloutCredit:
+    """Credit a batch whose valid rows are already embedded (e.g. by several encoders, one per shard).
+
+    Args:
+        encoded: `(Encoded)` the embeddings of the rows to credit (``valid``), in row order, on the device the
+            credit is computed on.
+        rewards, group_ids, valid, expected_group_size, return_embeddings, seed: as in :func:`credit_rollouts`,
+            length N.
+    Returns:
+        :class:`RolloutCredit`; ``timings`` holds ``shapley`` (kernel, credit, advantages) and ``total``.
+    """
+    start = time.perf_counter()
+    if seed is not None:
+        config = dataclasses.replace(config, seed=int(seed))
+    n = len(rewards)
+    rows, incomplete = rows_to_credit(n, group_ids, valid, expected_group_size)
+    if len(encoded.embeddings) != len(rows):
+        raise ValueError(f"{len(encoded.embeddings)} embeddings for {len(rows)} rows to credit")
     credit = compute_credit(
         torch.as_tensor(np.asarray([rewards[i] for i in rows], dtype=np.float64)),
         encoded.embeddings,
-        kept_groups,
+        [group_ids[i] for i in rows],
         config,
         contributes=~encoded.empty.to(encoded.embeddings.device),
     )
     columns = {name: getattr(credit, name).cpu().numpy() for name in PER_ROLLOUT_FIELDS}
-    credited = time.perf_counter()
 
     result = RolloutCredit(**{name: np.zeros(n, dtype=np.float64) for name in PER_ROLLOUT_FIELDS})
     for name, values in columns.items():
         getattr(result, name)[rows] = values
     if return_embeddings:
-        result.embeddings = np.zeros((n, encoder.dimension), dtype=np.float32)
+        result.embeddings = np.zeros((n, encoded.embeddings.shape[1]), dtype=np.float32)
         result.embeddings[rows] = encoded.embeddings.cpu().numpy()
     result.metrics = {
         **credit.metrics(),
@@ -115,7 +165,8 @@ def credit_rollouts(
         "gcpo/incomplete_groups": float(incomplete),
         "gcpo/excluded_rows": float(n - len(rows)),
     }
-    result.timings = {"embed": embedded - start, "shapley": credited - embedded, "total": time.perf_counter() - start}
+    seconds = time.perf_counter() - start
+    result.timings = {"shapley": seconds, "total": seconds}
     return result
 
 

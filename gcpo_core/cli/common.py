@@ -20,8 +20,8 @@ CREDIT_DEFAULTS: dict[str, Any] = {
 }
 # dataclasses.asdict(EncoderConfig())
 ENCODER_DEFAULTS: dict[str, Any] = {
-    "model": "sentence-transformers/all-MiniLM-L6-v2", "device": "auto", "dtype": "auto", "batch_size": None,
-    "max_seq_length": None, "text_span": "full", "long_text": "chunk", "max_chunks": 16, "tokenizer_workers": None,
+    "model": "sentence-transformers/all-MiniLM-L6-v2", "device": "auto", "dtype": "auto", "batch_tokens": None,
+    "max_seq_length": None, "text_span": "full", "long_text": "chunk", "max_chunks": 16,
 }
 # the engine's registries (KERNELS, QUALITY_MAPS, SHAPLEY_METHODS, ADVANTAGE_MODES, TEXT_SPANS, ...)
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -46,8 +46,7 @@ CREDIT_KEYS = {
 }
 ENCODER_KEYS = {
     "model": "encoder", "text_span": "text_span", "long_text": "long_text", "max_chunks": "max_chunks",
-    "device": "device", "dtype": "dtype", "batch_size": "batch_size", "max_seq_length": "max_seq_length",
-    "tokenizer_workers": "tokenizer_workers",
+    "device": "device", "dtype": "dtype", "batch_tokens": "batch_tokens", "max_seq_length": "max_seq_length",
 }
 # destinations whose flag is not "--" + dest with dashes
 FLAGS = {"antithetic": "--no-antithetic", "stratified": "--no-stratified", "norm_by_std": "--no-std-norm"}
@@ -206,13 +205,12 @@ def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
                        help="most pieces pooled per text under --long-text chunk (default %(default)s)")
     group.add_argument("--device", default=d["device"], help="auto, cpu, cuda, cuda:1, ... (default %(default)s)")
     group.add_argument("--dtype", choices=CHOICES["dtype"], default=d["dtype"],
-                       help="auto: bfloat16 / float16 on a GPU, float32 on a CPU (default %(default)s)")
+                       help="auto: float16 on a GPU, float32 on a CPU (default %(default)s)")
     group.add_argument("--max-seq-length", type=int, default=d["max_seq_length"],
                        help="word pieces the encoder reads (default: the model's)")
-    group.add_argument("--batch-size", type=int, default=d["batch_size"],
-                       help="pieces per forward pass (default: 1024 on a GPU, 64 on a CPU)")
-    group.add_argument("--tokenizer-workers", type=int, default=d["tokenizer_workers"],
-                       help="processes that tokenise while the model embeds (default: up to 4 on a GPU, 0 on a CPU)")
+    group.add_argument("--batch-tokens", type=int, default=d["batch_tokens"],
+                       help="padded tokens per forward pass, bounding the encoder's memory (default: 262144 on a GPU, "
+                            "16384 on a CPU)")
     group.add_argument("-v", "--verbose", action="store_true",
                        help="show the encoder's own output (its weight-loading progress bar)")
 

@@ -1,36 +1,49 @@
-"""The GCPO credit actor: one Ray actor holding the sentence encoder, called once per training step with the
+"""The GCPO credit actors: Ray actors holding the sentence encoder, called once per training step with the
 whole batch (texts -> embeddings -> kernel -> Shapley -> advantages), returning CPU numpy results.
 
+Sharding: with ``shards`` > 1 (the default on a multi-GPU run: one actor per GPU bundle) each actor embeds a
+share of the batch, shares balanced by estimated word pieces (:mod:`recipe.gcpo.credit_shards`) so that long
+responses do not pile up on one GPU; the first actor (GPU 0) gathers the embeddings through Ray's object store
+and computes every group's Shapley credit, in row order. One actor (``shards: 1``) embeds the whole batch.
+
 Placement: verl's placement groups reserve every GPU of the global pool, so an actor asking for a GPU outside
-them never schedules. The actor therefore takes a fraction of a GPU inside the global pool's placement group
-(bundle 0, next to the fused FSDP actor / vLLM worker; in sync mode vLLM sleeps while advantages are
-computed). Without a GPU it computes on the CPU and says so.
+them never schedules. Each actor therefore takes a fraction of a GPU inside the global pool's placement group
+(next to the fused FSDP actor / vLLM worker; in sync mode vLLM sleeps while advantages are computed), and
+``num_cpus`` of the bundle's CPUs (verl gives each bundle ``max_colocate_count`` CPUs, its own workers reserve
+none). The tokenizer's Rust threads (``RAYON_NUM_THREADS``) and torch's CPU threads are sized from the CPUs Ray
+gave the actor, not from the host. Without a GPU an actor computes on the CPU and says so.
 
-Prefetch: embedding does not need rewards, so the trainer hands the actor each batch's responses as soon as they
-are generated (:meth:`CreditActor.start_prefetch`); the actor embeds them while verl computes log-probabilities,
-and the credit call of the advantage step then looks the embeddings up and computes only Shapley credit.
+Prefetch: embedding does not need rewards, so the trainer hands the actors each batch's responses as soon as they
+are generated (:meth:`CreditActor.start_prefetch`); they embed them while verl computes log-probabilities, and
+the credit call of the advantage step then looks the embeddings up and computes only Shapley credit.
 
-Fault tolerance: Ray restarts a dead actor (``max_restarts``) and re-runs the call (``max_task_retries``);
-the computation is a pure function of its inputs and the seeded config, so the step gets the result it
-would have got. A call that does not finish within ``timeout_s`` raises :class:`CreditActorTimeout`.
+Fault tolerance: Ray restarts a dead actor (``max_restarts``) and re-runs its call (``max_task_retries``);
+the computation is a pure function of its inputs and the seeded config, and a restarted shard embeds the same
+rows, so the step gets the result it would have got. A call that does not finish within ``timeout_s`` raises
+:class:`CreditActorTimeout` after the actors are restarted: Ray cannot cancel a running call of a threaded
+actor, and the next step's call would otherwise queue behind the stuck one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
 from typing import Any, Hashable, Mapping, Optional, Sequence
 
+import numpy as np
 import ray
+import torch
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from gcpo_core.config import CreditConfig
-from gcpo_core.encoder import EncoderConfig, RolloutEncoder
-from gcpo_core.pipeline import RolloutCredit, credit_rollouts
+from gcpo_core.encoder import Encoded, EncoderConfig, EncoderStats, RolloutEncoder
+from gcpo_core.pipeline import RolloutCredit, credit_encoded, credit_rollouts, rows_to_credit
+from recipe.gcpo.credit_shards import estimated_pieces, parse_shards, shard_rows
 
 logger = logging.getLogger(__name__)
 
@@ -41,21 +54,25 @@ class CreditActorTimeout(TimeoutError):
 
 @dataclass(frozen=True)
 class CreditActorOptions:
-    """Resources and failure handling of the credit actor.
+    """Resources and failure handling of the credit actors.
 
     Attributes:
-        num_gpus: GPU fraction taken from placement-group bundle 0 (0 = CPU only).
-        num_cpus: CPUs for tokenisation and the CPU fallback.
+        num_gpus: GPU fraction each actor takes from its placement-group bundle (0 = CPU only).
+        num_cpus: CPUs each actor reserves from its bundle; its tokenizer and torch threads are sized from them.
+        shards: how many actors embed a batch side by side: ``auto`` (one per GPU bundle of verl's global pool;
+            one actor on a CPU-only run), ``per_gpu``, ``per_node`` (bundle 0 of each node), or a count
+            (1: a single actor embeds the whole batch).
         max_restarts: restarts of a dead actor before the run fails.
         max_task_retries: re-runs of an interrupted call.
         timeout_s: longest wait for one batch.
-        startup_timeout_s: longest wait for the actor to be scheduled and load the encoder.
+        startup_timeout_s: longest wait for the actors to be scheduled and load the encoder.
         prefetch: embed each batch as soon as it is generated, while verl computes log-probabilities (the
             trainer calls :meth:`CreditActor.start_prefetch`); the advantage step then only computes credit.
     """
 
     num_gpus: float = 0.1
     num_cpus: float = 1.0
+    shards: int | str = "auto"
     max_restarts: int = 3
     max_task_retries: int = 3
     timeout_s: float = 600.0
@@ -66,20 +83,36 @@ class CreditActorOptions:
         if not isinstance(self.prefetch, bool):
             raise ValueError(f"credit actor: prefetch must be true or false, got {self.prefetch!r}")
         for name in ("num_gpus", "num_cpus"):
-            if not 0 <= getattr(self, name) <= 64:
-                raise ValueError(f"credit actor: {name} must be in [0, 64], got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 64:
+                raise ValueError(f"credit actor: {name} must be in [0, 64], got {value!r}")
+        if self.num_cpus < 1 and self.num_cpus != 0:
+            raise ValueError(f"credit actor: num_cpus must be 0 or >= 1 (the tokenizer needs a CPU), got {self.num_cpus!r}")
+        parse_shards(self.shards)
         for name in ("max_restarts", "max_task_retries"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < -1:
-                raise ValueError(f"credit actor: {name} must be an integer >= -1 (-1: unlimited)")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+                raise ValueError(f"credit actor: {name} must be an integer >= -1 (-1: unlimited), got {value!r}")
         for name in ("timeout_s", "startup_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"credit actor: {name} must be > 0, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"credit actor: {name} must be > 0, got {value!r}")
+
+
+def _threads_from_ray() -> int:
+    """CPU threads this actor may use: the CPUs Ray assigned to it (at least one), not the host's."""
+    assigned = ray.get_runtime_context().get_assigned_resources().get("CPU", 0.0)
+    return max(1, int(math.floor(assigned)))
 
 
 class CreditWorker:
     """The actor's body (plain class; wrapped by ``ray.remote`` in :class:`CreditActor`)."""
 
     def __init__(self, encoder: Mapping[str, Any], credit: Mapping[str, Any]):
+        # before the tokenizer's Rust thread pool starts: it would otherwise take every core of the host
+        self.threads = _threads_from_ray()
+        os.environ["RAYON_NUM_THREADS"] = str(self.threads)
+        torch.set_num_threads(self.threads)
         self.credit_config = CreditConfig.from_mapping(dict(credit))
         self.encoder = RolloutEncoder(EncoderConfig(**dict(encoder)))
         if self.encoder.device.type != "cuda":
@@ -90,16 +123,20 @@ class CreditWorker:
             )
 
     def info(self) -> dict:
+        rules = self.encoder.word_pieces.rules
         return {
             "pid": os.getpid(),
             "device": str(self.encoder.device),
             "node_ip": ray.util.get_node_ip_address(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "encoder_dtype": str(self.encoder.dtype),
+            "threads": self.threads,
+            # the most word pieces the encoder reads of one text (the cap of the shards' cost estimate)
+            "max_pieces": rules.piece_length * (rules.max_chunks if rules.long_text == "chunk" else 1),
         }
 
     def prefetch(self, texts: Sequence[str]) -> dict:
-        """Embed ``texts`` and keep the embeddings for the next :meth:`compute` (see RolloutEncoder.prefetch)."""
+        """Embed ``texts`` and keep the embeddings for the next call (see RolloutEncoder.prefetch)."""
         start = time.perf_counter()
         stats = self.encoder.prefetch(list(texts))
         return {"seconds": time.perf_counter() - start, "unique_texts": stats.unique_texts}
@@ -126,9 +163,70 @@ class CreditWorker:
             seed=seed,
         )
 
+    def embed(self, texts: Sequence[str]) -> dict:
+        """One shard's embeddings, on the host (they travel to the gathering actor through the object store)."""
+        start = time.perf_counter()
+        encoded = self.encoder.encode(list(texts))
+        return {
+            "embeddings": encoded.embeddings.cpu().numpy(),
+            "empty": encoded.empty.cpu().numpy(),
+            "stats": encoded.stats,
+            "seconds": time.perf_counter() - start,
+        }
+
+    def credit_gathered(
+        self,
+        shards: Sequence[np.ndarray],
+        rewards: Sequence[float],
+        group_ids: Sequence[Hashable],
+        valid: Optional[Sequence[bool]],
+        expected_group_size: Optional[int],
+        return_embeddings: bool,
+        seed: Optional[int],
+        *parts: dict,
+    ) -> RolloutCredit:
+        """Credit a batch whose valid rows were embedded by several shards: ``parts[s]`` holds the embeddings of
+        the valid rows among ``shards[s]`` (row indices into the batch), in row order."""
+        n = len(rewards)
+        keep = np.ones(n, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
+        dimension = self.encoder.dimension
+        embeddings = np.zeros((n, dimension), dtype=np.float32)
+        empty = np.zeros(n, dtype=bool)
+        for rows, part in zip(shards, parts):
+            rows = np.asarray(rows, dtype=np.int64)
+            rows = rows[keep[rows]]
+            embeddings[rows] = part["embeddings"]
+            empty[rows] = part["empty"]
+        stats = EncoderStats.combine([part["stats"] for part in parts])
+        encoded = Encoded(
+            embeddings=torch.from_numpy(embeddings[keep]).to(self.encoder.device),
+            empty=torch.from_numpy(empty[keep]),
+            stats=stats,
+        )
+        result = credit_encoded(encoded, rewards, group_ids, self.credit_config, valid, expected_group_size,
+                                return_embeddings, seed)
+        pieces = np.array([part["stats"].pieces for part in parts], dtype=np.float64)
+        result.metrics["gcpo/encoder/shards"] = float(len(parts))
+        result.metrics["gcpo/encoder/shard_pieces_max_over_mean"] = (
+            float(pieces.max() / pieces.mean()) if pieces.mean() > 0 else 1.0
+        )
+        embed_seconds = max(part["seconds"] for part in parts)
+        result.timings["embed"] = embed_seconds
+        result.timings["total"] = embed_seconds + result.timings["shapley"]
+        return result
+
 
 class CreditActor:
-    """Client side: creates the actor (optionally inside a placement-group bundle) and calls it with time-outs."""
+    """Client side: creates the actor(s) (optionally inside placement-group bundles) and calls them with time-outs.
+
+    Args:
+        encoder, credit: the encoder's and the credit engine's settings (checked here, in the driver).
+        options: resources, shards and failure handling.
+        placement_group, bundle_index: where a single actor is placed.
+        placements: one (placement group, bundle index) per shard actor (see
+            :func:`recipe.gcpo.credit_shards.credit_placements`); overrides ``placement_group``.
+            Without placements, ``options.shards`` unplaced actors are created (``auto``: one).
+    """
 
     def __init__(
         self,
@@ -137,36 +235,70 @@ class CreditActor:
         options: CreditActorOptions = CreditActorOptions(),
         placement_group=None,
         bundle_index: int = 0,
+        placements: Optional[Sequence[tuple[Any, int]]] = None,
     ):
         encoder = dataclasses.asdict(encoder) if isinstance(encoder, EncoderConfig) else dict(encoder)
         credit = credit.to_dict() if isinstance(credit, CreditConfig) else dict(credit)
         EncoderConfig(**encoder)  # fail here, in the driver, on a bad value
         CreditConfig.from_mapping(credit)
         self.options = options
-        self._prefetch = None
-        actor_options: dict[str, Any] = {
-            "num_cpus": options.num_cpus,
-            "num_gpus": options.num_gpus,
-            "max_restarts": options.max_restarts,
-            "max_task_retries": options.max_task_retries,
-        }
-        if placement_group is not None:
-            actor_options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=placement_group, placement_group_bundle_index=bundle_index
-            )
-        self.handle = ray.remote(CreditWorker).options(**actor_options).remote(encoder, credit)
+        self._prefetch: list = []
+        if placements is None:
+            if placement_group is not None:
+                placements = [(placement_group, bundle_index)]
+            else:
+                placements = [(None, 0)] * (options.shards if isinstance(options.shards, int) else 1)
+        if not placements:
+            raise ValueError("credit actor: no placement for any shard")
+        for group, index in placements:
+            if group is not None:
+                bundle_cpus = group.bundle_specs[index].get("CPU", 0)
+                if options.num_cpus > bundle_cpus:
+                    raise ValueError(
+                        f"credit actor: num_cpus={options.num_cpus} does not fit placement-group bundle {index}, "
+                        f"which has {bundle_cpus} CPUs (verl's bundles have max_colocate_count CPUs)"
+                    )
+        self.placements = list(placements)
+        self.handles = [self._create(encoder, credit, group, index) for group, index in self.placements]
+        self.handle = self.handles[0]  # the gathering actor (GPU 0), and the only one in single-actor mode
         try:
-            self.info = ray.get(self.handle.info.remote(), timeout=options.startup_timeout_s)
+            self.infos = ray.get([h.info.remote() for h in self.handles], timeout=options.startup_timeout_s)
         except GetTimeoutError:
-            ray.kill(self.handle, no_restart=True)
+            for handle in self.handles:
+                ray.kill(handle, no_restart=True)
+            placed = ", placement-group bundles %s" % [i for g, i in self.placements] if self.placements[0][0] else ""
             raise CreditActorTimeout(
                 f"the GCPO credit actor was not ready within {options.startup_timeout_s:.0f} s "
-                f"(asks for {options.num_gpus} GPU, {options.num_cpus} CPU"
-                f"{', placement-group bundle %d' % bundle_index if placement_group is not None else ''}); "
-                "check that the resources exist (verl's placement groups hold every GPU: the actor must be "
-                "placed in one) and that the encoder can be loaded offline"
+                f"({len(self.handles)} actor(s), each asking for {options.num_gpus} GPU, {options.num_cpus} CPU"
+                f"{placed}); check that the resources exist (verl's placement groups hold every GPU: the actor "
+                "must be placed in one) and that the encoder can be loaded offline"
             ) from None
-        logger.info("GCPO credit actor ready: %s", self.info)
+        self.info = self.infos[0]
+        logger.info("GCPO credit actor(s) ready: %s", self.infos)
+
+    def _create(self, encoder: dict, credit: dict, group, index: int):
+        actor_options: dict[str, Any] = {
+            "num_cpus": self.options.num_cpus,
+            "num_gpus": self.options.num_gpus,
+            "max_restarts": self.options.max_restarts,
+            "max_task_retries": self.options.max_task_retries,
+        }
+        if group is not None:
+            actor_options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=group, placement_group_bundle_index=index
+            )
+        return ray.remote(CreditWorker).options(**actor_options).remote(encoder, credit)
+
+    @property
+    def shards(self) -> int:
+        return len(self.handles)
+
+    def _plan(self, texts: Sequence[str], valid: Optional[Sequence[bool]] = None) -> list[np.ndarray]:
+        """Rows of each shard: balanced by estimated word pieces; rows left out (padding) cost nothing."""
+        costs = estimated_pieces(texts, self.info["max_pieces"])
+        if valid is not None:
+            costs[~np.asarray(valid, dtype=bool)] = 0.0
+        return shard_rows(costs, self.shards)
 
     def compute(
         self,
@@ -179,42 +311,82 @@ class CreditActor:
         seed: Optional[int] = None,
     ) -> RolloutCredit:
         """Credit one batch; see :func:`gcpo_core.pipeline.credit_rollouts`. Texts prefetched by
-        :meth:`start_prefetch` are not embedded again; ``timings["embed_prefetch"]`` is what the prefetch took."""
+        :meth:`start_prefetch` are not embedded again; ``timings["embed_prefetch"]`` is what the prefetch took
+        (the slowest shard's)."""
+        texts, rewards, group_ids = list(texts), list(rewards), list(group_ids)
+        valid = None if valid is None else [bool(v) for v in valid]
         prefetched = self._collect_prefetch()
-        ref = self.handle.compute.remote(
-            list(texts), list(rewards), list(group_ids), None if valid is None else list(valid),
-            expected_group_size, return_embeddings, seed,
-        )
+        if self.shards == 1:
+            ref = self.handle.compute.remote(texts, rewards, group_ids, valid, expected_group_size,
+                                             return_embeddings, seed)
+        else:
+            if len(rewards) != len(texts):
+                raise ValueError(
+                    f"texts, rewards, group ids and valid flags must have one entry per rollout (N={len(texts)})"
+                )
+            rows_to_credit(len(texts), group_ids, valid, expected_group_size)  # fail before any embedding
+            plan = self._plan(texts, valid)
+            keep = np.ones(len(texts), dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
+            parts = [
+                handle.embed.remote([texts[i] for i in rows if keep[i]]) for handle, rows in zip(self.handles, plan)
+            ]
+            # the parts are passed as top-level arguments, so the gathering actor receives them resolved and the
+            # embeddings never pass through the driver
+            ref = self.handle.credit_gathered.remote(plan, rewards, group_ids, valid, expected_group_size,
+                                                     return_embeddings, seed, *parts)
+        result = self._get(ref, f"return credit for {len(texts)} rollouts")
+        result.timings["embed_prefetch"] = max((p.get("seconds", 0.0) for p in prefetched), default=0.0)
+        return result
+
+    def _get(self, ref, what: str):
         try:
-            result = ray.get(ref, timeout=self.options.timeout_s)
+            return ray.get(ref, timeout=self.options.timeout_s)
         except GetTimeoutError:
             ray.cancel(ref, force=False)
+            restarted = self._restart()
             raise CreditActorTimeout(
-                f"the GCPO credit actor did not return credit for {len(texts)} rollouts within "
-                f"{self.options.timeout_s:.0f} s; raise the time-out or check the actor's log"
+                f"the GCPO credit actor did not {what} within {self.options.timeout_s:.0f} s; "
+                + ("it was restarted (a running call cannot be cancelled), so the next call starts afresh; "
+                   if restarted else "it could not be restarted (max_restarts is used up); ")
+                + "raise algorithm.gcpo.actor.timeout_s or check the actor's log"
             ) from None
         except RayActorError as err:
             raise RuntimeError(
                 f"the GCPO credit actor died and was not restarted (max_restarts={self.options.max_restarts}): {err}"
             ) from err
-        result.timings["embed_prefetch"] = prefetched.get("seconds", 0.0)
-        return result
+
+    def _restart(self) -> bool:
+        """Kill every actor and let Ray restart it (as after a crash); True when all came back."""
+        for handle in self.handles:
+            ray.kill(handle, no_restart=False)
+        try:
+            ray.get([h.info.remote() for h in self.handles], timeout=self.options.startup_timeout_s)
+            return True
+        except (GetTimeoutError, RayActorError):
+            return False
 
     def start_prefetch(self, texts: Sequence[str]) -> None:
-        """Start embedding ``texts`` on the actor and return at once; the next :meth:`compute` collects it.
-        Actor calls run in order, so that compute finds the embeddings kept."""
-        self._prefetch = self.handle.prefetch.remote(list(texts))
+        """Start embedding ``texts`` on the actors and return at once; the next :meth:`compute` collects it.
+        Actor calls run in order, and a shard's rows depend only on the texts, so each shard finds the
+        embeddings it kept (a lookup by text: a different split costs time, never correctness)."""
+        texts = list(texts)
+        if self.shards == 1:
+            self._prefetch = [self.handle.prefetch.remote(texts)]
+            return
+        plan = self._plan(texts)
+        self._prefetch = [h.prefetch.remote([texts[i] for i in rows]) for h, rows in zip(self.handles, plan)]
 
-    def _collect_prefetch(self) -> dict:
-        ref, self._prefetch = self._prefetch, None
-        if ref is None:
-            return {}
-        try:
-            return ray.get(ref, timeout=self.options.timeout_s)
-        except (GetTimeoutError, RayActorError, RayTaskError) as err:
-            # the credit call embeds whatever was not kept, so a failed prefetch costs time, not correctness
-            logger.warning("GCPO embedding prefetch failed (%s); the credit call embeds the batch itself", err)
-            return {}
+    def _collect_prefetch(self) -> list[dict]:
+        refs, self._prefetch = self._prefetch, []
+        done = []
+        for ref in refs:
+            try:
+                done.append(ray.get(ref, timeout=self.options.timeout_s))
+            except (GetTimeoutError, RayActorError, RayTaskError) as err:
+                # the credit call embeds whatever was not kept, so a failed prefetch costs time, not correctness
+                logger.warning("GCPO embedding prefetch failed (%s); the credit call embeds the batch itself", err)
+        return done
 
     def shutdown(self) -> None:
-        ray.kill(self.handle, no_restart=True)
+        for handle in self.handles:
+            ray.kill(handle, no_restart=True)

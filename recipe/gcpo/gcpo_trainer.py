@@ -4,10 +4,11 @@ optionally, Group Contrastive PO's reference injection before the old log-probab
 Not a trainer mode of its own: the recipe's entry point (``recipe.gcpo.main_gcpo``) builds it for verl's
 ``trainer.v1.trainer_mode=sync``, so every branch of verl's trainer that reads the mode (replay buffer, gen batch
 size, DAPO refill, checkpoints, resume) is the sync one. With ``algorithm.adv_estimator=gcpo``, right after the
-batch is balanced the trainer reads its responses from TransferQueue, decodes them and has the credit actor
-start embedding them (``algorithm.gcpo.actor.prefetch``), while verl computes the old and reference
-log-probabilities. Each step's ``_compute_advantage`` then has the actor compute every rollout's Shapley credit
-in one call (embedding whatever was not prefetched); verl's own advantage step then runs unchanged
+batch is balanced a background thread reads its responses from TransferQueue, decodes them and has the credit
+actors start embedding them (``algorithm.gcpo.actor.prefetch``), while verl computes the old and reference
+log-probabilities. Each step's ``_compute_advantage`` then has the actors compute every rollout's Shapley credit
+in one call (embedding whatever was not prefetched; ``timing_s/gcpo_*`` say where the step's time went); verl's
+own advantage step then runs unchanged
 (KL-in-reward, rollout correction, write-back) with the ``gcpo`` estimator, which normalises that credit per
 prompt. With any other estimator the trainer is verl's sync trainer.
 
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import transfer_queue as tq
@@ -27,6 +30,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 
 from recipe.gcpo.credit_actor import CreditActor
+from recipe.gcpo.credit_shards import credit_placements
 from recipe.gcpo.div_r1 import div_r1_loss_fn
 from recipe.gcpo.diver import diver_credit, validate_diver_config
 from recipe.gcpo.estimator import StepCredit, provide_credit
@@ -42,7 +46,9 @@ GLOBAL_POOL = "global_pool"
 class GCPOTrainer(PPOTrainerSync):
     """verl's sync trainer plus the GCPO credit actor."""
 
-    _prefetched: tuple[list, list[str]] | None = None  # (batch keys, their decoded responses) handed to the actor
+    # (batch keys, the background job that fetches and decodes their responses and hands them to the actors)
+    _prefetched: tuple[list, Future] | None = None
+    _decoder: ThreadPoolExecutor | None = None
 
     def __init__(self, config):
         mode = config.trainer.v1.trainer_mode
@@ -65,16 +71,20 @@ class GCPOTrainer(PPOTrainerSync):
             self.actor_rollout_wg.set_loss_fn(loss_fn)
 
     def _create_credit_actor(self) -> CreditActor:
-        """The actor takes a fraction of GPU 0 inside verl's global placement group (outside it, it would never
-        be scheduled: verl's placement groups reserve every GPU)."""
-        placement_group = None
-        if self.gcpo.actor.num_gpus > 0:
-            pool = self.resource_pool_manager.resource_pool_dict[GLOBAL_POOL]
-            placement_group = pool.get_placement_groups()[0]
-        return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor, placement_group=placement_group)
+        """The actors take a fraction of a GPU inside verl's global placement groups (outside them, they would
+        never be scheduled: verl's placement groups reserve every GPU): one per GPU bundle by default
+        (``algorithm.gcpo.actor.shards``), the first on GPU 0; CPU-only actors are not placed."""
+        if self.gcpo.actor.num_gpus == 0:
+            return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor)
+        pool = self.resource_pool_manager.resource_pool_dict[GLOBAL_POOL]
+        placements = credit_placements(pool.get_placement_groups(), self.gcpo.actor.shards)
+        return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor, placements=placements)
 
     def on_train_end(self):
         super().on_train_end()
+        if self._decoder is not None:
+            self._decoder.shutdown(wait=True)
+            self._decoder = None
         if self.credit_actor is not None:
             self.credit_actor.shutdown()
             self.credit_actor = None
@@ -92,14 +102,37 @@ class GCPOTrainer(PPOTrainerSync):
         return batch
 
     def _start_embedding(self, batch: KVBatchMeta) -> None:
-        """Hand the batch's responses to the credit actor now, so that they are embedded while verl computes
-        log-probabilities (nothing is waited for here)."""
+        """Fetch the batch's responses from TransferQueue, decode them and hand them to the credit actors, all in
+        a background thread: the log-probability pass starts at once and the actors embed while it runs.
+        (TransferQueue's client runs its calls on its own event loop, so a second thread may call it.)"""
         self._prefetched = None
         if self.gcpo is None or self.credit_actor is None or not self.gcpo.actor.prefetch:
             return
+        if self._decoder is None:
+            self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gcpo-decode")
+        self._prefetched = (list(batch.keys), self._decoder.submit(self._decode_and_prefetch, batch))
+
+    def _decode_and_prefetch(self, batch: KVBatchMeta) -> tuple[list[str], float]:
+        start = time.perf_counter()
         texts = self._decode_responses(batch)
-        self._prefetched = (list(batch.keys), texts)
         self.credit_actor.start_prefetch(texts)
+        return texts, time.perf_counter() - start
+
+    def _prefetched_texts(self, batch: KVBatchMeta, timing_raw: dict) -> list[str] | None:
+        """The texts decoded in the background for this batch, None when there are none. Always waits for the
+        background job (its hand-off to the actors must precede the credit call); ``gcpo_decode_wait`` is what
+        that wait adds to the step, ``gcpo_fetch_decode`` what the job took off the critical path."""
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is None:
+            return None
+        keys, job = prefetched
+        with marked_timer("gcpo_decode_wait", timing_raw):
+            try:
+                texts, timing_raw["gcpo_fetch_decode"] = job.result()
+            except Exception as err:  # noqa: BLE001 - the credit call decodes the batch itself
+                logger.warning("GCPO background decoding failed (%r); decoding the batch now", err)
+                return None
+        return texts if keys == list(batch.keys) else None
 
     def _decode_responses(self, batch: KVBatchMeta) -> list[str]:
         """The batch's responses as text, "" for verl's padding rows."""
@@ -135,8 +168,10 @@ class GCPOTrainer(PPOTrainerSync):
             uids = np.array(list(data["uid"]), dtype=object)  # a LinkedList, NonTensorStack or array by backend
             valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
             reward = data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).double().cpu().numpy()
-            prefetched, self._prefetched = self._prefetched, None
-            texts = prefetched[1] if prefetched and prefetched[0] == list(batch.keys) else self._decode_responses(batch)
+            texts = self._prefetched_texts(batch, timing_raw)
+            if texts is None:
+                with marked_timer("gcpo_fetch_decode", timing_raw):
+                    texts = self._decode_responses(batch)
             # a new draw of Monte-Carlo permutations each step, the same one when a resumed run repeats a step
             seed = self.gcpo.credit.seed + int(getattr(self, "global_steps", 0))
             result = self.credit_actor.compute(

@@ -4,7 +4,8 @@ import torch
 
 from gcpo_core.config import CreditConfig
 from gcpo_core.credit import compute_credit
-from gcpo_core.pipeline import credit_rollouts
+from gcpo_core.encoder import Encoded, EncoderStats
+from gcpo_core.pipeline import credit_encoded, credit_rollouts
 
 TEXTS = [
     "Add 2 and 3 to get 5.\nAnswer: 5",
@@ -60,3 +61,24 @@ def test_mc_credit_is_deterministic_given_the_seed(minilm):
     a = credit_rollouts(texts, [1.0] * 20, ["p"] * 20, minilm, config)
     b = credit_rollouts(texts, [1.0] * 20, ["p"] * 20, minilm, config)
     assert np.array_equal(a.advantage, b.advantage) and a.metrics["gcpo/mc_groups"] == 1.0
+
+
+def test_embeddings_made_in_parts_are_credited_as_one_call_credits_the_batch(minilm):
+    texts = TEXTS + ["pad", "Four is two plus two.\nAnswer: 4", "2 + 2 = 4\nAnswer: 4"]
+    rewards = [1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]
+    groups = ["p"] * 4 + ["pad-uid", "q", "q"]
+    valid = [True] * 4 + [False, True, True]
+    whole = credit_rollouts(texts, rewards, groups, minilm, valid=valid, expected_group_size=4, return_embeddings=True)
+    rows = [0, 1, 2, 3, 5, 6]
+    # two "shards" embed rows [3, 5] and [0, 1, 2, 6]; the parts are put back in row order
+    first, second = minilm.encode([texts[3], texts[5]]), minilm.encode([texts[i] for i in (0, 1, 2, 6)])
+    order = {3: first.embeddings[0], 5: first.embeddings[1], 0: second.embeddings[0], 1: second.embeddings[1],
+             2: second.embeddings[2], 6: second.embeddings[3]}
+    encoded = Encoded(embeddings=torch.stack([order[i] for i in rows]), empty=torch.zeros(6, dtype=torch.bool),
+                      stats=EncoderStats.combine([first.stats, second.stats]))
+    parted = credit_encoded(encoded, rewards, groups, valid=valid, expected_group_size=4)
+    np.testing.assert_allclose(parted.advantage, whole.advantage, atol=1e-6)
+    assert parted.metrics["gcpo/incomplete_groups"] == 1.0 and parted.metrics["gcpo/excluded_rows"] == 1.0
+    assert parted.metrics["gcpo/encoder/texts"] == 6.0
+    with pytest.raises(ValueError, match="5 embeddings for 6 rows"):
+        credit_encoded(Encoded(encoded.embeddings[:5], encoded.empty[:5]), rewards, groups, valid=valid)

@@ -1,6 +1,8 @@
 """The credit actor on a local CPU Ray cluster with the real encoder."""
 
+import dataclasses
 import json
+import threading
 import os
 import signal
 import time
@@ -87,6 +89,30 @@ def test_killed_mid_call_the_actor_restarts_and_the_call_returns_the_identical_r
         actor.shutdown()
 
 
+def _stall_encoder(worker):
+    """Run inside the actor: every later encode sleeps far past any time-out (a hung GPU, a stuck driver)."""
+
+    def stalled(*args, **kwargs):
+        time.sleep(3600)
+
+    worker.encoder.encode = stalled
+
+
+def test_a_call_past_the_time_out_restarts_the_actor_so_the_next_call_does_not_queue_behind_it(local_ray, batch):
+    actor = CreditActor(options=dataclasses.replace(CPU_ONLY, timeout_s=2.0))
+    try:
+        first_pid = actor.info["pid"]
+        ray.get(actor.handle.__ray_call__.remote(_stall_encoder))
+        with pytest.raises(CreditActorTimeout, match="it was restarted"):
+            actor.compute(*batch)
+        # a still-running call would hold the actor: this would wait behind its hour-long sleep
+        assert ray.get(actor.handle.info.remote(), timeout=60)["pid"] != first_pid
+        actor.options = dataclasses.replace(actor.options, timeout_s=300.0)
+        assert np.isfinite(actor.compute(*batch).advantage).all()
+    finally:
+        actor.shutdown()
+
+
 def test_a_slow_call_times_out_with_a_clear_error(local_ray, shared_data):
     texts, rewards, groups = _long_batch(shared_data)
     actor = CreditActor(options=CreditActorOptions(num_gpus=0, num_cpus=1, timeout_s=0.5, startup_timeout_s=120))
@@ -114,8 +140,7 @@ def test_placement_inside_a_group_that_reserves_everything(local_ray, batch):
 
 
 def test_a_prefetched_batch_is_credited_as_a_plain_call_credits_it(local_ray, batch):
-    # tokenizer worker processes, spawned inside the Ray actor, with the prefetch
-    actor = CreditActor(encoder=EncoderConfig(device="cpu", tokenizer_workers=1), options=CPU_ONLY)
+    actor = CreditActor(encoder=EncoderConfig(device="cpu"), options=CPU_ONLY)
     try:
         plain = actor.compute(*batch, seed=3)
         assert plain.metrics["gcpo/encoder/prefetched_frac"] == 0.0 and plain.timings["embed_prefetch"] == 0.0
@@ -151,3 +176,98 @@ def test_bad_configs_fail_in_the_driver_before_any_actor_starts():
         CreditActorOptions(num_gpus=-1)
     with pytest.raises(ValueError, match="prefetch must be true or false"):
         CreditActorOptions(prefetch="yes")
+    with pytest.raises(ValueError, match="shards must be an integer >= 1 or one of"):
+        CreditActorOptions(shards=0)
+    with pytest.raises(ValueError, match="shards must be an integer >= 1 or one of"):
+        CreditActorOptions(shards="per_rack")
+    with pytest.raises(ValueError, match="num_cpus must be 0 or >= 1"):
+        CreditActorOptions(num_cpus=0.5)
+    with pytest.raises(ValueError, match="timeout_s must be > 0"):
+        CreditActorOptions(timeout_s="soon")
+
+
+def _distinct_batch(shared_data, rows=96, group=8):
+    """``rows`` distinct MATH solutions (lengths from one line to pages), grouped by ``group``."""
+    records = [json.loads(line) for line in (shared_data / "math500.jsonl").read_text().splitlines()[:rows]]
+    texts = [r["solution"] for r in records]
+    return texts, [float(i % 3 != 0) for i in range(len(texts))], [f"g{i // group}" for i in range(len(texts))]
+
+
+def test_sharded_actors_credit_a_batch_as_one_actor_does_even_when_a_shard_is_killed_mid_call(local_ray, shared_data):
+    texts, rewards, groups = _distinct_batch(shared_data)
+    valid = [i != 5 for i in range(len(texts))]  # a padding row
+    single = CreditActor(options=CPU_ONLY)
+    try:
+        expected = single.compute(texts, rewards, groups, valid=valid, expected_group_size=8, seed=7)
+    finally:
+        single.shutdown()
+
+    sharded = CreditActor(options=dataclasses.replace(CPU_ONLY, shards=2))
+    try:
+        assert sharded.shards == 2 and len({info["pid"] for info in sharded.infos}) == 2
+        calm = sharded.compute(texts, rewards, groups, valid=valid, expected_group_size=8, seed=7)
+        # the same credit, in row order (embeddings differ only by float rounding: other forward batches)
+        for name in ("shapley", "advantage"):
+            np.testing.assert_allclose(getattr(calm, name), getattr(expected, name), atol=1e-5)
+        np.testing.assert_array_equal(calm.quality, expected.quality)
+        assert calm.advantage[5] == 0.0
+        assert calm.metrics["gcpo/encoder/shards"] == 2.0
+        assert calm.metrics["gcpo/encoder/texts"] == expected.metrics["gcpo/encoder/texts"] == 95.0
+        assert calm.metrics["gcpo/encoder/shard_pieces_max_over_mean"] < 1.25
+        with pytest.raises(ValueError, match="grouped by their prompt's uid"):
+            sharded.compute(texts, rewards, ["one-uid"] * len(texts), expected_group_size=8)
+
+        victim = sharded.infos[1]["pid"]
+        out = {}
+        call = threading.Thread(target=lambda: out.update(result=sharded.compute(
+            texts, rewards, groups, valid=valid, expected_group_size=8, seed=7)))
+        call.start()
+        time.sleep(1.5)
+        assert call.is_alive(), "the call finished before a shard could be killed; use a longer batch"
+        os.kill(victim, signal.SIGKILL)  # what the OOM killer or a lost node does
+        call.join(timeout=300)
+        assert not call.is_alive() and "result" in out
+        assert ray.get(sharded.handles[1].info.remote(), timeout=60)["pid"] != victim
+        for name in ("shapley", "advantage", "quality", "score"):
+            np.testing.assert_array_equal(getattr(out["result"], name), getattr(calm, name))
+    finally:
+        sharded.shutdown()
+
+
+def test_sharded_prefetch_is_looked_up_by_every_shard(local_ray, batch):
+    sharded = CreditActor(options=dataclasses.replace(CPU_ONLY, shards=2))
+    try:
+        plain = sharded.compute(*batch, seed=3)
+        sharded.start_prefetch(batch[0])
+        prefetched = sharded.compute(*batch, seed=3)
+        assert prefetched.metrics["gcpo/encoder/prefetched_frac"] == 1.0
+        assert prefetched.timings["embed_prefetch"] > 0
+        for name in ("shapley", "advantage", "score"):
+            np.testing.assert_array_equal(getattr(prefetched, name), getattr(plain, name))
+    finally:
+        sharded.shutdown()
+
+
+def test_each_actor_sizes_its_threads_from_the_cpus_ray_gave_it(local_ray):
+    actor = CreditActor(options=dataclasses.replace(CPU_ONLY, num_cpus=2))
+    try:
+        assert actor.info["threads"] == 2
+        env = ray.get(actor.handle.__ray_call__.remote(lambda w: os.environ["RAYON_NUM_THREADS"]))
+        assert env == "2"
+    finally:
+        actor.shutdown()
+    actor = CreditActor(options=CPU_ONLY)
+    try:
+        assert actor.info["threads"] == 1
+    finally:
+        actor.shutdown()
+
+
+def test_an_actor_that_does_not_fit_its_bundle_is_refused_in_the_driver(local_ray):
+    pg = placement_group([{"CPU": 1}])
+    ray.get(pg.ready(), timeout=60)
+    try:
+        with pytest.raises(ValueError, match="num_cpus=2 does not fit placement-group bundle 0, which has 1"):
+            CreditActor(options=dataclasses.replace(CPU_ONLY, num_cpus=2), placement_group=pg)
+    finally:
+        remove_placement_group(pg)

@@ -1,6 +1,8 @@
 """The GCPO trainer's advantage step on a local Ray cluster and a local TransferQueue, with real verl classes,
 a tiny word-level tokenizer built here and the real encoder (CPU). No GPU, no hub download."""
 
+import threading
+
 import numpy as np
 import pytest
 import ray
@@ -175,6 +177,38 @@ def test_responses_are_handed_to_the_actor_after_balancing_and_not_embedded_agai
     off = _trainer(GCPOTrainer, compose_gcpo(BASE_OVERRIDES + ["algorithm.gcpo.actor.prefetch=false"]), tiny_tokenizer, credit_actor)
     off._balance_batch(_put_batch(tiny_tokenizer, step_seed=7), {})
     assert off._prefetched is None
+
+
+def test_fetching_and_decoding_the_responses_runs_while_the_log_prob_pass_would(
+    local_tq, tiny_tokenizer, credit_actor, minilm, monkeypatch
+):
+    monkeypatch.setattr(PPOTrainerSync, "_balance_batch", lambda self, batch, metrics, *a, **k: batch)
+    config = compose_gcpo(BASE_OVERRIDES)
+    batch = _put_batch(tiny_tokenizer, step_seed=8)
+    trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor)
+    log_probs_started = threading.Event()
+    seen = {}
+    real_decode = trainer._decode_responses
+
+    def decode_after_log_probs_start(b):
+        # decoding synchronously in _balance_batch would wait here for the whole time-out
+        seen["started_first"] = log_probs_started.wait(timeout=30)
+        return real_decode(b)
+
+    monkeypatch.setattr(trainer, "_decode_responses", decode_after_log_probs_start)
+    try:
+        batch = trainer._balance_batch(batch, {})
+        log_probs_started.set()  # verl's old/ref log-prob pass would start now
+        metrics = {}
+        trainer._compute_advantage(batch, metrics)
+        assert seen["started_first"] is True
+        assert metrics["gcpo/encoder/prefetched_frac"] == 1.0
+        assert {"gcpo_fetch_decode", "gcpo_decode_wait", "gcpo_embed", "gcpo_shapley"} <= set(trainer.timing_raw)
+        expected, _ = _expected(tiny_tokenizer, batch, minilm, CreditConfig())
+        np.testing.assert_allclose(_row_advantages(batch), expected, atol=1e-5)
+    finally:
+        if trainer._decoder is not None:
+            trainer._decoder.shutdown(wait=True)
 
 
 def test_kl_in_reward_shapes_gcpo_as_it_shapes_grpo(local_tq, tiny_tokenizer, credit_actor, minilm):
