@@ -71,4 +71,6 @@ def diver_credit(batch: KVBatchMeta, texts: Sequence[str], settings: DiverConfig
     lengths = data["response_mask"].to_padded_tensor(padding=0).sum(dim=-1).cpu().numpy()
     result = diver_bonus(list(texts), reward, uids.tolist(), step=step, config=settings,
                          response_lengths=lengths, valid=valid)
-    return StepCredit(uids=uids, reward=reward, score=reward + result.bonus, valid=valid), result.metrics
+    # DIVER normalises its shaped reward as GRPO does: every group by its own std
+    credit = StepCredit(uids=uids, reward=reward, score=reward + result.bonus, valid=valid, all_correct_scale="group")
+    return credit, result.metrics

@@ -42,6 +42,9 @@ class StepCredit:
         score: `(np.ndarray)` float64 (N,), the credit score to normalise (phi, or r + lambda phi).
         valid: `(np.ndarray)` bool (N,), False for padding rows.
         stderr: `(np.ndarray | None)` float64 (N,), phi's Monte-Carlo standard error (0 where exact); None: 0.
+        all_correct_scale: how all-correct groups are scaled, overriding ``gcpo.credit.all_correct_scale``
+            (DIVER's shaped reward is normalised like GRPO's, each group by its own std: ``group``); None: the
+            config's.
     """
 
     uids: np.ndarray
@@ -49,6 +52,7 @@ class StepCredit:
     score: np.ndarray
     valid: np.ndarray
     stderr: Optional[np.ndarray] = None
+    all_correct_scale: Optional[str] = None
 
 
 @contextmanager
@@ -116,7 +120,7 @@ def compute_gcpo_outcome_advantage(
             norm_by_std=settings.norm_by_std,
             epsilon=settings.epsilon,
             std_floor=settings.std_floor,
-            all_correct_scale=settings.all_correct_scale,
+            all_correct_scale=credit.all_correct_scale or settings.all_correct_scale,
             stderr=score_stderr(stderr, settings.advantage, settings.mix_coef),
         )
         advantage = np.zeros(rows, dtype=np.float64)

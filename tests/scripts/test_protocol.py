@@ -103,6 +103,9 @@ def _overrides(script, stub, *args, **env):
     """The Hydra overrides the launcher hands to the entry point."""
     env = _env(**env)
     env["PATH"] = f"{stub}:{env['PATH']}"
+    # a stub python3 starts nothing; with the hub off a real run would refuse the hub id (test_model_path.py)
+    env.pop("HF_HUB_OFFLINE", None)
+    env.pop("TRANSFORMERS_OFFLINE", None)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout

@@ -125,8 +125,9 @@ def test_diver_is_grpo_once_its_steps_are_over(local_tq, tokenizer):
 
 def test_diver_is_refused_outside_the_recipes_trainer():
     with pytest.raises(ValueError, match="needs the GCPO trainer"):
-        validate_diver_config(compose_gcpo(BASE + ["algorithm.adv_estimator=diver", "trainer.v1.trainer_mode=sync"]))
-    with pytest.raises(ValueError, match="needs the GCPO trainer"):
+        validate_diver_config(compose_gcpo(BASE + ["algorithm.adv_estimator=diver",
+                                                   "trainer.v1.trainer_mode=colocate_async"]))
+    with pytest.raises(ValueError, match="needs the GCPO trainer"):  # verl's own trainer class in the recipe's mode
         PPOTrainerSync(compose_gcpo(BASE + ["algorithm.adv_estimator=diver", "trainer.v1.trainer_mode=sync"]))
     with pytest.raises(ValueError, match="algorithm.diver.metric must be one of"):
         validate_diver_config(compose_gcpo(BASE + ["algorithm.diver.metric=bleu"]))  # checked even when unused

@@ -64,4 +64,5 @@ def test_embedding_baselines_are_gcpo_trainer_estimators_with_fixed_credit_keys(
     assert settings.credit.mix_coef == 0.25
     assert get_adv_estimator_fn(estimator) is compute_gcpo_outcome_advantage
     with pytest.raises(ValueError, match=f"adv_estimator={estimator} needs the GCPO trainer"):
-        validate_gcpo_config(compose_gcpo([f"algorithm.adv_estimator={estimator}", "trainer.v1.trainer_mode=sync"]))
+        validate_gcpo_config(compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=8",
+                                           "trainer.v1.trainer_mode=colocate_async"]))
