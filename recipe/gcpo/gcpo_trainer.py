@@ -43,6 +43,24 @@ logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 GLOBAL_POOL = "global_pool"
 
 
+def reward_timeout_metrics(batch: KVBatchMeta) -> dict[str, float]:
+    """``gcpo/reward/timeouts`` and ``gcpo/reward/timeout_frac``: how many of the step's responses had an answer
+    check that ran out of time (scored wrong), from the ``timeout`` key the recipe's reward function
+    (recipe/gcpo/reward.py) writes into each row's ``reward_extra_info``. Empty when no row reports it (another
+    reward function); padding rows are left out."""
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    if "extra_fields" not in data.keys():
+        return {}
+    flags = []
+    for tag, extra in zip(batch.tags, data["extra_fields"]):
+        info = extra.get("reward_extra_info") if isinstance(extra, dict) else None
+        if not tag.get("is_padding", False) and isinstance(info, dict) and info.get("timeout") is not None:
+            flags.append(float(info["timeout"]) > 0)
+    if not flags:
+        return {}
+    return {"gcpo/reward/timeouts": float(sum(flags)), "gcpo/reward/timeout_frac": sum(flags) / len(flags)}
+
+
 class GCPOTrainer(PPOTrainerSync):
     """verl's sync trainer plus the GCPO credit actor."""
 
@@ -146,6 +164,7 @@ class GCPOTrainer(PPOTrainerSync):
         return texts
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        metrics.update(reward_timeout_metrics(batch))
         if self.diver is not None:
             credit, diver_metrics = diver_credit(batch, self._decode_responses(batch), self.diver,
                                                  int(getattr(self, "global_steps", 0)))

@@ -67,10 +67,12 @@ def _rollouts():
     return out
 
 
-def _put_batch(tokenizer, step_seed=0):
+def _put_batch(tokenizer, step_seed=0, timed_out=None):
+    """``timed_out``: rows whose reward function reported ``timeout`` (set: every row reports the key, as the
+    recipe's reward does; None: no row carries reward extra info)."""
     rng = np.random.default_rng(step_seed)
     keys, fields, tags = [], [], []
-    for uid, session, text, reward in _rollouts():
+    for row, (uid, session, text, reward) in enumerate(_rollouts()):
         ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
         length = len(ids)
         rm = torch.zeros(length)
@@ -85,6 +87,8 @@ def _put_batch(tokenizer, step_seed=0):
             "old_log_probs": torch.from_numpy(-rng.random(length)).float(),
             "ref_log_prob": torch.from_numpy(-rng.random(length)).float(),
         })
+        if timed_out is not None:
+            fields[-1]["extra_fields"] = {"reward_extra_info": {"score": reward, "timeout": float(row in timed_out)}}
         key = f"{uid}-{step_seed}"
         keys.append(f"{key}_{session}_0")
         fields[-1]["uid"] = key
@@ -156,6 +160,21 @@ def test_gcpo_advantages_from_transfer_queue_with_padding_and_an_incomplete_grou
     assert "gcpo/encoder/truncated_frac" in metrics
     # the balance of the two signals reaches verl's tracker with the step's metrics
     assert metrics["gcpo/all_correct_adv_abs"] > 0 and metrics["gcpo/mixed_adv_abs"] > 0
+    assert "gcpo/reward/timeout_frac" not in metrics  # no reward extra info in this batch
+
+
+@pytest.mark.parametrize("estimator", ["gcpo", "grpo"])
+def test_answers_whose_check_timed_out_are_counted_in_the_steps_metrics(
+    local_tq, tiny_tokenizer, credit_actor, estimator
+):
+    config = compose_gcpo([*BASE_OVERRIDES, f"algorithm.adv_estimator={estimator}"])
+    # row 0 timed out; verl's padding row is a copy of row 0 and must not count
+    batch = _put_batch(tiny_tokenizer, step_seed=11, timed_out={0})
+    assert sum(t.get("is_padding", False) for t in batch.tags) == 1
+    metrics = {}
+    _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor)._compute_advantage(batch, metrics)
+    assert metrics["gcpo/reward/timeouts"] == 1.0
+    assert metrics["gcpo/reward/timeout_frac"] == pytest.approx(1 / 11)
 
 
 def test_responses_are_handed_to_the_actor_after_balancing_and_not_embedded_again(
