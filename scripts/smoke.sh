@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
-# GCPO training end to end on one GPU, offline, meant to take minutes: proves an installation before cluster hours.
+# GCPO training end to end on one device, offline, meant to take minutes: proves an installation before cluster
+# hours. Run it through scripts/smoke_1gpu.sh (one GPU) or scripts/smoke_cpu.sh (a machine without GPUs); this is
+# their shared body, with the device as its first option.
 #
 # Builds a tiny Qwen3-architecture policy with random weights (recipe/gcpo/smoke/policy.py) and three prompts
-# from the package's own data, then runs python -m recipe.gcpo.main_gcpo on one GPU (vLLM generating, the
-# FSDP actor updating, the GCPO credit actor embedding on the same GPU) for STEPS steps, saves a checkpoint,
+# from the package's own data, then runs python -m recipe.gcpo.main_gcpo on the device (vLLM generating, the
+# FSDP actor updating, the GCPO credit actor embedding beside them) for STEPS steps, saves a checkpoint,
 # resumes for one more step, and checks what the trainer wrote (recipe/gcpo/smoke/checks.py): both runs exit
 # 0, the gcpo/* and timing_s/gcpo_* metrics are present and finite, all-wrong groups got zero advantage, the
 # resumed run starts after the saved step. The reward marks about half the rollouts correct by a hash of the
 # text (recipe/gcpo/smoke/reward.py), so all-wrong, mixed and all-correct groups all occur.
 #
-# Usage: bash scripts/smoke_1gpu.sh [--dry-run] [--estimator gcpo|grpo] [--compare] [--steps N] [key=value ...]
-#   --dry-run         build the policy and data, compose and validate the run's config and print it (CPU)
+# Usage: bash scripts/smoke.sh --device gpu|cpu [--dry-run] [--estimator gcpo|grpo] [--compare] [--steps N]
+#                              [--kill-credit-actor-after S] [--kill-reward-worker-after S] [key=value ...]
+#   --device D        gpu (one CUDA GPU) or cpu (verl's CPU platform of recipe/gcpo/cpu_platform.py)
+#   --dry-run         build the policy and data, compose and validate the run's config and print it
 #   --estimator E     the advantage estimator (default gcpo; grpo runs the same smoke with verl's GRPO)
 #   --compare         run the GCPO smoke, then the GRPO smoke, and print their step times side by side
 #   --steps N         steps before the checkpoint (default 2); the resumed run adds one
-#   key=value         Hydra overrides for both runs (they win over everything here)
-# Environment: SMOKE_DIR (${TMPDIR:-/tmp}/gcpo-smoke: model, data, one folder per estimator), PYTHON (python3),
-#   SMOKE_GPU_MEM_UTIL (0.15: vLLM's share of the GPU), SMOKE_N_RESP (8 rollouts per prompt),
+#   --kill-credit-actor-after S   SIGKILL the credit actor(s) once step S is logged (first run); the check then
+#                     asks that Ray restarted them and that every later step still has GCPO's credit
+#   --kill-reward-worker-after S  the same for one of verl's reward workers; later steps must still be scored
+#   --launcher L      instead of the smoke's own config, run launcher L (scripts/run_*.sh: its reward manager,
+#                     overlong buffer, validation sets, dynamic batch sizes, data loader workers) with the tiny
+#                     policy and small sizes as environment variables, this device's settings as overrides, on
+#                     30 prompts of the real data (scripts/prepare_data.py --local-dir SMOKE_DATA_SOURCE):
+#                     validation, STEPS steps, a checkpoint, the final validation; then its checks
+#   key=value         Hydra overrides for every run (they win over everything here)
+# Environment: SMOKE_DIR (${TMPDIR:-/tmp}/gcpo-smoke[-cpu]: model, data, one folder per estimator), PYTHON
+#   (python3), SMOKE_GPU_MEM_UTIL (0.15: vLLM's share of the GPU), SMOKE_N_RESP (8 rollouts per prompt),
 #   SMOKE_MAX_RESPONSE_LENGTH (64), SMOKE_ATTN (auto: flash_attention_2 with padding removal when flash-attn
-#   is installed, else sdpa without it; or flash_attention_2 | sdpa).
+#   is installed, else sdpa without it; or flash_attention_2 | sdpa), SMOKE_RUN_TIMEOUT (seconds one trainer
+#   run may take before it is stopped: 1200), SMOKE_RAY_CPUS (cpu: logical CPUs of the run's Ray, 24),
+#   SMOKE_DATA_SOURCE (--launcher: the folder of local data copies, GCPO_SHARED_DATA or ../shared/data).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
@@ -29,6 +43,8 @@ cd "${ROOT}"
 : "${SMOKE_N_RESP:=8}"
 : "${SMOKE_MAX_RESPONSE_LENGTH:=64}"
 : "${SMOKE_ATTN:=auto}"
+: "${SMOKE_RUN_TIMEOUT:=1200}"
+: "${SMOKE_RAY_CPUS:=24}"
 # the smoke data holds three prompts (correct rates 0, 0.5, 1): one batch is all of them
 PROMPTS_PER_STEP=3
 MAX_PROMPT_LENGTH=512
@@ -36,13 +52,21 @@ RUN_MARKER=".gcpo-smoke-run"
 
 usage() { sed -n '/^# Usage:/,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
+device=""
 estimator_given=""
 steps=2
 dry_run=0
 compare=0
+kill_credit_after=""
+kill_reward_after=""
+launcher=""
 overrides=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --device)
+      [[ $# -ge 2 ]] || { echo "error: --device needs a value (gpu or cpu)" >&2; exit 2; }
+      device="$2"; shift ;;
+    --device=*) device="${1#--device=}" ;;
     --dry-run) dry_run=1 ;;
     --compare) compare=1 ;;
     --estimator)
@@ -53,12 +77,26 @@ while [[ $# -gt 0 ]]; do
       [[ $# -ge 2 ]] || { echo "error: --steps needs a value" >&2; exit 2; }
       steps="$2"; shift ;;
     --steps=*) steps="${1#--steps=}" ;;
+    --kill-credit-actor-after)
+      [[ $# -ge 2 ]] || { echo "error: --kill-credit-actor-after needs a step" >&2; exit 2; }
+      kill_credit_after="$2"; shift ;;
+    --kill-credit-actor-after=*) kill_credit_after="${1#*=}" ;;
+    --kill-reward-worker-after)
+      [[ $# -ge 2 ]] || { echo "error: --kill-reward-worker-after needs a step" >&2; exit 2; }
+      kill_reward_after="$2"; shift ;;
+    --kill-reward-worker-after=*) kill_reward_after="${1#*=}" ;;
+    --launcher)
+      [[ $# -ge 2 ]] || { echo "error: --launcher needs a launcher (e.g. run_qwen3_4b_gcpo.sh)" >&2; exit 2; }
+      launcher="$2"; shift ;;
+    --launcher=*) launcher="${1#--launcher=}" ;;
     -h|--help) usage; exit 0 ;;
     --*) echo "error: unknown option $1" >&2; usage >&2; exit 2 ;;
     *) overrides+=("$1") ;;
   esac
   shift
 done
+[[ "${device}" == "gpu" || "${device}" == "cpu" ]] || {
+  echo "error: --device must be gpu or cpu, got '${device}' (scripts/smoke_1gpu.sh, scripts/smoke_cpu.sh)" >&2; exit 2; }
 if [[ "${compare}" == "1" ]]; then
   [[ -z "${estimator_given}" ]] || { echo "error: --compare runs gcpo and grpo; leave out --estimator" >&2; exit 2; }
   estimators=(gcpo grpo)
@@ -70,6 +108,32 @@ for estimator in "${estimators[@]}"; do
     echo "error: --estimator must be gcpo or grpo, got '${estimator}'" >&2; exit 2; }
 done
 [[ "${steps}" =~ ^[1-9][0-9]*$ ]] || { echo "error: --steps must be a positive integer, got '${steps}'" >&2; exit 2; }
+for name in kill_credit_after kill_reward_after; do
+  value="${!name}"
+  if [[ -n "${value}" ]]; then
+    [[ "${value}" =~ ^[1-9][0-9]*$ && "${value}" -lt "${steps}" ]] || {
+      echo "error: --${name//_/-} must be a step from 1 to $((steps - 1)) (one before the last of --steps ${steps}), got '${value}'" \
+        | sed 's/kill-credit-after/kill-credit-actor-after/; s/kill-reward-after/kill-reward-worker-after/' >&2
+      exit 2; }
+  fi
+done
+if [[ -n "${kill_credit_after}" ]]; then
+  for estimator in "${estimators[@]}"; do
+    [[ "${estimator}" == "gcpo" ]] || {
+      echo "error: --kill-credit-actor-after needs the gcpo estimator (grpo has no credit actor)" >&2; exit 2; }
+  done
+fi
+if [[ -n "${launcher}" ]]; then
+  launcher="$(basename "${launcher}")"
+  [[ "${launcher}" == run_*.sh && -f "${ROOT}/scripts/${launcher}" ]] || {
+    known=("${ROOT}"/scripts/run_*.sh)
+    echo "error: --launcher must be one of: ${known[*]##*/} (got '${launcher}')" >&2
+    exit 2; }
+  [[ "${compare}" == "0" && -z "${estimator_given}${kill_credit_after}${kill_reward_after}" ]] || {
+    echo "error: --launcher runs the launcher's own method: leave out --compare, --estimator and --kill-*" >&2; exit 2; }
+fi
+[[ "${SMOKE_RUN_TIMEOUT}" =~ ^[1-9][0-9]*$ ]] || {
+  echo "error: SMOKE_RUN_TIMEOUT must be a positive number of seconds, got '${SMOKE_RUN_TIMEOUT}'" >&2; exit 2; }
 
 # offline: the encoder and the tiny policy are local files
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -99,9 +163,39 @@ attention_args() {
 ATTN_ARGS=()
 attention_args
 
-# the Hydra overrides of one run: $1 estimator, $2 run folder, $3 total training steps
+# The CPU path (recipe/gcpo/cpu_platform.py): verl's platform override picks the project's CPU platform, which
+# verl imports in every process as an external module; vLLM's CPU build keeps its KV cache small (GiB); each
+# process may use every core (Ray would give each one thread: its phases run one after another).
+if [[ "${device}" == "cpu" ]]; then
+  export VERL_PLATFORM=cpu VERL_USE_EXTERNAL_MODULES=recipe.gcpo.cpu_platform
+  : "${VLLM_CPU_KVCACHE_SPACE:=1}" "${OMP_NUM_THREADS:=$(nproc)}"
+  export VLLM_CPU_KVCACHE_SPACE OMP_NUM_THREADS
+fi
+
+# the overrides every run on this device needs ($1: the run's own Ray folder; cpu only). On the CPU: FSDP2 (FSDP1
+# moves the model to CUDA); float32 throughout, since a CPU without bf16 instructions emulates bfloat16 (verl's
+# default compute dtype) about ten times slower; no torch.compile (a C++ build per process); no sleep mode (vLLM's
+# CPU build has none); Ray with a logical GPU for the one "device" and more logical CPUs than cores (verl's actors
+# each ask for one; with 2 they wait on each other forever), in a folder of the run's own.
+device_args() {
+  if [[ "${device}" == "cpu" ]]; then
+    printf '%s\n' \
+      "trainer.device=cpu" \
+      "actor_rollout_ref.actor.strategy=fsdp2" \
+      "actor_rollout_ref.ref.strategy=fsdp2" \
+      "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}" \
+      "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false" \
+      "actor_rollout_ref.rollout.dtype=float32" \
+      "+actor_rollout_ref.rollout.enable_sleep_mode=false" \
+      "ray_kwargs.ray_init.num_cpus=${SMOKE_RAY_CPUS}" \
+      "+ray_kwargs.ray_init.num_gpus=1" \
+      "+ray_kwargs.ray_init._temp_dir=$1"
+  fi
+}
+
+# the Hydra overrides of one run: $1 estimator, $2 run folder, $3 total training steps, $4 the run's Ray folder
 trainer_args() {
-  local estimator="$1" run_dir="$2" total_steps="$3"
+  local estimator="$1" run_dir="$2" total_steps="$3" ray_dir="${4:-}"
   local seq_len=$((MAX_PROMPT_LENGTH + SMOKE_MAX_RESPONSE_LENGTH))
   local args=(
     "algorithm.adv_estimator=${estimator}"
@@ -157,45 +251,95 @@ trainer_args() {
       "algorithm.gcpo.dump.directory=${run_dir}/gcpo_dumps"
     )
   fi
+  device_args "${ray_dir:-${run_dir}/ray}"
   printf '%s\n' "${args[@]}" ${overrides[@]+"${overrides[@]}"}
 }
 
-sampler_pid=""
-start_sampler() {  # $1: output file; the sampler also stops by itself when this script is gone
-  sampler_pid=""
-  if command -v nvidia-smi > /dev/null; then
-    "${PYTHON}" -m recipe.gcpo.smoke gpu-memory --out "$1" --parent-pid "$$" &
-    sampler_pid=$!
+# Samplers beside a run: GPU memory (nvidia-smi) on a GPU, every process's resident memory on the CPU, and the
+# fault injector; each also stops by itself when this script is gone.
+helper_pids=()
+start_helpers() {  # $1 run folder, $2 run number, $3 the run's process marker
+  local run_dir="$1" run="$2" marker="$3"
+  helper_pids=()
+  if [[ "${device}" == "gpu" ]] && command -v nvidia-smi > /dev/null; then
+    "${PYTHON}" -m recipe.gcpo.smoke gpu-memory --out "${run_dir}/gpu_memory_run${run}.json" --parent-pid "$$" &
+    helper_pids+=($!)
+  fi
+  if [[ "${device}" == "cpu" ]]; then
+    "${PYTHON}" -m recipe.gcpo.smoke host-memory --out "${run_dir}/host_memory_run${run}.json" \
+      --marker "${marker}" --parent-pid "$$" &
+    helper_pids+=($!)
+  fi
+  if [[ "${run}" == "1" ]]; then
+    local target after
+    for target in credit reward; do
+      if [[ "${target}" == "credit" ]]; then after="${kill_credit_after}"; else after="${kill_reward_after}"; fi
+      [[ -n "${after}" ]] || continue
+      "${PYTHON}" -m recipe.gcpo.smoke fault --target "${target}" --after-step "${after}" --marker "${marker}" \
+        --metrics "${run_dir}/metrics_run1.jsonl" --out "${run_dir}/fault_${target}.json" --parent-pid "$$" &
+      helper_pids+=($!)
+    done
   fi
 }
-stop_sampler() {
-  if [[ -n "${sampler_pid}" ]]; then
-    kill -TERM "${sampler_pid}" 2> /dev/null || true
-    wait "${sampler_pid}" 2> /dev/null || true
-    sampler_pid=""
-  fi
+stop_helpers() {
+  local pid
+  for pid in ${helper_pids[@]+"${helper_pids[@]}"}; do
+    kill -TERM "${pid}" 2> /dev/null || true
+    wait "${pid}" 2> /dev/null || true
+  done
+  helper_pids=()
 }
-trap stop_sampler EXIT
+current_marker=""
+cleanup() {
+  stop_helpers
+  if [[ -n "${current_marker}" ]]; then "${PYTHON}" -m recipe.gcpo.smoke reap --marker "${current_marker}" || true; fi
+}
+trap cleanup EXIT
 
 now() { date +%s.%N; }
 
-# one trainer run: $1 estimator, $2 run folder, $3 run number, $4 total steps; writes wall_run<N>.txt
-train() {
-  local estimator="$1" run_dir="$2" run="$3" total_steps="$4"
-  local args=() line start rc=0
-  while IFS= read -r line; do args+=("${line}"); done < <(trainer_args "${estimator}" "${run_dir}" "${total_steps}")
-  echo "+ ${PYTHON} -m recipe.gcpo.main_gcpo ${args[*]}"
-  start_sampler "${run_dir}/gpu_memory_run${run}.json"
+# one bounded run: $1 label, $2 run folder, $3 run number, then the command; writes log_run<N>.txt, wall_run<N>.txt
+# and metrics_run<N>.jsonl. The run is bounded by SMOKE_RUN_TIMEOUT, and afterwards every process it started (its
+# Ray cluster, vLLM's workers) is stopped: they all carry the run's marker in their environment, nothing else does.
+bounded_run() {
+  local label="$1" run_dir="$2" run="$3"
+  shift 3
+  local start rc=0
+  echo "+ $*"
+  start_helpers "${run_dir}" "${run}" "${current_marker}"
   start="$(now)"
-  VERL_FILE_LOGGER_PATH="${run_dir}/metrics_run${run}.jsonl" \
-    "${PYTHON}" -m recipe.gcpo.main_gcpo "${args[@]}" 2>&1 | tee "${run_dir}/log_run${run}.txt" || rc=$?
+  GCPO_SMOKE_MARKER="${current_marker}" VERL_FILE_LOGGER_PATH="${run_dir}/metrics_run${run}.jsonl" \
+    timeout --kill-after=30 "${SMOKE_RUN_TIMEOUT}" "$@" 2>&1 | tee "${run_dir}/log_run${run}.txt" || rc=$?
   awk -v a="${start}" -v b="$(now)" 'BEGIN { printf "%.1f\n", b - a }' > "${run_dir}/wall_run${run}.txt"
-  stop_sampler
-  if [[ "${rc}" != "0" ]]; then
-    echo "[FAIL] ${estimator} run ${run} (to step ${total_steps}) exited ${rc}; log: ${run_dir}/log_run${run}.txt"
+  stop_helpers
+  "${PYTHON}" -m recipe.gcpo.smoke reap --marker "${current_marker}" || true
+  current_marker=""
+  if [[ "${rc}" == "124" || "${rc}" == "137" ]]; then
+    echo "[FAIL] ${label} did not finish in SMOKE_RUN_TIMEOUT=${SMOKE_RUN_TIMEOUT} s and was stopped;" \
+      "log: ${run_dir}/log_run${run}.txt"
     return 1
   fi
-  echo "[PASS] ${estimator} run ${run} (to step ${total_steps}) exited 0"
+  if [[ "${rc}" != "0" ]]; then
+    echo "[FAIL] ${label} exited ${rc}; log: ${run_dir}/log_run${run}.txt"
+    return 1
+  fi
+  echo "[PASS] ${label} exited 0"
+}
+
+new_ray_dir() { mktemp -d "${TMPDIR:-/tmp}/gcpo-ray.XXXXXX"; }  # short: Ray's socket paths live under it
+
+# one trainer run of the smoke: $1 estimator, $2 run folder, $3 run number, $4 total steps
+train() {
+  local estimator="$1" run_dir="$2" run="$3" total_steps="$4"
+  local args=() line rc=0 ray_dir
+  ray_dir="$(new_ray_dir)"
+  while IFS= read -r line; do args+=("${line}"); done \
+    < <(trainer_args "${estimator}" "${run_dir}" "${total_steps}" "${ray_dir}")
+  current_marker="gcpo-smoke-$$-${estimator}-${run}-${RANDOM}"
+  bounded_run "${estimator} run ${run} (to step ${total_steps})" "${run_dir}" "${run}" \
+    "${PYTHON}" -m recipe.gcpo.main_gcpo "${args[@]}" || rc=$?
+  rm -rf "${ray_dir}"
+  return "${rc}"
 }
 
 # a fresh run folder: resume_mode=auto would otherwise pick up an earlier smoke's checkpoints
@@ -214,25 +358,84 @@ fresh_run_dir() {
 smoke() {
   local estimator="$1"
   local run_dir="${SMOKE_DIR}/${estimator}"
-  local args=() line
+  local args=() line fault_args=()
   if [[ "${dry_run}" == "1" ]]; then
     while IFS= read -r line; do args+=("${line}"); done < <(trainer_args "${estimator}" "${run_dir}" "${steps}")
-    echo "# smoke ${estimator}: the first run (steps 1-${steps}); the resumed run differs only in" \
+    echo "# smoke ${estimator} (${device}): the first run (steps 1-${steps}); the resumed run differs only in" \
       "trainer.total_training_steps=$((steps + 1)) and its metrics file"
     GCPO_DRY_RUN=1 "${PYTHON}" -m recipe.gcpo.main_gcpo "${args[@]}" || return 1
     return 0
   fi
   fresh_run_dir "${run_dir}" || return 1
-  if command -v nvidia-smi > /dev/null; then
+  echo "${device}" > "${run_dir}/device_kind.txt"
+  if [[ "${device}" == "gpu" ]] && command -v nvidia-smi > /dev/null; then
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "${run_dir}/device.txt" || true
+  fi
+  if [[ "${device}" == "cpu" ]]; then
+    "${PYTHON}" -m recipe.gcpo.smoke describe-host > "${run_dir}/device.txt" || true
   fi
   train "${estimator}" "${run_dir}" 1 "${steps}" || return 1
   train "${estimator}" "${run_dir}" 2 "$((steps + 1))" || return 1
+  [[ -z "${kill_credit_after}" ]] || fault_args+=(--fault credit)
+  [[ -z "${kill_reward_after}" ]] || fault_args+=(--fault reward)
   "${PYTHON}" -m recipe.gcpo.smoke check --run-dir "${run_dir}" --estimator "${estimator}" --steps "${steps}" \
-    --groups-per-step "${PROMPTS_PER_STEP}"
+    --groups-per-step "${PROMPTS_PER_STEP}" ${fault_args[@]+"${fault_args[@]}"}
+}
+
+# --launcher: the launcher's own config, small. Its settings are environment variables (scripts/common.sh), and
+# this device's overrides come before the command line's.
+launcher_smoke() {
+  local run_dir="${SMOKE_DIR}/launcher-${launcher%.sh}" data_dir="${SMOKE_DIR}/launcher_data"
+  local source="${SMOKE_DATA_SOURCE:-${GCPO_SHARED_DATA:-${ROOT}/../shared/data}}"
+  local args=() line ray_dir rc=0
+  if [[ ! -d "${source}" ]]; then
+    echo "error: --launcher needs local copies of the data sets (scripts/prepare_data.py --local-dir): ${source}" \
+      "is not a folder; set SMOKE_DATA_SOURCE (or GCPO_SHARED_DATA) to one" >&2
+    return 1
+  fi
+  fresh_run_dir "${run_dir}" || return 1
+  echo "${device}" > "${run_dir}/device_kind.txt"
+  if [[ ! -f "${data_dir}/.complete" ]]; then
+    local staged
+    staged="$(mktemp -d)"
+    cp -L "${source}"/*.jsonl "${staged}/"
+    # MATH's train split is not among the local copies: MATH-500 (same rows: problem, solution, answer) stands in
+    [[ -f "${staged}/math_train.jsonl" || ! -f "${staged}/math500.jsonl" ]] || cp "${staged}/math500.jsonl" "${staged}/math_train.jsonl"
+    "${PYTHON}" scripts/prepare_data.py --local-dir "${staged}" --out-dir "${data_dir}" --train-limit 30 \
+      --datasets dapo_math_17k,math,aime24,amc23 || { rm -rf "${staged}"; return 1; }
+    rm -rf "${staged}"
+    touch "${data_dir}/.complete"
+  fi
+  ray_dir="$(new_ray_dir)"
+  while IFS= read -r line; do args+=("${line}"); done < <(device_args "${ray_dir}")
+  args+=("${ATTN_ARGS[@]}"
+    "trainer.logger=[\"console\",\"file\"]"
+    "trainer.save_freq=${steps}"
+    "trainer.test_freq=${steps}"
+    "trainer.default_local_dir=${run_dir}/ckpt"
+    "actor_rollout_ref.rollout.agent.num_workers=2"
+    "reward.num_workers=2"
+  )
+  if [[ "${launcher}" == *group_contrastive* ]]; then args+=("data.train_files=${data_dir}/train_math.parquet"); fi
+  current_marker="gcpo-smoke-$$-launcher-${RANDOM}"
+  MODEL_PATH="${SMOKE_DIR}/model" DATA_DIR="${data_dir}" NNODES=1 GPUS_PER_NODE=1 TRAIN_BATCH_SIZE=3 \
+    MINI_BATCH_SIZE=3 N_RESP=4 MAX_PROMPT_LENGTH=1024 MAX_RESPONSE_LENGTH=64 OVERLONG_BUFFER=16 VAL_N=1 \
+    VAL_SETS="aime24 amc23" TOTAL_STEPS="${steps}" GPU_MEM_UTIL="${SMOKE_GPU_MEM_UTIL}" CKPT_DIR="${run_dir}/ckpt" \
+    bounded_run "${launcher} (${steps} steps)" "${run_dir}" 1 \
+    bash "scripts/${launcher}" "${args[@]}" ${overrides[@]+"${overrides[@]}"} || rc=$?
+  rm -rf "${ray_dir}"
+  [[ "${rc}" == "0" ]] || return 1
+  "${PYTHON}" -m recipe.gcpo.smoke check-launcher --run-dir "${run_dir}" --launcher "${launcher}" --steps "${steps}"
 }
 
 "${PYTHON}" -m recipe.gcpo.smoke build --out "${SMOKE_DIR}"
+if [[ -n "${launcher}" ]]; then
+  if [[ "${dry_run}" == "1" ]]; then
+    echo "error: for a launcher's dry run use the launcher itself: bash scripts/${launcher} --dry-run" >&2; exit 2
+  fi
+  launcher_smoke || { echo "smoke FAILED: ${launcher}" >&2; exit 1; }
+  exit 0
+fi
 failed=()
 for estimator in "${estimators[@]}"; do
   smoke "${estimator}" || failed+=("${estimator}")

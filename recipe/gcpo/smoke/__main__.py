@@ -1,20 +1,26 @@
-"""Commands of the one-GPU smoke run (called by ``scripts/smoke_1gpu.sh``).
+"""Commands of the smoke run (called by ``scripts/smoke.sh``, through ``smoke_1gpu.sh`` or ``smoke_cpu.sh``).
 
     python -m recipe.gcpo.smoke build --out DIR              # DIR/model (tiny Qwen3 + tokenizer), DIR/data/*.parquet
-    python -m recipe.gcpo.smoke check --run-dir DIR --estimator gcpo --steps 2
+    python -m recipe.gcpo.smoke check --run-dir DIR --estimator gcpo --steps 2 [--fault credit|reward ...]
     python -m recipe.gcpo.smoke compare --gcpo DIR --grpo DIR
     python -m recipe.gcpo.smoke gpu-memory --out FILE       # samples nvidia-smi until SIGTERM
+    python -m recipe.gcpo.smoke host-memory --out FILE --marker ID   # the run's processes' PSS until SIGTERM
+    python -m recipe.gcpo.smoke fault --target credit --after-step 1 --marker ID --metrics FILE --out FILE
+    python -m recipe.gcpo.smoke reap --marker ID             # stops every process of one run
+    python -m recipe.gcpo.smoke describe-host                # CPU model, cores, memory (the CPU smoke's device)
 
 A run directory holds what the two trainer runs (steps 1..S, then the resumed step S + 1) wrote:
 ``metrics_run{1,2}.jsonl`` (verl's file logger), ``ckpt/`` (checkpoints), ``gcpo_dumps/`` (credit dumps),
-``log_run{1,2}.txt`` and ``wall_run{1,2}.txt`` (the script's), ``gpu_memory_run{1,2}.json`` and ``device.txt``
-when ``nvidia-smi`` is there; ``check`` adds ``summary.json``.
+``log_run{1,2}.txt`` and ``wall_run{1,2}.txt`` (the script's), ``device.txt``, ``gpu_memory_run{1,2}.json`` on a
+GPU (when ``nvidia-smi`` is there), ``host_memory_run{1,2}.json`` on the CPU, ``fault_<target>.json`` when a
+fault was injected; ``check`` adds ``summary.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +43,12 @@ class RunDir:
 
     def gpu_memory(self, run: int) -> Path:
         return self.root / f"gpu_memory_run{run}.json"
+
+    def host_memory(self, run: int) -> Path:
+        return self.root / f"host_memory_run{run}.json"
+
+    def fault(self, target: str) -> Path:
+        return self.root / f"fault_{target}.json"
 
     @property
     def checkpoints(self) -> Path:
@@ -96,9 +108,17 @@ def check(args) -> int:
     results += checks.check_resume(runs[1], runs[2], run.checkpoints, saved_step=first, resumed_steps=args.resumed_steps)
     if gcpo:
         results += checks.check_credit_dumps(run.dumps, range(1, last + 1))
+    for target in args.fault or ():
+        results += checks.check_fault(target, _read_json(run.fault(target)), runs[1], first, gcpo=gcpo,
+                                      log=run.root / "log_run1.txt")
+    # a run with an injected fault prints the killed actor's error; the other must end without a traceback
+    for number in (1, 2) if not args.fault else (2,):
+        if (run.root / f"log_run{number}.txt").is_file():
+            results.append(checks.check_clean_log(run.root / f"log_run{number}.txt"))
 
     walls = [_read_float(run.wall(n)) for n in (1, 2)]
     memory = {f"run {n}": m for n in (1, 2) if (m := _read_json(run.gpu_memory(n))) is not None}
+    host_memory = {f"run {n}": m for n in (1, 2) if (m := _read_json(run.host_memory(n))) is not None}
     device = run.device.read_text(encoding="utf-8").strip() if run.device.is_file() else "unknown (no nvidia-smi)"
     ok = all(r.ok for r in results)
 
@@ -113,6 +133,9 @@ def check(args) -> int:
     if memory:
         print("\nPeak GPU memory per process (nvidia-smi):\n")
         print(report.memory_table(memory))
+    if host_memory:
+        print("\nPeak memory (PSS) per kind of process, summed over its processes (GiB):\n")
+        print(report.host_memory_table(host_memory))
     print(f"\nsmoke {args.estimator}: {'PASSED' if ok else 'FAILED'}")
 
     run.summary.write_text(json.dumps({
@@ -122,22 +145,52 @@ def check(args) -> int:
         "checks": [asdict(r) for r in results],
         "wall_s": walls,
         "step_time_s": report.step_times(both),
+        # each process's first step pays for lazy initialisation: left out of steady-state means
+        "warmup_steps": [1, first + 1],
         "metrics": both,
         "gpu_memory": memory,
+        "host_memory": host_memory,
     }, indent=1, default=str), encoding="utf-8")
     return 0 if ok else 1
 
 
+def check_launcher(args) -> int:
+    root = Path(args.run_dir)
+    launcher = Path(__file__).resolve().parents[3] / "scripts" / args.launcher
+    gcpo = launcher.is_file() and "adv_estimator=gcpo" in launcher.read_text(encoding="utf-8")
+    results = checks.check_launcher_run(root / "metrics_run1.jsonl", root / "log_run1.txt", root / "ckpt",
+                                        steps=args.steps, gcpo=gcpo)
+    metrics = checks.read_metrics(root / "metrics_run1.jsonl") if (root / "metrics_run1.jsonl").is_file() else {}
+    ok = all(r.ok for r in results)
+    print(f"\n## Launcher smoke: {args.launcher}\n")
+    print("\n".join(r.line() for r in results))
+    if metrics:
+        print("\nWall time per phase (s):\n")
+        print(report.phase_table(metrics))
+    print(f"\nlauncher smoke {args.launcher}: {'PASSED' if ok else 'FAILED'}")
+    (root / "summary.json").write_text(json.dumps({
+        "launcher": args.launcher, "ok": ok, "checks": [asdict(r) for r in results],
+        "wall_s": _read_float(root / "wall_run1.txt"), "step_time_s": report.step_times(metrics),
+    }, indent=1), encoding="utf-8")
+    return 0 if ok else 1
+
+
 def compare(args) -> int:
-    summaries = {}
+    summaries, metrics = {}, {}
+    warmup: set[int] = set()
     for name, root in (("gcpo", args.gcpo), ("grpo", args.grpo)):
         summary = _read_json(RunDir(root).summary)
         if summary is None:
             print(f"error: {RunDir(root).summary} not found (run the {name} smoke first)", file=sys.stderr)
             return 2
         summaries[name] = {int(s): t for s, t in summary["step_time_s"].items()}
+        metrics[name] = {int(s): m for s, m in summary.get("metrics", {}).items()}
+        warmup |= set(summary.get("warmup_steps", []))
     print("\n## GCPO vs GRPO step time (same smoke, same device)\n")
-    print(report.comparison_table(summaries["gcpo"], summaries["grpo"]))
+    print(report.comparison_table(summaries["gcpo"], summaries["grpo"], sorted(warmup)))
+    if metrics["gcpo"] and metrics["grpo"]:
+        print("\nWhere the time goes (phases of the steady-state steps):\n")
+        print(report.phase_comparison_table(metrics["gcpo"], metrics["grpo"], sorted(warmup)))
     return 0
 
 
@@ -145,6 +198,51 @@ def gpu_memory(args) -> int:
     from recipe.gcpo.smoke.gpu_memory import sample_until_stopped
 
     sample_until_stopped(args.out, interval_s=args.interval, parent_pid=args.parent_pid)
+    return 0
+
+
+def host_memory(args) -> int:
+    from recipe.gcpo.smoke.processes import sample_memory_until_stopped
+
+    sample_memory_until_stopped(args.out, args.marker, interval_s=args.interval, parent_pid=args.parent_pid)
+    return 0
+
+
+def fault(args) -> int:
+    from recipe.gcpo.smoke.processes import inject_fault
+
+    record = inject_fault(args.target, args.marker, args.metrics, args.after_step, args.out,
+                          parent_pid=args.parent_pid)
+    if record is not None:
+        killed = ", ".join(f"{k['pid']} ({k['title'].split()[0]})" for k in record["killed"]) or "nothing found"
+        print(f"smoke: after step {args.after_step}: SIGKILL {args.target}: {killed}", file=sys.stderr, flush=True)
+    return 0
+
+
+def reap(args) -> int:
+    from recipe.gcpo.smoke.processes import reap as stop_run
+
+    stopped = stop_run(args.marker)
+    if stopped:
+        print(f"smoke: stopped {len(stopped)} process(es) the run left behind", file=sys.stderr)
+    return 0
+
+
+def describe_host(args) -> int:
+    import platform
+
+    import psutil
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = psutil.virtual_memory().total / 1024 ** 3
+    print(f"CPU: {model}, {os.cpu_count()} logical cores, {memory_gib:.0f} GiB")
     return 0
 
 
@@ -164,7 +262,15 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, required=True, help="steps of the first run (the saved step)")
     p.add_argument("--resumed-steps", type=int, default=1)
     p.add_argument("--groups-per-step", type=int, default=None, help="prompts per step (checks gcpo/groups)")
+    p.add_argument("--fault", action="append", choices=["credit", "reward"],
+                   help="a fault was injected in the first run: check that the run recovered from it")
     p.set_defaults(func=check)
+
+    p = commands.add_parser("check-launcher", help="check a launcher's short run (smoke.sh --launcher)")
+    p.add_argument("--run-dir", type=Path, required=True)
+    p.add_argument("--launcher", required=True, help="the launcher's file name, e.g. run_qwen3_4b_gcpo.sh")
+    p.add_argument("--steps", type=int, required=True)
+    p.set_defaults(func=check_launcher)
 
     p = commands.add_parser("compare", help="GCPO's step time next to GRPO's")
     p.add_argument("--gcpo", type=Path, required=True)
@@ -176,6 +282,29 @@ def main(argv=None) -> int:
     p.add_argument("--interval", type=float, default=0.5)
     p.add_argument("--parent-pid", type=int, default=None, help="stop when this process is gone")
     p.set_defaults(func=gpu_memory)
+
+    p = commands.add_parser("host-memory", help="sample the run's processes' memory (PSS) until SIGTERM")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--marker", required=True, help="the run's GCPO_SMOKE_MARKER")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between samples (a sample reads smaps)")
+    p.add_argument("--parent-pid", type=int, default=None, help="stop when this process is gone")
+    p.set_defaults(func=host_memory)
+
+    p = commands.add_parser("fault", help="SIGKILL a credit actor or a reward worker once a step is logged")
+    p.add_argument("--target", choices=sorted(["credit", "reward"]), required=True)
+    p.add_argument("--after-step", type=int, required=True)
+    p.add_argument("--marker", required=True, help="the run's GCPO_SMOKE_MARKER")
+    p.add_argument("--metrics", type=Path, required=True, help="the run's file-logger JSONL")
+    p.add_argument("--out", type=Path, required=True, help="where to record what was killed")
+    p.add_argument("--parent-pid", type=int, default=None, help="stop when this process is gone")
+    p.set_defaults(func=fault)
+
+    p = commands.add_parser("reap", help="stop every process of one run (found by its marker)")
+    p.add_argument("--marker", required=True)
+    p.set_defaults(func=reap)
+
+    p = commands.add_parser("describe-host", help="this machine's CPU and memory, one line")
+    p.set_defaults(func=describe_host)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -170,3 +170,72 @@ def check_resume(
         Check("step numbers consistent", not wrong_step_values,
               f"{STEP_KEY} differs from the logged step at {wrong_step_values}" if wrong_step_values else "ok"),
     ]
+
+
+VALIDATION_PREFIX = "val-core/"
+# what a run that ended well must not print (a traceback after exit 0 reads as a crash)
+UNCLEAN_MARKERS = ("Traceback (most recent call last)", "is killed by signal")
+
+
+def read_validation_steps(path: str | os.PathLike) -> list[int]:
+    """The steps at which the file logger recorded validation metrics (``val-core/...``), in order."""
+    steps = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                record = json.loads(line)
+                if any(key.startswith(VALIDATION_PREFIX) for key in record.get("data", {})):
+                    steps.append(int(record["step"]))
+    return steps
+
+
+def check_clean_log(log: str | os.PathLike) -> Check:
+    """No traceback or killed worker anywhere in the run's output."""
+    try:
+        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as err:
+        return Check("clean output", False, str(err))
+    bad = [line.strip()[:160] for line in lines if any(marker in line for marker in UNCLEAN_MARKERS)]
+    return Check("clean output", not bad, f"{len(bad)} line(s) like: {bad[0]}" if bad else "no traceback, no killed worker")
+
+
+def check_launcher_run(metrics_path: str | os.PathLike, log: str | os.PathLike, checkpoint_dir: str | os.PathLike,
+                       steps: int, gcpo: bool) -> list[Check]:
+    """A launcher's short run: every step logged (with GCPO's metrics under GCPO), validation before training and
+    after the last step, the last step's checkpoint, and an output without tracebacks."""
+    try:
+        metrics = read_metrics(metrics_path)
+        validation = read_validation_steps(metrics_path)
+    except (OSError, ValueError) as err:
+        return [Check("metrics", False, str(err)), check_clean_log(log)]
+    results = check_metrics(metrics, list(range(1, steps + 1)), gcpo=gcpo)
+    results.append(Check("validation before and after training", validation[:1] == [0] and steps in validation,
+                         f"validation logged at steps {validation}, expected 0 and {steps}"))
+    checkpoint = Path(checkpoint_dir) / f"global_step_{steps}" / "actor"
+    results.append(Check("checkpoint saved", checkpoint.is_dir(), str(checkpoint)))
+    results.append(check_clean_log(log))
+    return results
+
+
+def check_fault(target: str, record: Mapping | None, first_run: Mapping[int, Mapping[str, float]], last_step: int,
+                gcpo: bool, log: str | os.PathLike) -> list[Check]:
+    """After the injected fault (``record``, written by the fault injector), the run went on: something was
+    killed, every later step of the first run was logged, with GCPO's credit (``credit``) or with scores
+    (``reward``)."""
+    if record is None:
+        return [Check(f"{target} fault injected", False, "no fault record: the step was never reached")]
+    killed = record.get("killed", [])
+    after = int(record["after_step"])
+    results = [Check(f"{target} fault injected", bool(killed),
+                     f"SIGKILL after step {after}: " + (", ".join(str(k["pid"]) for k in killed) or "no process found"))]
+    later = list(range(after + 1, last_step + 1))
+    logged = [s for s in later if s in first_run]
+    results.append(Check(f"steps after the {target} fault", logged == later, f"expected {later}, logged {logged}"))
+    if target == "credit" and gcpo:
+        credited = [s for s in logged if all(k in first_run[s] for k in REQUIRED_GCPO_METRICS)]
+        results.append(Check("credit after the restart", credited == later,
+                             f"steps with GCPO's credit metrics: {credited} of {later}"))
+    if target == "reward":
+        scored = [s for s in logged if _is_finite_number(first_run[s].get("critic/score/mean"))]
+        results.append(Check("scores after the restart", scored == later, f"steps with finite scores: {scored} of {later}"))
+    return results

@@ -102,12 +102,48 @@ def _ratio(a: float, b: float) -> Optional[float]:
     return a / b if b > 0 else None
 
 
-def comparison_table(gcpo: Mapping[int, float], grpo: Mapping[int, float]) -> str:
-    """Step time of GCPO and GRPO per step and their ratio, plus the mean over the steps both have."""
+def comparison_table(gcpo: Mapping[int, float], grpo: Mapping[int, float], warmup: Sequence[int] = ()) -> str:
+    """Step time of GCPO and GRPO per step and their ratio, plus the mean over the steady-state steps both have
+    (``warmup``: each process's first step, which pays for lazy initialisation, marked and left out of the mean;
+    all steps when none is steady)."""
     common = sorted(set(gcpo) & set(grpo))
-    rows = [[f"step {s}", _cell(gcpo[s]), _cell(grpo[s]), _cell(_ratio(gcpo[s], grpo[s]))] for s in common]
-    if common:
-        mean_gcpo = sum(gcpo[s] for s in common) / len(common)
-        mean_grpo = sum(grpo[s] for s in common) / len(common)
-        rows.append(["mean", _cell(mean_gcpo), _cell(mean_grpo), _cell(_ratio(mean_gcpo, mean_grpo))])
+    rows = [[f"step {s}" + (" (warm-up)" if s in warmup else ""), _cell(gcpo[s]), _cell(grpo[s]),
+             _cell(_ratio(gcpo[s], grpo[s]))] for s in common]
+    steady = [s for s in common if s not in warmup] or common
+    if steady:
+        mean_gcpo = sum(gcpo[s] for s in steady) / len(steady)
+        mean_grpo = sum(grpo[s] for s in steady) / len(steady)
+        label = "mean" if len(steady) == len(common) else f"mean of steps {', '.join(map(str, steady))}"
+        rows.append([label, _cell(mean_gcpo), _cell(mean_grpo), _cell(_ratio(mean_gcpo, mean_grpo))])
     return _table(["", "GCPO step (s)", "GRPO step (s)", "GCPO / GRPO"], rows)
+
+
+def phase_comparison_table(gcpo: Mapping[int, Mapping[str, float]], grpo: Mapping[int, Mapping[str, float]],
+                           warmup: Sequence[int] = ()) -> str:
+    """Mean seconds per phase over the steady-state steps both runs have, GCPO next to GRPO: where a
+    difference in step time comes from."""
+    common = sorted(set(gcpo) & set(grpo))
+    steady = [s for s in common if s not in warmup] or common
+    rows = []
+    for label, key in PHASES:
+        a = [gcpo[s][key] for s in steady if key in gcpo[s]]
+        b = [grpo[s][key] for s in steady if key in grpo[s]]
+        if not a and not b:
+            continue
+        mean_a = sum(a) / len(a) if a else None
+        mean_b = sum(b) / len(b) if b else None
+        ratio = _ratio(mean_a, mean_b) if mean_a is not None and mean_b else None
+        rows.append([label, _cell(mean_a), _cell(mean_b), _cell(ratio)])
+    return _table([f"phase, mean of steps {', '.join(map(str, steady))} (s)", "GCPO", "GRPO", "GCPO / GRPO"], rows)
+
+
+def host_memory_table(host_memory: Mapping[str, Mapping]) -> str:
+    """Peak GiB per kind of process of each run, largest first, and the peak total
+    (``{run: processes.sample_memory_until_stopped summary}``)."""
+    rows = []
+    for run, summary in host_memory.items():
+        rows.append([run, "all", "—", _cell(summary.get("peak_total_gib"))])
+        counts = summary.get("processes_by_kind", {})
+        for kind, gib in summary.get("peak_by_kind_gib", {}).items():
+            rows.append([run, kind, str(counts.get(kind, "—")), _cell(gib)])
+    return _table(["run", "process", "processes", "peak GiB"], rows)

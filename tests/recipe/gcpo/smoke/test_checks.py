@@ -216,9 +216,122 @@ def test_grpo_is_checked_without_credit_dumps_and_compared_with_gcpo(tmp_path, m
     capsys.readouterr()
     assert main(["compare", "--gcpo", str(tmp_path / "gcpo"), "--grpo", str(tmp_path / "grpo")]) == 0
     out = capsys.readouterr().out
-    assert "| step 2 | 3.5 | 2 | 1.75 |" in out and "| mean | 3.5 | 2 | 1.75 |" in out
+    assert "| step 2 | 3.5 | 2 | 1.75 |" in out and "| mean of steps 2 | 3.5 | 2 | 1.75 |" in out
 
 
 def test_compare_without_a_finished_run_is_a_clear_error(tmp_path, capsys):
     assert main(["compare", "--gcpo", str(tmp_path / "gcpo"), "--grpo", str(tmp_path / "grpo")]) == 2
     assert "summary.json not found (run the gcpo smoke first)" in capsys.readouterr().err
+
+
+# --- the CPU smoke's additions: clean output, faults, launchers, steady-state comparison -----------------------
+
+def test_a_traceback_or_a_killed_loader_worker_fails_the_clean_output_check(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("step:1 - ok\nall done\n")
+    assert checks.check_clean_log(log).ok
+    log.write_text("step:2\nRuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly\n"
+                   "  ... is killed by signal: Killed.\n")
+    result = checks.check_clean_log(log)
+    assert not result.ok and "is killed by signal" in result.detail
+    log.write_text("Traceback (most recent call last):\n  File x\n")
+    assert not checks.check_clean_log(log).ok
+    assert not checks.check_clean_log(tmp_path / "absent.txt").ok
+
+
+def test_the_check_command_fails_a_run_that_printed_a_traceback(tmp_path, monkeypatch, minilm, capsys):
+    run = synthetic_run(tmp_path, monkeypatch, minilm)
+    (run.root / "log_run1.txt").write_text("fine\n")
+    (run.root / "log_run2.txt").write_text("Traceback (most recent call last):\n")
+    assert main(["check", "--run-dir", str(tmp_path), "--estimator", "gcpo", "--steps", "2"]) == 1
+    assert "[FAIL] clean output" in capsys.readouterr().out
+
+
+def fault_record(target, after=1, killed=(4242,)):
+    return {"target": target, "after_step": after, "killed": [{"pid": p, "title": "ray::X"} for p in killed]}
+
+
+def test_a_credit_fault_passes_when_later_steps_kept_their_credit():
+    run = {s: step_metrics(s) for s in (1, 2, 3)}
+    assert not failed(checks.check_fault("credit", fault_record("credit"), run, 3, gcpo=True, log="x"))
+    del run[3]["gcpo/groups"]
+    (bad,) = failed(checks.check_fault("credit", fault_record("credit"), run, 3, gcpo=True, log="x"))
+    assert bad.name == "credit after the restart" and "[2] of [2, 3]" in bad.detail
+
+
+def test_a_fault_that_found_nothing_or_a_run_that_stopped_fails():
+    run = {s: step_metrics(s, gcpo=False) for s in (1, 2)}
+    (bad,) = failed(checks.check_fault("reward", fault_record("reward", killed=()), run, 2, gcpo=False, log="x"))
+    assert bad.name == "reward fault injected"
+    names = [r.name for r in failed(checks.check_fault("reward", fault_record("reward"), {1: run[1]}, 2, False, "x"))]
+    assert names == ["steps after the reward fault", "scores after the restart"]
+    (never,) = checks.check_fault("reward", None, run, 2, gcpo=False, log="x")
+    assert not never.ok and "never reached" in never.detail
+
+
+def test_a_reward_fault_needs_finite_scores_after_it():
+    run = {s: step_metrics(s, gcpo=False) for s in (1, 2)}
+    assert not failed(checks.check_fault("reward", fault_record("reward"), run, 2, gcpo=False, log="x"))
+    run[2]["critic/score/mean"] = float("nan")
+    assert [r.name for r in failed(checks.check_fault("reward", fault_record("reward"), run, 2, False, "x"))] == [
+        "scores after the restart"]
+
+
+def launcher_run(root, monkeypatch, steps=2, validation=(0, 2), log="done\n", gcpo=True):
+    records = {}
+    for step in validation:
+        records.setdefault(step, {})["val-core/aime24/acc/mean@1"] = 0.0
+    write_metrics(root / "metrics_run1.jsonl", {}, monkeypatch)
+    logger_records = [(s, step_metrics(s, gcpo=gcpo)) for s in range(1, steps + 1)]
+    logger_records += [(s, d) for s, d in records.items()]
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(root / "metrics_run1.jsonl"))
+    logger = FileLogger("gcpo-smoke", "test")
+    for step, data in sorted(logger_records, key=lambda r: r[0]):
+        logger.log(data=data, step=step)
+    logger.finish()
+    (root / "log_run1.txt").write_text(log)
+    (root / "ckpt" / f"global_step_{steps}" / "actor").mkdir(parents=True)
+
+
+def test_a_launcher_run_with_validation_checkpoint_and_clean_output_passes(tmp_path, monkeypatch, capsys):
+    launcher_run(tmp_path, monkeypatch)
+    assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_gcpo.sh",
+                 "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "launcher smoke run_qwen3_4b_gcpo.sh: PASSED" in out and "step 2 gcpo metrics" in out
+    assert json.loads((tmp_path / "summary.json").read_text())["ok"]
+
+
+def test_a_launcher_run_without_final_validation_or_with_a_traceback_fails(tmp_path, monkeypatch, capsys):
+    launcher_run(tmp_path / "a", monkeypatch, validation=(0,))
+    assert main(["check-launcher", "--run-dir", str(tmp_path / "a"), "--launcher", "run_qwen3_4b_grpo.sh",
+                 "--steps", "2"]) == 1
+    assert "[FAIL] validation before and after training: validation logged at steps [0]" in capsys.readouterr().out
+    launcher_run(tmp_path / "b", monkeypatch, gcpo=False, log="x\nRuntimeError: DataLoader worker (pid 9) is killed by signal: Killed.\n")
+    assert main(["check-launcher", "--run-dir", str(tmp_path / "b"), "--launcher", "run_qwen3_4b_grpo.sh",
+                 "--steps", "2"]) == 1
+    assert "[FAIL] clean output" in capsys.readouterr().out
+
+
+def test_a_gcpo_launcher_needs_gcpo_metrics_a_grpo_one_does_not(tmp_path, monkeypatch, capsys):
+    launcher_run(tmp_path, monkeypatch, gcpo=False)
+    assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_grpo.sh", "--steps", "2"]) == 0
+    assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_gcpo_loo.sh",
+                 "--steps", "2"]) == 1
+    assert "missing ['gcpo/groups'" in capsys.readouterr().out
+
+
+def test_compare_leaves_each_process_first_step_out_of_the_mean(tmp_path, monkeypatch, minilm, capsys):
+    synthetic_run(tmp_path / "gcpo", monkeypatch, minilm)
+    grpo = RunDir(tmp_path / "grpo")
+    write_metrics(grpo.metrics(1), {s: step_metrics(s, gcpo=False, **{"timing_s/step": 2.0}) for s in (1, 2)}, monkeypatch)
+    write_metrics(grpo.metrics(2), {3: step_metrics(3, gcpo=False, **{"timing_s/step": 9.0})}, monkeypatch)
+    saved(grpo.root, 2)
+    for name in ("gcpo", "grpo"):
+        assert main(["check", "--run-dir", str(tmp_path / name), "--estimator", name, "--steps", "2"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "--gcpo", str(tmp_path / "gcpo"), "--grpo", str(tmp_path / "grpo")]) == 0
+    out = capsys.readouterr().out
+    assert "| step 1 (warm-up) | 2.5 | 2 | 1.25 |" in out and "| step 3 (warm-up) | 4.5 | 9 | 0.5 |" in out
+    assert "| mean of steps 2 | 3.5 | 2 | 1.75 |" in out
+    assert "| generation | 0.5 | 0.5 | 1 |" in out  # where the time goes, steady-state steps only

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# GCPO training end to end on a machine without GPUs: the real path of a cluster run (vLLM generating, the FSDP
+# actor updating, the credit actor, reward workers, TransferQueue, checkpoint, resume) with a tiny policy on the
+# CPU, in minutes. Run it before a cluster to prove an installation; CI runs it on every change.
+#
+# Usage: bash scripts/smoke_cpu.sh [--compare] [--steps N] [--estimator gcpo|grpo] [--dry-run]
+#                                  [--kill-credit-actor-after S] [--kill-reward-worker-after S] [key=value ...]
+#        bash scripts/smoke_cpu.sh --launcher run_qwen3_4b_gcpo.sh [--steps N] [key=value ...]
+#   (first form)   the smoke of scripts/smoke.sh on the CPU: tiny policy, three prompts x 8 rollouts, STEPS steps,
+#                  a checkpoint, one resumed step, the checks; --compare runs GCPO then GRPO and prints the ratio
+#   --launcher L   one of scripts/run_*.sh with its own config (reward manager, overlong buffer, validation sets,
+#                  dynamic batch sizes, data loader) but the tiny policy, small sizes and the CPU settings as
+#                  overrides, for STEPS steps (default 2) with validation before and after and a checkpoint
+#                  (scripts/smoke_launcher.sh)
+# The first call builds the smoke's own environment (scripts/setup_cpu_env.sh: verl 0.9.1, the CPU build of vLLM
+# 0.24.0 and torch 2.11.0, about 7.3 GB, in GCPO_CPU_VENV, default .venv-cpu) and says where; later calls reuse
+# it. One CPU smoke at a time (two do not fit in 24 GiB): a second one waits for the first.
+# Environment: GCPO_CPU_VENV, SMOKE_DIR (${TMPDIR:-/tmp}/gcpo-smoke-cpu), SMOKE_RUN_TIMEOUT (1200 s a run) and
+#   the rest of scripts/smoke.sh's.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+: "${GCPO_CPU_VENV:=${ROOT}/.venv-cpu}"
+: "${SMOKE_DIR:=${TMPDIR:-/tmp}/gcpo-smoke-cpu}"
+export GCPO_CPU_VENV SMOKE_DIR
+
+launcher=""
+args=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --launcher)
+      [[ $# -ge 2 ]] || { echo "error: --launcher needs a launcher (e.g. run_qwen3_4b_gcpo.sh)" >&2; exit 2; }
+      launcher="$2"; shift ;;
+    --launcher=*) launcher="${1#--launcher=}" ;;
+    -h|--help) sed -n '/^# Usage:/,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) args+=("$1") ;;
+  esac
+  shift
+done
+
+if [[ "$(uname -s)" != "Linux" ]]; then
+  echo "error: the CPU smoke runs on Linux (vLLM's CPU build), not $(uname -s)" >&2; exit 2
+fi
+if command -v nvidia-smi > /dev/null && nvidia-smi > /dev/null 2>&1; then
+  echo "error: this machine has a GPU: run scripts/smoke_1gpu.sh (the CPU platform is for machines without one)" >&2
+  exit 2
+fi
+
+bash "${ROOT}/scripts/setup_cpu_env.sh"
+echo "smoke: CPU environment ${GCPO_CPU_VENV}" >&2
+export PYTHON="${GCPO_CPU_VENV}/bin/python"
+# the launchers run `python3`: the environment's
+export PATH="${GCPO_CPU_VENV}/bin:${PATH}"
+
+mkdir -p "${SMOKE_DIR}"
+exec 9> "${SMOKE_DIR}.lock"
+if ! flock -n 9; then
+  echo "smoke: another CPU smoke holds ${SMOKE_DIR}.lock; waiting for it (two do not fit in memory)" >&2
+  flock 9
+fi
+
+if [[ -n "${launcher}" ]]; then
+  exec bash "${ROOT}/scripts/smoke_launcher.sh" --device cpu --launcher "${launcher}" ${args[@]+"${args[@]}"}
+fi
+exec bash "${ROOT}/scripts/smoke.sh" --device cpu ${args[@]+"${args[@]}"}
