@@ -10,8 +10,8 @@
 #                  a checkpoint, one resumed step, the checks; --compare runs GCPO then GRPO and prints the ratio
 #   --launcher L   one of scripts/run_*.sh with its own config (reward manager, overlong buffer, validation sets,
 #                  dynamic batch sizes, data loader) but the tiny policy, small sizes and the CPU settings as
-#                  overrides, for STEPS steps (default 2) with validation before and after and a checkpoint
-#                  (scripts/smoke_launcher.sh)
+#                  overrides, on 30 prompts of the real data, for STEPS steps (default 2) with validation before
+#                  and after and a checkpoint
 # The first call builds the smoke's own environment (scripts/setup_cpu_env.sh: verl 0.9.1, the CPU build of vLLM
 # 0.24.0 and torch 2.11.0, about 7.3 GB, in GCPO_CPU_VENV, default .venv-cpu) and says where; later calls reuse
 # it. One CPU smoke at a time (two do not fit in 24 GiB): a second one waits for the first.
@@ -23,18 +23,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 : "${SMOKE_DIR:=${TMPDIR:-/tmp}/gcpo-smoke-cpu}"
 export GCPO_CPU_VENV SMOKE_DIR
 
-launcher=""
-args=()
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --launcher)
-      [[ $# -ge 2 ]] || { echo "error: --launcher needs a launcher (e.g. run_qwen3_4b_gcpo.sh)" >&2; exit 2; }
-      launcher="$2"; shift ;;
-    --launcher=*) launcher="${1#--launcher=}" ;;
-    -h|--help) sed -n '/^# Usage:/,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) args+=("$1") ;;
+for arg in "$@"; do
+  case "${arg}" in
+    -h|--help)
+      sed -n '/^# Usage:/,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'
+      echo "Options shared with the GPU smoke: bash scripts/smoke.sh --help"
+      exit 0 ;;
   esac
-  shift
 done
 
 if [[ "$(uname -s)" != "Linux" ]]; then
@@ -58,7 +53,4 @@ if ! flock -n 9; then
   flock 9
 fi
 
-if [[ -n "${launcher}" ]]; then
-  exec bash "${ROOT}/scripts/smoke_launcher.sh" --device cpu --launcher "${launcher}" ${args[@]+"${args[@]}"}
-fi
-exec bash "${ROOT}/scripts/smoke.sh" --device cpu ${args[@]+"${args[@]}"}
+exec bash "${ROOT}/scripts/smoke.sh" --device cpu "$@"

@@ -46,3 +46,14 @@ def test_a_test_without_the_shared_data_is_skipped_saying_where_to_get_it(tmp_pa
     assert f"shared data not found at {missing}" in proc.stdout and "README.md, 'Set up'" in proc.stdout
     setup = (ROOT / "README.md").read_text(encoding="utf-8").split("## Set up", 1)[1].split("\n## ", 1)[0]
     assert "../shared/data" in setup and "GCPO_SHARED_DATA" in setup
+
+
+def test_the_readmes_python_example_runs_as_written():
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("### From Python", 1)[1].split("\n### ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    namespace: dict = {}
+    exec(compile(code, "README.md (From Python)", "exec"), namespace)  # noqa: S102 - the README's own example
+    result = namespace["result"]
+    assert result.shapley.shape == (4,) and result.shapley[3] == 0  # the wrong rollout gets no credit
+    assert abs(float(result.shapley[0] - result.shapley[2])) < 1e-9  # identical texts, identical credit
+    assert "gcpo/team_value/mean" in result.metrics()
