@@ -30,10 +30,12 @@ SYNC_TRAINER_MODE = "sync"
 EMBEDDING_ESTIMATORS: dict[str, dict] = {
     GCPO_ESTIMATOR: {},
     # DQO-style additive DPP bonus (arXiv 2509.04784): reward + alpha * leave-one-out log-det diversity of the
-    # unweighted embeddings (correctness plays no part in the diversity term)
-    "dqo": {"quality": "none", "method": "loo", "advantage": "mix"},
-    # DRA-GRPO (arXiv 2505.09655): reward / (1 + summed similarity to the other completions)
-    "dra_grpo": {"advantage": "dra"},
+    # unweighted embeddings (correctness plays no part in the diversity term), normalised as GRPO normalises a
+    # reward: every group by its own std, so a group of equal rewards keeps its diversity term at GRPO's scale
+    "dqo": {"quality": "none", "method": "loo", "advantage": "mix", "all_correct_scale": "group"},
+    # DRA-GRPO (arXiv 2505.09655): reward / (1 + summed similarity to the other completions), then each group
+    # by its own std with epsilon 1e-4, as the official code (xiwenc1/DRA-GRPO, grpo_trainer.py) does
+    "dra_grpo": {"advantage": "dra", "all_correct_scale": "group", "epsilon": 1e-4},
 }
 # reward_extra_info key written by recipe.gcpo.reward: constant within a group exactly when GCPO has no signal
 GCPO_FILTER_METRIC = "gcpo_signal"

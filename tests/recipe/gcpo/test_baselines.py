@@ -53,8 +53,8 @@ def test_copo_gives_all_correct_and_all_wrong_groups_a_signal_where_grpo_gives_n
 
 
 @pytest.mark.parametrize("estimator, fixed", [
-    ("dqo", {"quality": "none", "method": "loo", "advantage": "mix"}),
-    ("dra_grpo", {"advantage": "dra"}),
+    ("dqo", {"quality": "none", "method": "loo", "advantage": "mix", "all_correct_scale": "group"}),
+    ("dra_grpo", {"advantage": "dra", "all_correct_scale": "group", "epsilon": 1e-4}),
 ])
 def test_embedding_baselines_are_gcpo_trainer_estimators_with_fixed_credit_keys(estimator, fixed):
     settings = validate_gcpo_config(compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=8",
@@ -66,3 +66,50 @@ def test_embedding_baselines_are_gcpo_trainer_estimators_with_fixed_credit_keys(
     with pytest.raises(ValueError, match=f"adv_estimator={estimator} needs the GCPO trainer"):
         validate_gcpo_config(compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=8",
                                            "trainer.v1.trainer_mode=colocate_async"]))
+
+
+def _estimator_advantage(estimator, rewards, score, uids):
+    """The recipe's estimator on one step's credit scores, as verl calls it (the trainer provides the credit)."""
+    from recipe.gcpo.estimator import StepCredit, provide_credit
+
+    config = compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=4"]).algorithm
+    n = len(rewards)
+    token_rewards = torch.zeros(n, 3, dtype=torch.float64)
+    token_rewards[:, -1] = torch.tensor(rewards, dtype=torch.float64)
+    credit = StepCredit(uids=np.array(uids, dtype=object), reward=np.array(rewards, dtype=np.float64),
+                        score=np.array(score, dtype=np.float64), valid=np.ones(n, dtype=bool))
+    with provide_credit(credit):
+        advantage, _ = compute_gcpo_outcome_advantage(token_rewards, torch.ones(n, 3), np.array(uids, dtype=object),
+                                                       config)
+    return advantage[:, 0].numpy()
+
+
+def _by_own_std(values, epsilon):
+    values = np.asarray(values, dtype=np.float64)
+    return (values - values.mean()) / (values.std(ddof=1) + epsilon)
+
+
+def test_dqo_normalises_every_group_by_its_own_std_all_correct_and_all_wrong_ones_included():
+    """DQO (arXiv 2509.04784): the score r + alpha * d is normalised per group as GRPO normalises rewards; a group of
+    equal rewards keeps a unit-scale diversity signal (under the batch scale it was 165-240x smaller)."""
+    alpha = 2.0
+    diversity = [0.30, 0.10, 0.05, 0.25, 0.20, 0.22, 0.01, 0.40, 0.30, 0.10, 0.05, 0.25]
+    rewards = [1, 1, 1, 1, -1, -1, -1, -1, 1, -1, -1, 1]
+    uids = ["a"] * 4 + ["b"] * 4 + ["c"] * 4
+    score = [r + alpha * d for r, d in zip(rewards, diversity)]
+    got = _estimator_advantage("dqo", rewards, score, uids)
+    for g in range(3):
+        rows = slice(4 * g, 4 * g + 4)
+        np.testing.assert_allclose(got[rows], _by_own_std(score[rows], 1e-6), atol=1e-9)
+    assert abs(got[:4]).mean() > 0.5  # all correct: a signal of GRPO's size, not 1/200 of it
+
+
+def test_dra_grpo_normalises_every_group_by_its_own_std_with_the_official_epsilon():
+    """DRA-GRPO (arXiv 2505.09655, xiwenc1/DRA-GRPO): r / (1 + sum of similarities), then (x - mean) / (std + 1e-4)
+    per group."""
+    rewards = [1.0, 1.0, 1.0, 1.0]
+    similarity_sums = [2.4, 2.6, 1.2, 2.5]  # the third completion is the least like the others
+    score = [r / (1 + s) for r, s in zip(rewards, similarity_sums)]
+    got = _estimator_advantage("dra_grpo", rewards, score, ["a"] * 4)
+    np.testing.assert_allclose(got, _by_own_std(score, 1e-4), atol=1e-9)
+    assert got.argmax() == 2
