@@ -35,6 +35,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device, get_torch_device, is_device_available
 
+from recipe.gcpo.baselines import MCGRPOSettings
 from recipe.gcpo.div_r1 import validate_div_r1_config
 from recipe.gcpo.diver import validate_diver_config
 
@@ -96,11 +97,28 @@ class GCPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
             succeeded = True
         finally:
             try:
+                stop_dataloader_workers(getattr(self, "trainer", None))
                 tracking = getattr(self.trainer, "logger", None)
                 if tracking is not None:
                     tracking.finish(exit_code=0 if succeeded else 1)
             finally:
                 tq.close()
+
+
+def stop_dataloader_workers(trainer) -> None:
+    """Stop the training data loader's worker processes once training is over.
+
+    verl keeps the training data iterator (``trainer.train_dataloader_it``, for the loader's checkpoint state), and
+    with it ``data.dataloader_num_workers`` worker processes, after ``fit`` returns. When Ray then stops the task
+    runner it kills those children first, and torch's SIGCHLD handler prints ``RuntimeError: DataLoader worker
+    (pid ...) is killed by signal: Killed`` after a run that succeeded. Nothing reads the iterator after ``fit``.
+    """
+    iterator = getattr(trainer, "train_dataloader_it", None)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()
+    if iterator is not None:
+        trainer.train_dataloader_it = None
 
 
 def missing_data_files(config) -> list[str]:
@@ -120,6 +138,7 @@ def validate(config) -> None:
     validate_gcpo_config(config)
     validate_diver_config(config)
     validate_div_r1_config(config)
+    MCGRPOSettings.from_algorithm_config(config.algorithm)
     validate_group_contrastive(config)
     validate_reward_kwargs(config)
     validate_custom_reward_kwargs(config)

@@ -21,7 +21,7 @@ LAUNCHERS = {  # script: (estimator, model, DAPO filter on, what else it must se
     "run_qwen3_4b_grpo.sh": ("grpo", "Qwen/Qwen3-4B-Base", False, {}),
     "run_qwen3_4b_dapo.sh": ("grpo", "Qwen/Qwen3-4B-Base", True, {"algorithm.filter_groups.metric": "acc"}),
     "run_qwen3_4b_copo.sh": ("copo", "Qwen/Qwen3-4B-Base", False, {}),
-    "run_qwen3_4b_mc_grpo.sh": ("mc_grpo", "Qwen/Qwen3-4B-Base", False, {}),
+    "run_qwen3_4b_mc_grpo.sh": ("mc_grpo", "Qwen/Qwen3-4B-Base", False, {"actor_rollout_ref.rollout.n": 9}),
     "run_qwen3_4b_dqo.sh": ("dqo", "Qwen/Qwen3-4B-Base", False, {"algorithm.gcpo.credit.mix_coef": 2.0}),
     "run_qwen3_4b_dra_grpo.sh": ("dra_grpo", "Qwen/Qwen3-4B-Base", False, {}),
     "run_qwen3_4b_group_contrastive.sh": ("grpo", "Qwen/Qwen3-4B-Base", False, {

@@ -113,3 +113,18 @@ def test_dra_grpo_normalises_every_group_by_its_own_std_with_the_official_epsilo
     got = _estimator_advantage("dra_grpo", rewards, score, ["a"] * 4)
     np.testing.assert_allclose(got, _by_own_std(score, 1e-4), atol=1e-9)
     assert got.argmax() == 2
+
+
+def test_mc_grpo_reads_its_settings_from_the_algorithm_config_and_refuses_bad_ones():
+    from recipe.gcpo.main_gcpo import validate
+
+    uids = ["a"] * 9
+    rewards = [1, -1, 1, 1, -1, 1, 1, -1, 1]  # binary, G + 1 = 9: MAD = 0
+    data = _data(rewards, uids, [5] * 9)
+    guarded = compute_advantage(data, adv_estimator="mc_grpo", config=compose_gcpo().algorithm).batch["advantages"]
+    official_config = compose_gcpo(["algorithm.mc_grpo.mad_zero=official"]).algorithm
+    official = compute_advantage(_data(rewards, uids, [5] * 9), adv_estimator="mc_grpo",
+                                 config=official_config).batch["advantages"]
+    assert guarded.abs().max() < 10 and official.abs().max() > 1000
+    with pytest.raises(ValueError, match="algorithm.mc_grpo.mad_zero must be one of"):
+        validate(compose_gcpo(["algorithm.adv_estimator=mc_grpo", "algorithm.mc_grpo.mad_zero=clip"]))

@@ -177,3 +177,29 @@ def test_a_misspelt_reward_kwarg_fails_the_dry_run_with_one_line(tmp_path):
     _assert_one_line_error(proc, (
         "error: reward.reward_kwargs: unknown key(s) ['max_response_len'] (did you mean 'max_resp_len'?); "
         "known: ['max_resp_len', 'overlong_buffer_cfg']"))
+
+
+def test_the_training_data_loaders_workers_are_stopped_when_training_ends():
+    """verl keeps trainer.train_dataloader_it (and its worker processes) after fit; left alive, Ray kills them at
+    shutdown and torch prints a 'DataLoader worker ... killed' traceback after a run that succeeded."""
+    from types import SimpleNamespace
+
+    import psutil
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from recipe.gcpo.main_gcpo import stop_dataloader_workers
+
+    loader = StatefulDataLoader(list(range(64)), batch_size=4, num_workers=2)
+    trainer = SimpleNamespace(train_dataloader_it=iter(loader))
+    next(trainer.train_dataloader_it)
+    workers = [psutil.Process(w.pid) for w in trainer.train_dataloader_it._workers]
+    assert all(w.is_running() for w in workers)
+    stop_dataloader_workers(trainer)
+    assert trainer.train_dataloader_it is None
+    for worker in workers:
+        try:
+            assert worker.wait(timeout=10) is not None or not worker.is_running()
+        except psutil.NoSuchProcess:
+            pass
+    stop_dataloader_workers(trainer)  # nothing left: a no-op
+    stop_dataloader_workers(None)
