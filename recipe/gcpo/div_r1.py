@@ -40,7 +40,9 @@ class DivR1Settings:
     Attributes:
         enable: add the Div-R1 term to the actor loss.
         coef: lambda (the paper: 0.01, §4.2; its ablation found lambda <= 0.02 helps, §5.3).
-        samples: ``correct`` (1(r = 1), the paper) or ``all`` (its "pos+neg" ablation).
+        samples: ``correct`` (1(r = 1) on the verifier's verdict, the reward's ``acc``: the paper),
+            ``positive_score`` (the shaped score > 0: under an overlong penalty a correct answer can fall to <= 0 and
+            lose the term) or ``all`` (its "pos+neg" ablation).
         entropy: ``sampled`` (the paper's Eq. 8: ``-(pi/pi_old) log pi`` of the sampled token) or ``exact`` (the
             full-vocabulary entropy verl's actor computes from the logits; needs
             ``actor_rollout_ref.actor.calculate_entropy=true``).
@@ -117,7 +119,9 @@ def div_r1_term(model_output: dict, data, settings: DivR1Settings, global_batch_
     log_prob = no_padding_2_padding(model_output["log_probs"], data)
     fields = data.select("response_mask", "old_log_probs", "rm_scores").to_padded_tensor()
     mask = fields["response_mask"].to(torch.bool)
-    rows = diversity_rows(fields["rm_scores"].sum(dim=-1).to(log_prob.device), settings.samples)
+    rewards = fields["rm_scores"].sum(dim=-1).to(log_prob.device)
+    correct = correctness(data).to(log_prob.device) if settings.samples == "correct" else None
+    rows = diversity_rows(rewards, settings.samples, correct)
     if settings.entropy == "sampled":
         per_token = sampled_token_entropy(log_prob, fields["old_log_probs"].to(log_prob.dtype))
     else:
@@ -138,6 +142,31 @@ def div_r1_term(model_output: dict, data, settings: DivR1Settings, global_batch_
     covered = mask.any(dim=-1)
     share = float((rows & covered).sum()) / max(1, int(covered.sum()))
     return term, share
+
+
+CORRECTNESS_KEY = "acc"  # what verl's reward managers and the recipe's reward report as the verdict
+
+
+def correctness(data) -> torch.Tensor:
+    """Each response's verdict, bool (bs,), from the reward's ``acc`` in the rows' ``extra_fields`` (verl writes
+    each row's ``reward_extra_info`` there, and the actor's micro-batch carries every TransferQueue field).
+
+    Raises:
+        RuntimeError: a row has no verdict (a reward function that reports only a score).
+    """
+    extras = data["extra_fields"] if "extra_fields" in data.keys() else None
+    if extras is not None and hasattr(extras, "tolist"):
+        extras = extras.tolist()
+    verdicts = []
+    for extra in extras if extras is not None else []:
+        info = extra.get("reward_extra_info") if isinstance(extra, dict) else None
+        verdicts.append(info.get(CORRECTNESS_KEY) if isinstance(info, dict) else None)
+    if extras is None or len(verdicts) != data.batch_size[0] or any(v is None for v in verdicts):
+        raise RuntimeError(
+            f"Div-R1 (algorithm.div_r1.samples=correct) applies to correct responses and reads the verdict from the "
+            f"reward's '{CORRECTNESS_KEY}' (reward_extra_info), which some rows lack: use a reward that reports it "
+            "(the recipe's and verl's DAPO reward do), or algorithm.div_r1.samples=positive_score (score > 0)")
+    return torch.tensor([bool(v) for v in verdicts], dtype=torch.bool)
 
 
 def div_r1_loss(config, model_output: dict, data, dp_group=None, *, settings: DivR1Settings):

@@ -32,10 +32,14 @@ def test_its_gradient_at_the_old_policy_is_the_papers_per_token_gradient():
     assert log_prob.grad[0, 0] > 0 > log_prob.grad[0, 1]  # raises unlikely tokens (p < 1/e), lowers likely ones
 
 
-def test_the_term_applies_to_correct_responses_or_to_all():
-    rewards = torch.tensor([1.0, -1.0, 0.4, 0.0])  # 0.4: correct, shortened by an overlong penalty
-    assert diversity_rows(rewards).tolist() == [True, False, True, False]
+def test_the_term_applies_to_correct_responses_positive_scores_or_all():
+    rewards = torch.tensor([1.0, -1.0, 0.4, -0.3])  # 0.4 and -0.3: correct, shortened by an overlong penalty
+    verdicts = torch.tensor([True, False, True, True])
+    assert diversity_rows(rewards, correct=verdicts).tolist() == [True, False, True, True]  # the paper: 1(r = 1)
+    assert diversity_rows(rewards, "positive_score").tolist() == [True, False, True, False]
     assert diversity_rows(rewards, "all").tolist() == [True] * 4
+    with pytest.raises(ValueError, match="needs each response's verdict"):
+        diversity_rows(rewards)
     with pytest.raises(ValueError, match="samples must be one of"):
         diversity_rows(rewards, "positive")
     with pytest.raises(ValueError, match="finite"):

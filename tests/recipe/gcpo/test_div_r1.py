@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import NonTensorData, NonTensorStack, TensorDict
 from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.losses import ppo_loss
@@ -19,6 +19,7 @@ DYNAMIC_BSZ = ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_re
 PROMPT_LENS = [2, 3, 2, 1]
 RESPONSE_LENS = [4, 2, 3, 5]
 REWARDS = [1.0, -1.0, 0.5, -1.0]  # rows 0 and 2 correct (0.5: correct, shortened by an overlong penalty)
+VERDICTS = [True, False, True, False]  # the reward's acc
 
 
 def _nested(rows):
@@ -32,7 +33,7 @@ def _rows(seed):
     return old, new
 
 
-def _micro_batch(rows=None, seed=0, rewards=REWARDS, global_info=None, with_rewards=True):
+def _micro_batch(rows=None, seed=0, rewards=REWARDS, global_info=None, with_rewards=True, verdicts=VERDICTS):
     """A micro-batch as verl's engines hand it to the loss: no-padding (nested) fields, the model's log-probs over
     whole sequences (prompt + response, shifted by one), verl's normalisers as non-tensor data."""
     rows = list(range(len(RESPONSE_LENS))) if rows is None else rows
@@ -48,6 +49,9 @@ def _micro_batch(rows=None, seed=0, rewards=REWARDS, global_info=None, with_rewa
         fields["rm_scores"] = _nested([torch.cat([torch.zeros(RESPONSE_LENS[i] - 1), torch.tensor([rewards[i]])])
                                        for i in rows])
     data = TensorDict(fields, batch_size=[len(rows)])
+    if verdicts is not None:  # as verl's V1 trainer stores each row's reward_extra_info (a TransferQueue field)
+        data["extra_fields"] = NonTensorStack(*[NonTensorData({"reward_extra_info": {"acc": verdicts[i], "score": 0.0}})
+                                                for i in rows])
     tu.assign_non_tensor(data, **(global_info or {"dp_size": 1, "batch_num_tokens": None, "global_batch_size": None}))
     # the model's output at position k predicts token k + 1: a response's log-probs sit one slot before it
     values = []
@@ -63,7 +67,7 @@ def _micro_batch(rows=None, seed=0, rewards=REWARDS, global_info=None, with_rewa
 def _expected_term(rows, seed=0, selected=None, mode="seq-mean-token-mean", sequences=None, tokens=None):
     """By hand: per token -(pi/pi_old) log pi, over the selected (correct) responses, normalised over all."""
     old, new = _rows(seed)
-    selected = [i for i in rows if REWARDS[i] > 0] if selected is None else selected
+    selected = [i for i in rows if VERDICTS[i]] if selected is None else selected
     per_response = {i: [-math.exp(n - o) * n for n, o in zip(new[i].tolist(), old[i].tolist())] for i in rows}
     if mode == "seq-mean-token-mean":
         total = sum(sum(per_response[i]) / len(per_response[i]) for i in selected)
@@ -168,3 +172,24 @@ def test_exact_entropy_is_accepted_when_the_actor_computes_it():
     config = compose_gcpo(DYNAMIC_BSZ + ["algorithm.div_r1.enable=true", "algorithm.div_r1.entropy=exact",
                                          "actor_rollout_ref.actor.calculate_entropy=true"])
     assert validate_div_r1_config(config).entropy == "exact"
+
+
+def test_the_verdict_decides_not_the_shaped_score(actor_config):
+    """A correct answer pushed to a score <= 0 by the overlong penalty keeps the term (the paper's 1(r = 1) is on
+    correctness); samples=positive_score is the other reading."""
+    shaped = [-0.2, -1.0, 0.5, -1.0]  # row 0: correct, but its shaped score is below 0
+    data, output, _ = _micro_batch(rewards=shaped)
+    term, share = div_r1_term(output, data, DivR1Settings(enable=True), {})
+    assert term.item() == pytest.approx(_expected_term(range(4), selected=[0, 2]), rel=1e-9) and share == 0.5
+    data, output, _ = _micro_batch(rewards=shaped)
+    term, share = div_r1_term(output, data, DivR1Settings(enable=True, samples="positive_score"), {})
+    assert term.item() == pytest.approx(_expected_term(range(4), selected=[2]), rel=1e-9) and share == 0.25
+
+
+def test_a_reward_without_a_verdict_is_a_clear_error():
+    data, output, _ = _micro_batch(verdicts=None)
+    with pytest.raises(RuntimeError, match="reads the verdict from the reward's 'acc'"):
+        div_r1_term(output, data, DivR1Settings(enable=True), {})
+    data, output, _ = _micro_batch(verdicts=None)
+    term, _ = div_r1_term(output, data, DivR1Settings(enable=True, samples="positive_score"), {})
+    assert term.item() == pytest.approx(_expected_term(range(4), selected=[0, 2]), rel=1e-9)
