@@ -69,8 +69,11 @@ class DiverConfig:
         bleu_weights: BLEU's n-gram weights (the code's 5-gram weights).
         gamma: the potential's discount; the bonus is ``gamma^T d`` with T the response's length in tokens
             (1.0, GRPO's undiscounted return: the bonus is d itself).
-        schedule: ``cosine`` (lambda decays from its value to 0 over ``active_steps``, "gradually decays") or
-            ``constant`` (full lambda, then off, as the code's ``global_steps < 100`` gate).
+        schedule: ``cosine`` (lambda decays from its value to 0 over ``active_steps``: the paper's "gradually
+            decays") or ``constant`` (full lambda for ``active_steps`` steps, then off). This follows the paper's
+            text, not the official code: a formula-by-formula review of the code (issue 27) found that its
+            equation-diversity weight changes sign over training and that its released training script gives no
+            bonus at all, so neither schedule here is "the code's".
         active_steps: training steps with a bonus (the code: 100); None: every step, at full lambda.
     """
 
