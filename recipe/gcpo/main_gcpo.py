@@ -130,6 +130,42 @@ def missing_data_files(config) -> list[str]:
     return [f for f in files if "://" not in str(f) and not os.path.exists(os.path.expanduser(str(f)))]
 
 
+# Numeric keys the launchers set and verl multiplies, divides or counts with, untyped (or loosely typed) in verl's
+# config: key -> (the smallest value allowed, whether it must be an integer, whether null is allowed). A value
+# like "abc", 0 or 3.5 would otherwise pass the dry run and fail minutes into start-up, or worse, not at all.
+NUMERIC_KEYS: dict[str, tuple[float, bool, bool]] = {
+    "data.train_batch_size": (1, True, False),
+    "data.max_prompt_length": (1, True, False),
+    "data.max_response_length": (1, True, False),
+    "data.dataloader_num_workers": (0, True, False),
+    "actor_rollout_ref.rollout.n": (1, True, False),
+    "actor_rollout_ref.rollout.val_kwargs.n": (1, True, False),
+    "actor_rollout_ref.actor.ppo_mini_batch_size": (1, True, False),
+    "actor_rollout_ref.actor.ppo_epochs": (1, True, False),
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": (1, True, False),
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": (1, True, False),
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": (1, True, False),
+    "actor_rollout_ref.actor.optim.lr": (0, False, False),
+    "trainer.total_epochs": (1, True, False),
+    "trainer.total_training_steps": (1, True, True),
+}
+
+
+def check_numeric_keys(config) -> None:
+    """Each of :data:`NUMERIC_KEYS` is a number of the right kind and range (booleans are not numbers)."""
+    for key, (low, integer, nullable) in NUMERIC_KEYS.items():
+        value = OmegaConf.select(config, key, default=None, throw_on_missing=False)
+        if value is None and (nullable or OmegaConf.select(config, key, default="absent") == "absent"):
+            continue
+        kind = "an integer" if integer else "a number"
+        is_number = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
+        if not is_number or value < low or (isinstance(value, float) and value != value):
+            bound = f">= {low}" if low > 0 or integer else "> 0"
+            raise ValueError(f"{key} must be {kind} {bound}{' or null' if nullable else ''}, got {value!r}")
+        if not integer and low == 0 and value <= 0:
+            raise ValueError(f"{key} must be {kind} > 0, got {value!r}")
+
+
 def validate(config) -> None:
     """Every start-up check of the config: the recipe's, then verl's."""
     if not config.trainer.get("use_v1", True):
@@ -142,6 +178,7 @@ def validate(config) -> None:
     validate_group_contrastive(config)
     validate_reward_kwargs(config)
     validate_custom_reward_kwargs(config)
+    check_numeric_keys(config)
     for key in ("nnodes", "n_gpus_per_node"):  # untyped in verl's config: verl multiplies them as they come
         value = config.trainer[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -262,6 +299,11 @@ def main(config) -> None:
     problem = accelerator_problem(config)
     if problem is not None:
         fail(problem)
+    missing = missing_data_files(config)
+    if missing:
+        fail(f"{missing[0]} does not exist (data.train_files / data.val_files): write it with "
+             "scripts/prepare_data.py, or point the key at your file"
+             + (f" ({len(missing) - 1} more missing)" if len(missing) > 1 else ""))
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(GCPOTaskRunner))
 
 

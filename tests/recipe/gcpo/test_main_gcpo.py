@@ -1,6 +1,7 @@
 """The Hydra entry point: composition against verl 0.9.1's ppo_trainer, overrides, start-up failures."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,3 +204,35 @@ def test_the_training_data_loaders_workers_are_stopped_when_training_ends():
             pass
     stop_dataloader_workers(trainer)  # nothing left: a no-op
     stop_dataloader_workers(None)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.total_training_steps=abc", "trainer.total_training_steps must be an integer >= 1 or null, got 'abc'"),
+    ("data.train_batch_size=0", "data.train_batch_size must be an integer >= 1, got 0"),
+    ("data.train_batch_size=3.5", "data.train_batch_size must be an integer >= 1, got 3.5"),
+    ("actor_rollout_ref.actor.ppo_epochs=true", "actor_rollout_ref.actor.ppo_epochs must be an integer >= 1, got True"),
+    ("actor_rollout_ref.actor.optim.lr=0", "actor_rollout_ref.actor.optim.lr must be a number > 0, got 0"),
+    ("actor_rollout_ref.actor.optim.lr=fast", "actor_rollout_ref.actor.optim.lr must be a number > 0, got 'fast'"),
+    ("data.max_response_length=-8", "data.max_response_length must be an integer >= 1, got -8"),
+])
+def test_numeric_keys_are_checked_by_type_and_range(override, message):
+    from recipe.gcpo.main_gcpo import validate
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        validate(compose_gcpo(VALID + [override]))
+    validate(compose_gcpo(VALID + ["trainer.total_training_steps=null", "actor_rollout_ref.actor.optim.lr=3e-6"]))
+
+
+def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
+    """On a machine that can start the run (here: the CPU smoke's platform), a data file that is not there stops it
+    before Ray starts; it used to end in a FileNotFoundError traceback from inside a Ray actor after a minute."""
+    train = tmp_path / "train.parquet"
+    train.write_text("x")
+    absent = tmp_path / "val_absent.parquet"
+    overrides = [VALID[0], f"data.train_files={train}", f"data.val_files={absent}", *VALID[3:],
+                 "trainer.n_gpus_per_node=1", "trainer.device=cpu", f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    proc = _entry_point(*overrides, cwd=tmp_path, dry_run=False, VERL_PLATFORM="cpu",
+                        VERL_USE_EXTERNAL_MODULES="recipe.gcpo.cpu_platform", RAY_TMPDIR=str(tmp_path))
+    _assert_one_line_error(proc, f"error: {absent} does not exist (data.train_files / data.val_files): write it with "
+                                 "scripts/prepare_data.py, or point the key at your file")
+    assert "ray init kwargs" not in proc.stdout
