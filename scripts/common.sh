@@ -111,8 +111,9 @@ if [[ -z "${LOGGER:-}" ]]; then
 fi
 
 # The model must be a local folder when the hub is off (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE): a hub id would
-# fail in every FSDP, vLLM and reward worker of every node, minutes into start-up. A dry run only warns, since it
-# loads no model. Checks the path that will be used: the last actor_rollout_ref.model.path= override, or MODEL_PATH.
+# fail in every FSDP, vLLM and reward worker of every node, minutes into start-up; and a path on this machine
+# (/..., ./..., ~/...) must exist, hub or not. A dry run only warns, since it loads no model. Checks the path that
+# will be used: the last actor_rollout_ref.model.path= override, or MODEL_PATH.
 gcpo_check_model_path() {
   local path="${MODEL_PATH}" arg offline=""
   for arg in "$@"; do
@@ -121,11 +122,21 @@ gcpo_check_model_path() {
   for arg in "${HF_HUB_OFFLINE:-}" "${TRANSFORMERS_OFFLINE:-}"; do
     if [[ "${arg^^}" =~ ^(1|ON|YES|TRUE)$ ]]; then offline=1; fi
   done
-  if [[ -n "${offline}" && ! -d "${path}" ]]; then
+  local message=""
+  if [[ "${path}" =~ ^(/|\./|\.\./|~) ]]; then
+    # a path on this machine (a hub id is owner/name): it must be a folder, hub or not
+    if [[ ! -d "${path/#\~/${HOME}}" ]]; then
+      message="MODEL_PATH=${path} is not a folder on this machine: set MODEL_PATH to the folder of a downloaded"
+      message+=" model (python scripts/prepare_model.py <hub id> ${path} downloads one there)"
+    fi
+  elif [[ -n "${offline}" && ! -d "${path}" ]]; then
+    message="MODEL_PATH=${path} is not a local folder, and the hub is off (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE):"
+    message+=" download it once to shared storage (python scripts/prepare_model.py ${path}"
+    message+=" /shared/models/$(basename "${path}")) and set MODEL_PATH to that folder"
+  fi
+  if [[ -n "${message}" ]]; then
     if [[ "${DRY_RUN}" == "1" ]]; then echo -n "# warning (a run stops here): " >&2; fi
-    echo "MODEL_PATH=${path} is not a local folder, and the hub is off" \
-      "(HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download it once to shared storage (python scripts/prepare_model.py" \
-      "${path} /shared/models/$(basename "${path}")) and set MODEL_PATH to that folder" >&2
+    echo "${message}" >&2
     if [[ "${DRY_RUN}" != "1" ]]; then return 1; fi
   fi
 }

@@ -142,3 +142,14 @@ def test_a_dry_run_offline_with_a_hub_id_warns_and_still_composes(launch):
     proc = launch("--dry-run", HF_HUB_OFFLINE="1")
     assert proc.returncode == 0 and "GCPO_DRY_RUN=1" in proc.stdout
     assert "# warning (a run stops here): MODEL_PATH=Qwen/Qwen3-4B-Base is not a local folder" in proc.stderr
+
+
+def test_a_local_path_that_is_not_a_folder_is_refused_hub_or_not_with_advice_that_fits(launch, tmp_path):
+    absent = tmp_path / "models" / "Qwen3-4B-Base"
+    proc = launch(MODEL_PATH=str(absent))  # the hub is reachable, but this is no hub id
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"MODEL_PATH={absent} is not a folder on this machine" in proc.stderr
+    assert f"python scripts/prepare_model.py <hub id> {absent} downloads one there" in proc.stderr
+    assert "/shared/models/" not in proc.stderr  # the hub-id advice does not fit a path
+    proc = launch("--dry-run", MODEL_PATH="./no-such-model")
+    assert proc.returncode == 0 and "# warning (a run stops here): MODEL_PATH=./no-such-model is not a folder" in proc.stderr
