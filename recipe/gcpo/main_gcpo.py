@@ -13,7 +13,7 @@ that this machine can start the run. A bad override or value stops it with one l
 (``HYDRA_FULL_ERROR=1`` adds the traceback between two copies of that line). With ``GCPO_DRY_RUN=1`` it stops
 after validation and prints the composed config (what the launchers' ``--dry-run`` does), in a temporary Hydra
 run directory that is removed on exit; a training run keeps Hydra's run directory beside its checkpoints
-(``hydra.run.dir`` in the config).
+(``hydra.run.dir`` in the config), made only once every check has passed: a refused run writes nothing.
 """
 
 from __future__ import annotations
@@ -264,37 +264,27 @@ def describe_override_error(error: BaseException) -> str:
     return f"{key} is not a key of the config (a new key is added with a leading +: +{key}=...)"
 
 
-def check_overrides(overrides: list[str]) -> None:
+def check_overrides(overrides: list[str]) -> DictConfig:
     """Compose the config once with Hydra's compose API, so that an override Hydra cannot apply fails as one line
-    (Hydra's own report spans several lines and names no alternative)."""
+    (Hydra's own report spans several lines and names no alternative); returns the composed config."""
     from hydra import compose, initialize_config_dir
 
     try:
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-            compose(config_name=CONFIG_NAME, overrides=overrides)
+            return compose(config_name=CONFIG_NAME, overrides=overrides)
     except Exception as error:  # every composition failure comes from the overrides given
         fail(describe_override_error(error), error)
 
 
-def dry_run_requested() -> bool:
-    return os.environ.get("GCPO_DRY_RUN", "0") == "1"
-
-
-@hydra.main(config_path="config", config_name=CONFIG_NAME, version_base=None)
-def main(config) -> None:
+def accept_run(config) -> None:
+    """Every check a run must pass before anything is started or written: the config's, this machine's, the data
+    files'. Stops with one line (exit 2) at the first that fails."""
     auto_set_device(config)
     try:
         validate(config)
     except Exception as error:  # the checks only read the config: whatever they raise is the config's
         fail(one_line(error), error)
     if dry_run_requested():
-        # which copy of the recipe runs: an installed one and a checkout on the path can differ
-        print(f"# entry point: {Path(__file__).resolve()}")
-        print(DRY_RUN_MARKER)
-        print(OmegaConf.to_yaml(config, resolve=True))
-        for path in missing_data_files(config):
-            print(f"# warning: {path} does not exist here (scripts/prepare_data.py writes it)")
-        print("# GCPO dry run: the config composes and validates; nothing was started.")
         return
     problem = accelerator_problem(config)
     if problem is not None:
@@ -304,6 +294,30 @@ def main(config) -> None:
         fail(f"{missing[0]} does not exist (data.train_files / data.val_files): write it with "
              "scripts/prepare_data.py, or point the key at your file"
              + (f" ({len(missing) - 1} more missing)" if len(missing) > 1 else ""))
+
+
+def dry_run_requested() -> bool:
+    return os.environ.get("GCPO_DRY_RUN", "0") == "1"
+
+
+_accepted = False  # set by cli() once the composed config passed accept_run, before Hydra made its run directory
+
+
+@hydra.main(config_path="config", config_name=CONFIG_NAME, version_base=None)
+def main(config) -> None:
+    if _accepted:
+        auto_set_device(config)
+    else:
+        accept_run(config)
+    if dry_run_requested():
+        # which copy of the recipe runs: an installed one and a checkout on the path can differ
+        print(f"# entry point: {Path(__file__).resolve()}")
+        print(DRY_RUN_MARKER)
+        print(OmegaConf.to_yaml(config, resolve=True))
+        for path in missing_data_files(config):
+            print(f"# warning: {path} does not exist here (scripts/prepare_data.py writes it)")
+        print("# GCPO dry run: the config composes and validates; nothing was started.")
+        return
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(GCPOTaskRunner))
 
 
@@ -311,8 +325,13 @@ def cli() -> None:
     """``python -m recipe.gcpo.main_gcpo``: Hydra's command line, with one-line errors for bad overrides and
     dry runs in a temporary Hydra run directory."""
     overrides = sys.argv[1:]
+    global _accepted
     if not any(arg.startswith("-") for arg in overrides):  # Hydra's own flags (--cfg, -m, ...): Hydra reports
-        check_overrides(overrides)
+        config = check_overrides(overrides)
+        if not dry_run_requested():
+            # before Hydra makes its run directory beside the checkpoints: a refused run writes nothing
+            accept_run(config)
+            _accepted = True
     if dry_run_requested() and not any(arg.startswith("hydra.run.dir=") for arg in overrides):
         with tempfile.TemporaryDirectory(prefix="gcpo-dry-run-") as run_dir:
             sys.argv.append(f"hydra.run.dir={run_dir}")

@@ -236,3 +236,15 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
     _assert_one_line_error(proc, f"error: {absent} does not exist (data.train_files / data.val_files): write it with "
                                  "scripts/prepare_data.py, or point the key at your file")
     assert "ray init kwargs" not in proc.stdout
+
+
+@pytest.mark.parametrize("extra, reason", [
+    ([], "no GPU found on this machine"),
+    (["data.train_batch_size=0"], "data.train_batch_size must be an integer >= 1, got 0"),
+])
+def test_a_refused_run_writes_nothing(tmp_path, extra, reason):
+    """Hydra's run directory (checkpoints/<project>/<experiment>/hydra/...) is made only for an accepted run."""
+    proc = _entry_point(*VALID, *extra, cwd=tmp_path, dry_run=False, CUDA_VISIBLE_DEVICES="",
+                        RAY_TMPDIR=str(tmp_path / "ray"))
+    assert proc.returncode == 2 and reason in proc.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name != "ray"] == []
