@@ -56,7 +56,7 @@ def test_a_non_editable_install_runs_the_entry_point_from_another_directory(tmp_
         capture_output=True, text=True, env=env, cwd=elsewhere)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"# entry point: {(site / 'recipe' / 'gcpo' / 'main_gcpo.py').resolve()}" in proc.stdout.splitlines()
-    assert "# GCPO dry run: the config composes and validates; nothing was started." in proc.stdout
+    assert "# dry run (adv_estimator=gcpo): the config composes and validates; nothing was started." in proc.stdout
     assert list(elsewhere.iterdir()) == []
     # the reward function verl loads by name (pkg://recipe.gcpo.reward) and the bundled encoder's data resolve too
     probe = subprocess.run(

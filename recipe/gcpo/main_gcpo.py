@@ -49,7 +49,8 @@ from recipe.gcpo.settings import (
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
 CONFIG_NAME = "gcpo_trainer"
-DRY_RUN_MARKER = "# composed config (GCPO dry run)"
+DRY_RUN_MARKER = "# composed config (dry run)"
+DRY_RUN_DONE = "# dry run ({estimator}): the config composes and validates; nothing was started."
 # exit status of a run stopped by its config or by this machine (Hydra's own is 1)
 CONFIG_ERROR_EXIT = 2
 
@@ -316,7 +317,7 @@ def main(config) -> None:
         print(OmegaConf.to_yaml(config, resolve=True))
         for path in missing_data_files(config):
             print(f"# warning: {path} does not exist here (scripts/prepare_data.py writes it)")
-        print("# GCPO dry run: the config composes and validates; nothing was started.")
+        print(DRY_RUN_DONE.format(estimator=f"adv_estimator={config.algorithm.adv_estimator}"))
         return
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(GCPOTaskRunner))
 

@@ -48,7 +48,7 @@ def _run(script, *args, env=None, path_prefix=None, cwd=None):
 
 def _composed(proc):
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return yaml.safe_load(proc.stdout.split(DRY_RUN_MARKER, 1)[1].rsplit("# GCPO dry run", 1)[0])
+    return yaml.safe_load(proc.stdout.split(DRY_RUN_MARKER, 1)[1].rsplit("# dry run (", 1)[0])
 
 
 @pytest.mark.parametrize("script", sorted(LAUNCHERS))

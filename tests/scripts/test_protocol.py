@@ -141,7 +141,7 @@ def _diff(a, b):
 def _dry_run_output(proc):
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
-    return _flat(yaml.safe_load(out.split(DRY_RUN_MARKER, 1)[1].rsplit("# GCPO dry run", 1)[0]))
+    return _flat(yaml.safe_load(out.split(DRY_RUN_MARKER, 1)[1].rsplit("# dry run (", 1)[0]))
 
 
 @pytest.fixture(scope="module")

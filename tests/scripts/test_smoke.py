@@ -34,7 +34,7 @@ def _run(*args, env=None, script=SCRIPT):
 def _configs(stdout):
     """The composed configs a dry run printed, in order."""
     parts = stdout.split(DRY_RUN_MARKER)[1:]
-    return [yaml.safe_load(part.split("# GCPO dry run", 1)[0]) for part in parts]
+    return [yaml.safe_load(part.split("# dry run (", 1)[0]) for part in parts]
 
 
 @pytest.fixture(scope="module")

@@ -248,3 +248,10 @@ def test_a_refused_run_writes_nothing(tmp_path, extra, reason):
                         RAY_TMPDIR=str(tmp_path / "ray"))
     assert proc.returncode == 2 and reason in proc.stderr
     assert [p.name for p in tmp_path.iterdir() if p.name != "ray"] == []
+
+
+def test_a_baselines_dry_run_names_its_estimator_not_gcpo(tmp_path):
+    proc = _entry_point(*VALID, "algorithm.adv_estimator=grpo", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "# dry run (adv_estimator=grpo): the config composes and validates; nothing was started." in proc.stdout
+    assert "GCPO" not in proc.stdout.split("# composed config", 1)[0] + proc.stdout.rsplit("\n", 3)[-2]
