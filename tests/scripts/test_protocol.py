@@ -304,3 +304,14 @@ def test_protocol_docs_table_is_what_the_protocols_compose(stub_python):
             value, cell = expected
             assert rows[label][column].startswith(cell), (label, column, rows[label][column])
             assert config[key] == value, (label, column)
+
+
+def test_the_formula_table_names_tests_that_exist():
+    """docs/protocol.md's "Every arm, formula by formula": each test it names is a test of this repository."""
+    section = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8").split("## Every arm, formula by formula")[1]
+    section = section.split("\n## ", 1)[0]
+    references = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", section)
+    assert len(references) >= 10
+    for path, name in references:
+        text = (ROOT / path).read_text(encoding="utf-8")
+        assert not name or f"def {name}(" in text, f"{path}::{name}"
