@@ -41,7 +41,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="accuracy, pass@k and diversity of sampled solutions",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("generations", nargs="*", metavar="GENERATIONS.jsonl", help="a run each (named by file)")
-    parser.add_argument("--run", action="append", default=[], metavar="NAME=GENERATIONS.jsonl")
+    parser.add_argument("--run", action="append", default=[], metavar="NAME=GENERATIONS.jsonl",
+                        help="a run under a name of your choice (repeatable)")
     parser.add_argument("--benchmark", action="append", default=[], metavar="FILE",
                         help="gold answers (and prompts for --generate): prepared verl parquet or JSONL")
     parser.add_argument("--out-dir", type=Path, default=Path("eval_results"),

@@ -88,3 +88,11 @@ def test_the_flags_choices_and_defaults_are_the_engines():
     with pytest.raises(ValueError):
         CreditConfig(max_group_size=common.MAX_GROUP_SIZE_LIMIT + 1)
     CreditConfig(max_group_size=common.MAX_GROUP_SIZE_LIMIT)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_option_has_help(command):
+    parser = _subparsers()[command]
+    bare = [a.option_strings or [a.dest] for a in parser._actions
+            if not isinstance(a, argparse._HelpAction) and not a.help]
+    assert not bare, f"gcpo {command}: options without help: {bare}"
