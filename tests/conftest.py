@@ -1,4 +1,6 @@
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -7,6 +9,17 @@ from hypothesis import HealthCheck, settings
 # The encoder and every model in the tests are local: never reach a hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Everything the tests and what they start write to the temporary folder (Ray's session folders, verl's checkpoint
+# locks, vLLM's and TransferQueue's sockets, pytest's own tmp_path) goes into one folder of this session, removed
+# when the session ends: the machine's temporary folder is left as it was. Short, for Ray's socket paths.
+SESSION_TMP = tempfile.mkdtemp(prefix="gcpo-tests-", dir="/tmp" if os.path.isdir("/tmp") else None)
+os.environ["TMPDIR"] = os.environ["RAY_TMPDIR"] = SESSION_TMP
+tempfile.tempdir = SESSION_TMP
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
 settings.register_profile(
     "ci", derandomize=True, deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow]

@@ -1,5 +1,6 @@
 """The README's set-up commands are the ones CI runs (.ci/run), and the torch they name is the pinned one."""
 
+import os
 import re
 from pathlib import Path
 
@@ -57,3 +58,14 @@ def test_the_readmes_python_example_runs_as_written():
     assert result.shapley.shape == (4,) and result.shapley[3] == 0  # the wrong rollout gets no credit
     assert abs(float(result.shapley[0] - result.shapley[2])) < 1e-9  # identical texts, identical credit
     assert "gcpo/team_value/mean" in result.metrics()
+
+
+def test_the_tests_write_their_temporary_files_into_a_folder_of_their_own(tmp_path):
+    """Ray's session folders, verl's ckpt_*.lock files and the like land in the session's folder (removed at the end),
+    not in the machine's temporary folder."""
+    import tempfile
+
+    from tests.conftest import SESSION_TMP
+
+    assert os.environ["TMPDIR"] == os.environ["RAY_TMPDIR"] == tempfile.gettempdir() == SESSION_TMP
+    assert str(tmp_path).startswith(SESSION_TMP)
