@@ -46,10 +46,11 @@ export PYTHON="${GCPO_CPU_VENV}/bin/python"
 # the launchers run `python3`: the environment's
 export PATH="${GCPO_CPU_VENV}/bin:${PATH}"
 
-mkdir -p "${SMOKE_DIR}"
-exec 9> "${SMOKE_DIR}.lock"
+# one per machine, whatever its SMOKE_DIR
+lock="${TMPDIR:-/tmp}/gcpo-smoke-cpu.lock"
+exec 9> "${lock}"
 if ! flock -n 9; then
-  echo "smoke: another CPU smoke holds ${SMOKE_DIR}.lock; waiting for it (two do not fit in memory)" >&2
+  echo "smoke: another CPU smoke holds ${lock}; waiting for it (two do not fit in memory)" >&2
   flock 9
 fi
 

@@ -311,3 +311,28 @@ def test_bad_fault_and_launcher_arguments_are_refused(stub, args, message):
 def test_the_body_needs_a_device(stub):
     proc, calls, _ = stub(script_path=BODY)
     assert proc.returncode == 2 and "--device must be gpu or cpu" in proc.stderr and not calls
+
+
+def test_the_cpu_smoke_waits_for_another_one_on_the_machine(tmp_path):
+    """Two CPU smokes do not fit in memory: the second waits for the first's lock, whatever their SMOKE_DIRs."""
+    import fcntl
+    import hashlib
+    import time
+
+    venv = tmp_path / "cpu-env"
+    (venv / "bin").mkdir(parents=True)
+    digest = hashlib.sha256((ROOT / "scripts/cpu_env/lock.txt").read_bytes()
+                            + (ROOT / "scripts/setup_cpu_env.sh").read_bytes()).hexdigest()
+    (venv / ".gcpo-cpu-env").write_text(digest + "\n")  # built from the current pins: reused, nothing installed
+    env = {"PATH": os.environ["PATH"], "GCPO_CPU_VENV": str(venv), "TMPDIR": str(tmp_path),
+           "SMOKE_DIR": str(tmp_path / "elsewhere")}
+    with open(tmp_path / "gcpo-smoke-cpu.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "smoke_cpu.sh"), "--frobnicate"], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        assert proc.poll() is None  # waiting
+        fcntl.flock(held, fcntl.LOCK_UN)
+    _, err = proc.communicate(timeout=60)
+    assert "another CPU smoke holds" in err and "waiting for it" in err
+    assert proc.returncode == 2 and "unknown option --frobnicate" in err  # then on to the smoke itself
