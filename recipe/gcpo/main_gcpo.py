@@ -27,8 +27,24 @@ from pathlib import Path
 from pprint import pprint
 from typing import NoReturn
 
+import logging
+
 import hydra
 import ray
+
+
+class _NoPlatformFallbackWarning(logging.Filter):
+    """Drops verl's "No supported accelerator detected ... Falling back to 'nvidia'" (and its follow-up) in this
+    process: on a machine without GPUs the start-up check says so in one line of its own, and a dry run needs none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("No supported accelerator detected")
+                    or "is registered but not available" in message)
+
+
+# before verl is imported: verl looks for its platform once per process, possibly while being imported
+logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_NoPlatformFallbackWarning())
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -197,8 +213,9 @@ def accelerator_problem(config) -> str | None:
 
         # ray.init's own rule (RAY_ADDRESS, ray_init.address, a cluster `ray start`ed on this machine): None means
         # that run_ppo's ray.init() starts a new Ray on this machine with this machine's GPUs only
-        if canonicalize_bootstrap_address(ray_init.get("address"), ray_init.get("_temp_dir")) is not None:
-            return None
+        address = canonicalize_bootstrap_address(ray_init.get("address"), ray_init.get("_temp_dir"))
+        if address is not None:
+            return cluster_problem(address)
     except Exception:  # a private API of Ray: if it moves, leave the check to verl
         return None
     device, nnodes, per_node = config.trainer.device, config.trainer.nnodes, config.trainer.n_gpus_per_node
@@ -214,6 +231,21 @@ def accelerator_problem(config) -> str | None:
         return (f"trainer.n_gpus_per_node={per_node}, but this machine has {visible} visible {device} device(s): set "
                 f"trainer.n_gpus_per_node={visible} (GPUS_PER_NODE in the launchers)")
     return None
+
+
+def cluster_problem(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why the Ray cluster at ``address`` (host:port of its GCS) cannot be joined: nothing answers there (ray.init
+    would retry for minutes). None when something accepts the connection."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return None
+    except (OSError, ValueError) as error:
+        return (f"no Ray cluster answers at {address} (RAY_ADDRESS or ray_kwargs.ray_init.address; {error}): start "
+                "it (`ray start --head` on the head node; docker/slurm_gcpo.sbatch does it) or unset RAY_ADDRESS to "
+                "train on this machine's GPUs")
 
 
 def one_line(error: BaseException) -> str:
@@ -325,6 +357,14 @@ def main(config) -> None:
 def cli() -> None:
     """``python -m recipe.gcpo.main_gcpo``: Hydra's command line, with one-line errors for bad overrides and
     dry runs in a temporary Hydra run directory."""
+    try:
+        _cli()
+    except KeyboardInterrupt:
+        print("error: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+
+
+def _cli() -> None:
     overrides = sys.argv[1:]
     global _accepted
     if not any(arg.startswith("-") for arg in overrides):  # Hydra's own flags (--cfg, -m, ...): Hydra reports

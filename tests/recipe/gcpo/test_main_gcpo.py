@@ -89,6 +89,7 @@ def test_a_machine_without_gpus_stops_before_ray_with_one_line(tmp_path):
         "training needs GPUs. To check a config on a machine without GPUs, use the dry run (--dry-run / "
         "GCPO_DRY_RUN=1): it composes and validates the config and starts nothing."))
     assert "ray init kwargs" not in proc.stdout  # what verl prints as it starts Ray
+    assert "No supported accelerator detected" not in proc.stderr  # verl's warning, before the one line
 
 
 @pytest.mark.parametrize("override, shown", [("trainer.nnodes=abc", "'abc'"), ("trainer.n_gpus_per_node=0", "0"),
@@ -255,3 +256,30 @@ def test_a_baselines_dry_run_names_its_estimator_not_gcpo(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "# dry run (adv_estimator=grpo): the config composes and validates; nothing was started." in proc.stdout
     assert "GCPO" not in proc.stdout.split("# composed config", 1)[0] + proc.stdout.rsplit("\n", 3)[-2]
+
+
+def test_a_ray_address_where_nothing_answers_stops_the_run_in_seconds(tmp_path):
+    import socket
+    import time
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.monotonic()
+    proc = _entry_point(*VALID, cwd=tmp_path, dry_run=False, RAY_ADDRESS=f"127.0.0.1:{port}")
+    assert time.monotonic() - start < 60  # ray.init would retry for minutes
+    assert proc.returncode == 2 and "error: no Ray cluster answers at " in proc.stderr  # Ray names the node's IP
+    assert f":{port} (RAY_ADDRESS or ray_kwargs.ray_init.address" in proc.stderr
+    assert "unset RAY_ADDRESS" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
+    from recipe.gcpo import main_gcpo
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(main_gcpo, "_cli", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        main_gcpo.cli()
+    assert stop.value.code == 130 and capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
