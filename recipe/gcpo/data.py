@@ -94,6 +94,25 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def hub_problem(timeout_s: float = 5.0) -> Optional[str]:
+    """Why the Hugging Face hub cannot be reached from here, found in seconds (the datasets library retries for
+    minutes); None when it answers."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE") or \
+            os.environ.get("HF_DATASETS_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+        return "the hub is off (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE); use --local-dir with local copies"
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as error:
+        return f"the hub ({host}) does not answer from this machine ({error}); use --local-dir with local copies"
+
+
 def load_source(spec: DatasetSpec, local_dir: Optional[Path], download: bool) -> tuple[list[dict], str]:
     """The set's raw rows: a local file when one of ``spec.local_files`` is in ``local_dir``, else the hub."""
     if local_dir is not None:
@@ -107,6 +126,9 @@ def load_source(spec: DatasetSpec, local_dir: Optional[Path], download: bool) ->
             f"{spec.name}: none of {list(spec.local_files)} found{where}; pass --local-dir with one of them, "
             f"or --download to fetch {spec.hub_id} from the Hugging Face hub"
         )
+    problem = hub_problem()
+    if problem is not None:
+        raise RuntimeError(f"{spec.name}: cannot download {spec.hub_id}: {problem}")
     try:
         from datasets import load_dataset
 

@@ -126,3 +126,23 @@ def test_reference_solutions_are_kept_and_math_answers_come_from_the_last_box(sh
         assert row.extra_info["solution"] == source["solution"].strip()
         assert compute_score("math", f"Answer: {row.reward_model['ground_truth']}", row.reward_model["ground_truth"])["acc"] == 1.0
     assert frame.reward_model.iloc[0]["ground_truth"] == "\\left( 3, \\frac{\\pi}{2} \\right)"
+
+
+def test_download_with_no_hub_in_reach_fails_in_seconds_with_one_reason(tmp_path):
+    """The datasets library would retry for minutes; a hub that is off, or a host nothing answers at, is said at once."""
+    import os
+    import socket
+    import time
+
+    with socket.socket() as sock:  # a local port nothing listens on stands for an unreachable hub
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for env, reason in (({"HF_HUB_OFFLINE": "1"}, "the hub is off"),
+                        ({"HF_ENDPOINT": f"http://127.0.0.1:{port}"}, "the hub (127.0.0.1) does not answer")):
+        full = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "scripts/prepare_data.py", "--download", "--out-dir", str(tmp_path),
+                               "--datasets", "aime24"], capture_output=True, text=True, env={**full, **env})
+        assert time.monotonic() - start < 60
+        assert proc.returncode == 1 and f"aime24: cannot download Maxwell-Jia/AIME_2024: {reason}" in proc.stderr
+        assert "use --local-dir" in proc.stderr and "Traceback" not in proc.stderr
