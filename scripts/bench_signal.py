@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,9 @@ from gcpo_core.credit import compute_credit
 from gcpo_core.encoder import EncoderConfig, RolloutEncoder
 
 ROOT = Path(__file__).resolve().parents[1]
+# the real model responses live outside the repository (third-party data): where, and how to get them
+DEFAULT_DATA = Path(os.environ.get("GCPO_SHARED_DATA") or ROOT.parent / "shared" / "data")
+SHARED_DATA_HOW = ("the shared data folder (../shared/data beside the checkout, or --data-dir / GCPO_SHARED_DATA): JSONL copies of public files; rollout_groups.jsonl is openai/grade-school-math's grade_school_math/data/example_model_solutions.jsonl regrouped, the others are named with their sources in that folder's README.md")
 TARGET_DELTA = 0.02
 FLIP_SIZE = 0.01
 
@@ -50,7 +54,7 @@ def load_groups(data_dir: Path, limit: int | None, with_reference: bool
     reference solution as one more correct rollout."""
     path = data_dir / "rollout_groups.jsonl"
     if not path.is_file():
-        raise SystemExit(f"bench_signal: {path} not found (the shared data lives in ../shared/data)")
+        raise SystemExit(f"bench_signal: {path} not found: it is in {SHARED_DATA_HOW}")
     texts, rewards, groups, reference = [], [], [], []
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle):
@@ -169,7 +173,7 @@ def report(title: str, embedded: dict, rewards: list[float], groups: list[str], 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="the shared data folder (default %(default)s)")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--groups", type=int, default=None, help="only the first N problems")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections import Counter, defaultdict
@@ -36,7 +37,8 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data"
+DEFAULT_DATA = Path(os.environ.get("GCPO_SHARED_DATA") or ROOT.parent / "shared" / "data")
+SHARED_DATA_HOW = ("the shared data folder (../shared/data beside the checkout, or --data-dir / GCPO_SHARED_DATA): JSONL copies of public files; rollout_groups.jsonl is openai/grade-school-math's grade_school_math/data/example_model_solutions.jsonl regrouped, the others are named with their sources in that folder's README.md")
 GOLD_FILES = ("math500", "aime24", "aime25", "amc23", "gsm8k_test", "dapo_math_sample", "rollout_groups")
 SOLUTION_FILES = ("math500", "aime24", "gsm8k_test")  # reference solutions that state their final answer
 
@@ -344,14 +346,14 @@ def report(cases: list[Case], ours: list[bool], references: list[tuple[bool, boo
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="the shared data folder (default %(default)s)")
     parser.add_argument("--examples", type=int, default=2, help="disagreeing cases to print per class")
     parser.add_argument("--limit", type=int, default=None,
                         help="use only the first N distinct gold answers and N rows of each file of responses")
     parser.add_argument("--processes", type=int, default=2, help="processes for the reference graders")
     args = parser.parse_args(argv)
     if not args.data_dir.is_dir():
-        parser.error(f"no data folder at {args.data_dir}")
+        parser.error(f"no data folder at {args.data_dir}: the cases come from {SHARED_DATA_HOW}")
     golds = distinct_golds(args.data_dir)[: args.limit]
     cases = list(rendering_cases(golds))
     cases += list(real_cases(args.data_dir, args.limit))

@@ -1,8 +1,11 @@
 """The benchmark scripts run end to end on a tiny batch (their numbers are for docs/benchmarks.md, not tests)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,3 +56,12 @@ def test_the_length_distribution_benchmark_compares_actors_with_one_process():
     rows = [line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert rows[-3].startswith("in this process") and rows[-2:] == ["1 actor(s)", "2 actor(s)"]
     assert "Same advantages as in this process" in proc.stdout
+
+
+@pytest.mark.parametrize("script", ["bench_signal.py", "compare_verifiers.py"])
+def test_scripts_on_the_shared_data_say_where_to_get_it(script, tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--data-dir", str(tmp_path / "absent")],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "GCPO_SHARED_DATA" in proc.stderr and "openai/grade-school-math" in proc.stderr
