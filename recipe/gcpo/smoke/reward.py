@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from recipe.gcpo.reward import text_fingerprint
+from recipe.gcpo.reward import FINGERPRINT_SCALE, text_fingerprint
 from recipe.gcpo.smoke.data import RATE_KEY
 
 DEFAULT_RATE = 0.5
@@ -40,6 +40,9 @@ def compute_score(
     wrong_score: float = -1.0,
     **kwargs: Any,
 ) -> dict[str, float]:
-    """verl custom reward function: DAPO's +1 / -1 (``score``) and ``acc`` 1 / 0, decided by the text's hash."""
-    correct = text_fingerprint(solution_str or "") < correct_rate(extra_info)
-    return {"score": float(correct_score if correct else wrong_score), "acc": 1.0 if correct else 0.0}
+    """verl custom reward function: DAPO's +1 / -1 (``score``), ``acc`` 1 / 0, decided by the text's hash, and the
+    math reward's ``gcpo_signal`` (so that GCPO's dynamic-sampling filter runs on the smoke reward too)."""
+    fingerprint = text_fingerprint(solution_str or "")
+    correct = fingerprint < correct_rate(extra_info)
+    return {"score": float(correct_score if correct else wrong_score), "acc": 1.0 if correct else 0.0,
+            "gcpo_signal": 1.0 + FINGERPRINT_SCALE * fingerprint if correct else 0.0}

@@ -38,3 +38,18 @@ def test_the_prompts_rate_makes_groups_all_wrong_mixed_or_all_correct():
 def test_a_bad_rate_is_a_clear_error(rate):
     with pytest.raises(ValueError, match="smoke_correct_rate must be a number in"):
         compute_score("x", "text", "1", extra_info={"smoke_correct_rate": rate})
+
+
+def test_the_smoke_reward_gives_gcpo_signal_as_the_math_reward_does():
+    """Constant within a group exactly when GCPO has no signal: 0 when wrong, 1 + a text fingerprint when correct."""
+    from recipe.gcpo.smoke.reward import compute_score
+
+    texts = [f"response {k}" for k in range(40)]
+    results = [compute_score("gcpo_smoke", t, "540", extra_info={"smoke_correct_rate": 0.5}) for t in texts]
+    for result in results:
+        assert (result["gcpo_signal"] == 0.0) == (result["acc"] == 0.0)
+        assert result["acc"] == 0.0 or 1.0 < result["gcpo_signal"] < 1.0 + 1e-6
+    correct = {r["gcpo_signal"] for r in results if r["acc"]}
+    assert len(correct) == sum(r["acc"] for r in results)  # different texts, different signals
+    again = compute_score("gcpo_smoke", texts[0], "540", extra_info={"smoke_correct_rate": 0.5})
+    assert again == results[0]
