@@ -336,7 +336,8 @@ train() {
   while IFS= read -r line; do args+=("${line}"); done \
     < <(trainer_args "${estimator}" "${run_dir}" "${total_steps}" "${ray_dir}")
   current_marker="gcpo-smoke-$$-${estimator}-${run}-${RANDOM}"
-  bounded_run "${estimator} run ${run} (to step ${total_steps})" "${run_dir}" "${run}" \
+  # the run's temporary files (vLLM's sockets, verl's checkpoint locks) go with its Ray folder
+  TMPDIR="${ray_dir}" bounded_run "${estimator} run ${run} (to step ${total_steps})" "${run_dir}" "${run}" \
     "${PYTHON}" -m recipe.gcpo.main_gcpo "${args[@]}" || rc=$?
   rm -rf "${ray_dir}"
   return "${rc}"
@@ -404,6 +405,7 @@ launcher_smoke() {
     "${PYTHON}" scripts/prepare_data.py --local-dir "${staged}" --out-dir "${data_dir}" --train-limit 30 \
       --datasets dapo_math_17k,math,aime24,amc23 || { rm -rf "${staged}"; return 1; }
     rm -rf "${staged}"
+    mkdir -p "${data_dir}"
     touch "${data_dir}/.complete"
   fi
   ray_dir="$(new_ray_dir)"
@@ -417,8 +419,15 @@ launcher_smoke() {
     "reward.num_workers=2"
   )
   if [[ "${launcher}" == *group_contrastive* ]]; then args+=("data.train_files=${data_dir}/train_math.parquet"); fi
+  if grep -q "filter_groups.enable=true" "scripts/${launcher}"; then
+    # a random policy never solves a real problem: on the math reward every group is all wrong, and dynamic
+    # sampling would drop and refill forever; the smoke reward (about half correct) gives it groups to keep
+    echo "smoke: ${launcher} samples dynamically: the smoke reward stands in for the math reward" >&2
+    args+=("reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward"
+           "reward.custom_reward_function.name=compute_score")
+  fi
   current_marker="gcpo-smoke-$$-launcher-${RANDOM}"
-  MODEL_PATH="${SMOKE_DIR}/model" DATA_DIR="${data_dir}" NNODES=1 GPUS_PER_NODE=1 TRAIN_BATCH_SIZE=3 \
+  TMPDIR="${ray_dir}" MODEL_PATH="${SMOKE_DIR}/model" DATA_DIR="${data_dir}" NNODES=1 GPUS_PER_NODE=1 TRAIN_BATCH_SIZE=3 \
     MINI_BATCH_SIZE=3 N_RESP=4 MAX_PROMPT_LENGTH=1024 MAX_RESPONSE_LENGTH=64 OVERLONG_BUFFER=16 VAL_N=1 \
     VAL_SETS="aime24 amc23" TOTAL_STEPS="${steps}" GPU_MEM_UTIL="${SMOKE_GPU_MEM_UTIL}" CKPT_DIR="${run_dir}/ckpt" \
     bounded_run "${launcher} (${steps} steps)" "${run_dir}" 1 \

@@ -117,9 +117,9 @@ def stub(tmp_path):
     script = tmp_path / "python"
     script.write_text(
         "#!/usr/bin/env bash\n"
-        "{ printf 'CALL'; printf ' %s' \"$@\"; printf ' | RAY=%s LOGGER=%s DRY=%s MARK=%s PLATFORM=%s\\n' "
+        "{ printf 'CALL'; printf ' %s' \"$@\"; printf ' | RAY=%s LOGGER=%s DRY=%s MARK=%s PLATFORM=%s TMP=%s\\n' "
         "\"${RAY_ADDRESS:-}\" \"${VERL_FILE_LOGGER_PATH:-}\" \"${GCPO_DRY_RUN:-}\" \"${GCPO_SMOKE_MARKER:-}\" "
-        "\"${VERL_PLATFORM:-}\"; } >> \"$STUB_LOG\"\n"
+        "\"${VERL_PLATFORM:-}\" \"${TMPDIR:-}\"; } >> \"$STUB_LOG\"\n"
         "if [[ \"$1\" == \"-c\" ]]; then [[ \"${STUB_FLASH:-0}\" == 1 ]]; exit $?; fi\n"
         "if [[ -n \"${STUB_FAIL:-}\" && \"$*\" == *\"${STUB_FAIL}\"* ]]; then echo 'boom' >&2; exit 3; fi\n"
         "if [[ -n \"${STUB_HANG:-}\" && \"$*\" == *\"${STUB_HANG}\"* ]]; then sleep 60; fi\n"
@@ -171,7 +171,7 @@ def test_two_runs_then_the_checks(stub):
     assert all(markers) and markers[0] != markers[1]
     reaps = [h for h in stub.helpers if " reap " in h]
     assert [r.split("--marker ")[1].split()[0] for r in reaps[:2]] == markers
-    assert first.endswith("PLATFORM=")  # a GPU smoke leaves verl's platform detection alone
+    assert "PLATFORM= " in first  # a GPU smoke leaves verl's platform detection alone
 
 
 def test_grpo_and_more_steps(stub):
@@ -275,6 +275,8 @@ def test_the_cpu_device_selects_the_cpu_platform_and_its_settings(stub):
         assert "param_dtype:fp32" in call and "actor_rollout_ref.rollout.dtype=float32" in call
     ray_dirs = [c.split("+ray_kwargs.ray_init._temp_dir=")[1].split()[0] for c in (first, resumed)]
     assert ray_dirs[0] != ray_dirs[1] and not any(Path(d).exists() for d in ray_dirs)  # its own, removed after
+    # the run's temporary files (vLLM's sockets, verl's locks) go with it
+    assert [c.split("TMP=")[1].split()[0] for c in (first, resumed)] == ray_dirs
     assert sum(" host-memory " in h for h in stub.helpers) == 2  # one memory sampler per run
     assert (smoke_dir / "gcpo" / "device.txt").is_file() or any(" describe-host" in c for c in calls)
 
@@ -336,3 +338,27 @@ def test_the_cpu_smoke_waits_for_another_one_on_the_machine(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert "another CPU smoke holds" in err and "waiting for it" in err
     assert proc.returncode == 2 and "unknown option --frobnicate" in err  # then on to the smoke itself
+
+
+@pytest.mark.parametrize("launcher, dynamic", [("run_qwen3_4b_gcpo.sh", False), ("run_qwen3_4b_dapo.sh", True),
+                                               ("run_qwen3_4b_gcpo_dynamic.sh", True)])
+def test_a_launcher_runs_its_own_config_small_with_the_devices_settings(stub, tmp_path, launcher, dynamic):
+    source = tmp_path / "data"
+    source.mkdir()
+    (source / "aime24.jsonl").write_text('{"problem": "p", "answer": "1"}\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python3").symlink_to(tmp_path / "python")  # the launchers run python3
+    (tmp_path / "smoke" / "model").mkdir(parents=True)  # what `build` writes (the stub writes nothing)
+    proc, calls, smoke_dir = stub("--device", "cpu", "--launcher", launcher, "trainer.seed=3", script_path=BODY,
+                                  SMOKE_DATA_SOURCE=str(source), PATH=f"{bin_dir}:{os.environ['PATH']}")
+    assert proc.returncode == 0, proc.stderr
+    (training,) = _trainings(calls)
+    assert "trainer.device=cpu" in training and "PLATFORM=cpu" in training
+    assert f"actor_rollout_ref.model.path={smoke_dir}/model" in training
+    assert "data.train_batch_size=3" in training and "actor_rollout_ref.rollout.n=4" in training
+    assert "trainer.total_training_steps=2" in training and training.split(" | ")[0].endswith("trainer.seed=3")
+    assert ("reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward" in training) == dynamic
+    assert "TMP=" + training.split("+ray_kwargs.ray_init._temp_dir=")[1].split()[0] in training
+    assert any(f"check-launcher --run-dir {smoke_dir}/launcher-{launcher[:-3]} --launcher {launcher} --steps 2" in c
+               for c in calls)
