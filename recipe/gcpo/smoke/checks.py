@@ -238,4 +238,12 @@ def check_fault(target: str, record: Mapping | None, first_run: Mapping[int, Map
     if target == "reward":
         scored = [s for s in logged if _is_finite_number(first_run[s].get("critic/score/mean"))]
         results.append(Check("scores after the restart", scored == later, f"steps with finite scores: {scored} of {later}"))
+    # every rollout of a later step made it into the batch: verl pads the rows of rollouts that failed, and the GCPO
+    # trainer counts them (gcpo/excluded_rows; not logged by other estimators, so not checked there)
+    lost = {s: first_run[s].get("gcpo/excluded_rows") for s in logged if "gcpo/excluded_rows" in first_run[s]}
+    if lost:
+        partial = {s: n for s, n in lost.items() if n}
+        results.append(Check(f"complete batches after the {target} fault", not partial,
+                             "; ".join(f"step {s}: {n:g} rollouts lost (padding rows)" for s, n in partial.items())
+                             if partial else f"steps {sorted(lost)}: no rollout lost"))
     return results

@@ -335,3 +335,12 @@ def test_compare_leaves_each_process_first_step_out_of_the_mean(tmp_path, monkey
     assert "| step 1 (warm-up) | 2.5 | 2 | 1.25 |" in out and "| step 3 (warm-up) | 4.5 | 9 | 0.5 |" in out
     assert "| mean of steps 2 | 3.5 | 2 | 1.75 |" in out
     assert "| generation | 0.5 | 0.5 | 1 |" in out  # where the time goes, steady-state steps only
+
+
+def test_a_fault_that_cost_rollouts_fails_even_when_the_run_went_on():
+    """verl 0.9.1 does not restart a killed reward worker: the rollouts sent to it fail and verl pads their rows."""
+    run = {s: step_metrics(s, **{"gcpo/excluded_rows": 0.0}) for s in (1, 2, 3)}
+    assert not failed(checks.check_fault("reward", fault_record("reward", after=2), run, 3, gcpo=True, log="x"))
+    run[3]["gcpo/excluded_rows"] = 13.0
+    (bad,) = failed(checks.check_fault("reward", fault_record("reward", after=2), run, 3, gcpo=True, log="x"))
+    assert bad.name == "complete batches after the reward fault" and "step 3: 13 rollouts lost" in bad.detail
