@@ -108,9 +108,12 @@ def check(args) -> int:
     results += checks.check_resume(runs[1], runs[2], run.checkpoints, saved_step=first, resumed_steps=args.resumed_steps)
     if gcpo:
         results += checks.check_credit_dumps(run.dumps, range(1, last + 1))
-    for target in args.fault or ():
-        results += checks.check_fault(target, _read_json(run.fault(target)), runs[1], first, gcpo=gcpo,
-                                      log=run.root / "log_run1.txt")
+    faults = {target: _read_json(run.fault(target)) for target in args.fault or ()}
+    for target, record in faults.items():
+        later = [int(other["after_step"]) for other in faults.values()
+                 if other is not None and record is not None and int(other["after_step"]) > int(record["after_step"])]
+        results += checks.check_fault(target, record, runs[1], first, gcpo=gcpo, log=run.root / "log_run1.txt",
+                                      next_fault_after=min(later) if later else None)
     # a run with an injected fault prints the killed actor's error; the other must end without a traceback
     for number in (1, 2) if not args.fault else (2,):
         if (run.root / f"log_run{number}.txt").is_file():

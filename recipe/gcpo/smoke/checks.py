@@ -218,10 +218,11 @@ def check_launcher_run(metrics_path: str | os.PathLike, log: str | os.PathLike, 
 
 
 def check_fault(target: str, record: Mapping | None, first_run: Mapping[int, Mapping[str, float]], last_step: int,
-                gcpo: bool, log: str | os.PathLike) -> list[Check]:
+                gcpo: bool, log: str | os.PathLike, next_fault_after: int | None = None) -> list[Check]:
     """After the injected fault (``record``, written by the fault injector), the run went on: something was
     killed, every later step of the first run was logged, with GCPO's credit (``credit``) or with scores
-    (``reward``)."""
+    (``reward``), and with all its rollouts up to the step a later fault may affect (``next_fault_after``: the
+    step after which another fault was injected)."""
     if record is None:
         return [Check(f"{target} fault injected", False, "no fault record: the step was never reached")]
     killed = record.get("killed", [])
@@ -237,10 +238,11 @@ def check_fault(target: str, record: Mapping | None, first_run: Mapping[int, Map
                              f"steps with GCPO's credit metrics: {credited} of {later}"))
     if target == "reward":
         scored = [s for s in logged if _is_finite_number(first_run[s].get("critic/score/mean"))]
-        results.append(Check("scores after the restart", scored == later, f"steps with finite scores: {scored} of {later}"))
+        results.append(Check("scores after the fault", scored == later, f"steps with finite scores: {scored} of {later}"))
     # every rollout of a later step made it into the batch: verl pads the rows of rollouts that failed, and the GCPO
     # trainer counts them (gcpo/excluded_rows; not logged by other estimators, so not checked there)
-    lost = {s: first_run[s].get("gcpo/excluded_rows") for s in logged if "gcpo/excluded_rows" in first_run[s]}
+    own = [s for s in logged if next_fault_after is None or s <= next_fault_after]
+    lost = {s: first_run[s].get("gcpo/excluded_rows") for s in own if "gcpo/excluded_rows" in first_run[s]}
     if lost:
         partial = {s: n for s, n in lost.items() if n}
         results.append(Check(f"complete batches after the {target} fault", not partial,

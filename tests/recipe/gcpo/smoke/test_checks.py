@@ -264,7 +264,7 @@ def test_a_fault_that_found_nothing_or_a_run_that_stopped_fails():
     (bad,) = failed(checks.check_fault("reward", fault_record("reward", killed=()), run, 2, gcpo=False, log="x"))
     assert bad.name == "reward fault injected"
     names = [r.name for r in failed(checks.check_fault("reward", fault_record("reward"), {1: run[1]}, 2, False, "x"))]
-    assert names == ["steps after the reward fault", "scores after the restart"]
+    assert names == ["steps after the reward fault", "scores after the fault"]
     (never,) = checks.check_fault("reward", None, run, 2, gcpo=False, log="x")
     assert not never.ok and "never reached" in never.detail
 
@@ -274,7 +274,7 @@ def test_a_reward_fault_needs_finite_scores_after_it():
     assert not failed(checks.check_fault("reward", fault_record("reward"), run, 2, gcpo=False, log="x"))
     run[2]["critic/score/mean"] = float("nan")
     assert [r.name for r in failed(checks.check_fault("reward", fault_record("reward"), run, 2, False, "x"))] == [
-        "scores after the restart"]
+        "scores after the fault"]
 
 
 def launcher_run(root, monkeypatch, steps=2, validation=(0, 2), log="done\n", gcpo=True):
@@ -344,3 +344,11 @@ def test_a_fault_that_cost_rollouts_fails_even_when_the_run_went_on():
     run[3]["gcpo/excluded_rows"] = 13.0
     (bad,) = failed(checks.check_fault("reward", fault_record("reward", after=2), run, 3, gcpo=True, log="x"))
     assert bad.name == "complete batches after the reward fault" and "step 3: 13 rollouts lost" in bad.detail
+
+
+def test_a_later_fault_is_not_blamed_on_an_earlier_one():
+    run = {s: step_metrics(s, **{"gcpo/excluded_rows": 0.0}) for s in (1, 2, 3)}
+    run[3]["gcpo/excluded_rows"] = 13.0  # lost to a reward fault after step 2
+    credit = checks.check_fault("credit", fault_record("credit", after=1), run, 3, gcpo=True, log="x",
+                                next_fault_after=2)
+    assert not failed(credit) and "steps [2]: no rollout lost" in credit[-1].detail
