@@ -60,6 +60,7 @@ from recipe.gcpo.settings import (
     validate_gcpo_config,
     validate_group_contrastive,
     validate_custom_reward_kwargs,
+    validate_filter_signal,
     validate_reward_kwargs,
 )
 
@@ -195,6 +196,7 @@ def validate(config) -> None:
     validate_group_contrastive(config)
     validate_reward_kwargs(config)
     validate_custom_reward_kwargs(config)
+    validate_filter_signal(config)
     check_numeric_keys(config)
     for key in ("nnodes", "n_gpus_per_node"):  # untyped in verl's config: verl multiplies them as they come
         value = config.trainer[key]

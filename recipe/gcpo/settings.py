@@ -157,6 +157,49 @@ def validate_gcpo_config(config: DictConfig) -> GCPOSettings | None:
     return settings
 
 
+def validate_filter_signal(config: DictConfig) -> None:
+    """Start-up check of DAPO's group filter on ``gcpo_signal``: the metric comes from the reward function (verl's
+    replay buffer reads it from each row's reward_extra_info), and a reward that does not report it stops the run
+    at its first step ("Finished groups are missing DAPO metric 'gcpo_signal'"). A reward function whose module
+    never names the key cannot report it.
+
+    Raises:
+        ValueError: filtering on ``gcpo_signal`` with a reward function that does not report it.
+    """
+    filter_groups = OmegaConf.select(config, "algorithm.filter_groups") or {}
+    if not filter_groups.get("enable", False) or filter_groups.get("metric") != GCPO_FILTER_METRIC:
+        return
+    function_config = OmegaConf.select(config, "reward.custom_reward_function") or {}
+    path, name = function_config.get("path"), function_config.get("name")
+    fix = (f"return it from the reward function (0 for a wrong response, 1 + a tiny fingerprint of the text for a "
+           f"correct one: recipe/gcpo/reward.py does), use the recipe's reward (reward.custom_reward_function.path="
+           f"pkg://recipe.gcpo.reward), or filter on acc (algorithm.filter_groups.metric=acc)")
+    if not path:
+        raise ValueError(f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} is read from the reward, but verl's "
+                         f"built-in reward does not report it: {fix}")
+    source = _reward_source(path)
+    if source is not None and GCPO_FILTER_METRIC not in source:
+        raise ValueError(f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} is read from the reward, but the reward "
+                         f"function {path}:{name} never reports {GCPO_FILTER_METRIC!r}: {fix}")
+
+
+def _reward_source(path: str) -> str | None:
+    """The text of a ``reward.custom_reward_function.path`` module (``pkg://a.b`` or a file); None when it cannot be
+    found here (it may exist only on the cluster: verl reports that)."""
+    import importlib.util
+
+    try:
+        if path.startswith("pkg://"):
+            spec = importlib.util.find_spec(path[len("pkg://"):])
+            origin = spec.origin if spec is not None else None
+        else:
+            origin = os.path.expanduser(path)
+        with open(origin, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, TypeError, ValueError, ImportError):
+        return None
+
+
 def needs_gcpo_trainer(found: str, estimator: str = GCPO_ESTIMATOR) -> str:
     return (
         f"algorithm.adv_estimator={estimator} needs the GCPO trainer, which embeds the responses and computes their "

@@ -209,3 +209,24 @@ def test_custom_reward_function_kwargs_the_function_reads_pass(tmp_path):
         validate_custom_reward_kwargs(compose_gcpo(base + ["reward.custom_reward_function.name=closed_score",
                                                            "+reward.custom_reward_function.reward_kwargs.scal=2"]))
 
+
+
+def test_filtering_on_gcpo_signal_needs_a_reward_that_reports_it(tmp_path):
+    from recipe.gcpo.main_gcpo import validate
+
+    base = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=gcpo_signal",
+            "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.use_dynamic_bsz=true",
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true"]
+    validate(compose_gcpo(base))  # the recipe's reward reports it
+    validate(compose_gcpo(base + ["reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward"]))
+    own = tmp_path / "my_reward.py"
+    own.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+                   "    return {'score': 1.0, 'acc': 1.0}\n")
+    with pytest.raises(ValueError, match=r"never reports 'gcpo_signal': return it from the reward function"):
+        validate(compose_gcpo(base + [f"reward.custom_reward_function.path={own}"]))
+    with pytest.raises(ValueError, match="verl's built-in reward does not report it"):
+        validate(compose_gcpo(base + ["reward.custom_reward_function.path=null"]))
+    # filtering on acc needs nothing of the reward's
+    validate(compose_gcpo([b.replace("gcpo_signal", "acc") for b in base]
+                          + ["algorithm.gcpo.filter_all_correct=true", f"reward.custom_reward_function.path={own}"]))
