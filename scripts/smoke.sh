@@ -31,7 +31,7 @@
 #   (python3), SMOKE_GPU_MEM_UTIL (0.15: vLLM's share of the GPU), SMOKE_N_RESP (8 rollouts per prompt),
 #   SMOKE_MAX_RESPONSE_LENGTH (64), SMOKE_ATTN (auto: flash_attention_2 with padding removal when flash-attn
 #   is installed, else sdpa without it; or flash_attention_2 | sdpa), SMOKE_RUN_TIMEOUT (seconds one trainer
-#   run may take before it is stopped: 1200), SMOKE_RAY_CPUS (cpu: logical CPUs of the run's Ray, 24),
+#   run may take before it is stopped: 900; a run takes about 300 on 2 cores), SMOKE_RAY_CPUS (cpu: logical CPUs of the run's Ray, 24),
 #   SMOKE_DATA_SOURCE (--launcher: the folder of local data copies, GCPO_SHARED_DATA or ../shared/data).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,7 +43,7 @@ cd "${ROOT}"
 : "${SMOKE_N_RESP:=8}"
 : "${SMOKE_MAX_RESPONSE_LENGTH:=64}"
 : "${SMOKE_ATTN:=auto}"
-: "${SMOKE_RUN_TIMEOUT:=1200}"
+: "${SMOKE_RUN_TIMEOUT:=900}"
 : "${SMOKE_RAY_CPUS:=24}"
 # the smoke data holds three prompts (correct rates 0, 0.5, 1): one batch is all of them
 PROMPTS_PER_STEP=3

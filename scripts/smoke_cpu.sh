@@ -15,7 +15,7 @@
 # The first call builds the smoke's own environment (scripts/setup_cpu_env.sh: verl 0.9.1, the CPU build of vLLM
 # 0.24.0 and torch 2.11.0, about 7.3 GB, in GCPO_CPU_VENV, default .venv-cpu) and says where; later calls reuse
 # it. One CPU smoke at a time (two do not fit in 24 GiB): a second one waits for the first.
-# Environment: GCPO_CPU_VENV, SMOKE_DIR (${TMPDIR:-/tmp}/gcpo-smoke-cpu), SMOKE_RUN_TIMEOUT (1200 s a run) and
+# Environment: GCPO_CPU_VENV, SMOKE_DIR (${TMPDIR:-/tmp}/gcpo-smoke-cpu), SMOKE_RUN_TIMEOUT (900 s a run) and
 #   the rest of scripts/smoke.sh's.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
