@@ -37,7 +37,10 @@ ARM_KEYS = {
     "run_qwen3_4b_div_r1.sh": {"algorithm.adv_estimator": "grpo", "algorithm.div_r1.enable": True},
     "run_qwen3_4b_dqo.sh": {"algorithm.adv_estimator": "dqo", "algorithm.gcpo.credit.mix_coef": 2.0},
     "run_qwen3_4b_copo.sh": {"algorithm.adv_estimator": "copo"},
-    "run_qwen3_4b_mc_grpo.sh": {"algorithm.adv_estimator": "mc_grpo", "actor_rollout_ref.rollout.n": 9},  # G + 1, G = 8
+    # G + 1 rollouts, G = 8 (and verl's copies of rollout.n)
+    "run_qwen3_4b_mc_grpo.sh": {"algorithm.adv_estimator": "mc_grpo", "actor_rollout_ref.rollout.n": 9,
+                                "actor_rollout_ref.actor.rollout_n": 9, "actor_rollout_ref.ref.rollout_n": 9,
+                                "critic.rollout_n": 9},
     "run_qwen3_4b_dra_grpo.sh": {"algorithm.adv_estimator": "dra_grpo"},
     "run_qwen3_4b_group_contrastive.sh": {"algorithm.adv_estimator": "grpo", "algorithm.group_contrastive.enable": True,
                                           "data.train_files": "/data/gcpo/train_math.parquet"},
