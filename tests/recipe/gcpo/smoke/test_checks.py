@@ -205,17 +205,24 @@ def test_check_command_fails_a_run_that_did_not_resume(tmp_path, monkeypatch, mi
     assert "[FAIL] resumed from the saved step: expected [3], logged [1, 2, 3]" in out and "FAILED" in out
 
 
-def test_grpo_is_checked_without_credit_dumps_and_compared_with_gcpo(tmp_path, monkeypatch, minilm, capsys):
+def checked_and_compared(tmp_path, monkeypatch, minilm, capsys, resumed_grpo_step_s=2.0) -> str:
+    """A synthetic GCPO run and a GRPO run (2 s a step; the resumed step as given), both checked, then compared:
+    the comparison's output."""
     synthetic_run(tmp_path / "gcpo", monkeypatch, minilm)
     grpo = RunDir(tmp_path / "grpo")
     write_metrics(grpo.metrics(1), {s: step_metrics(s, gcpo=False, **{"timing_s/step": 2.0}) for s in (1, 2)}, monkeypatch)
-    write_metrics(grpo.metrics(2), {3: step_metrics(3, gcpo=False, **{"timing_s/step": 2.0})}, monkeypatch)
+    write_metrics(grpo.metrics(2), {3: step_metrics(3, gcpo=False, **{"timing_s/step": resumed_grpo_step_s})},
+                  monkeypatch)
     saved(grpo.root, 2)
     for name in ("gcpo", "grpo"):
         assert main(["check", "--run-dir", str(tmp_path / name), "--estimator", name, "--steps", "2"]) == 0
     capsys.readouterr()
     assert main(["compare", "--gcpo", str(tmp_path / "gcpo"), "--grpo", str(tmp_path / "grpo")]) == 0
-    out = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_grpo_is_checked_without_credit_dumps_and_compared_with_gcpo(tmp_path, monkeypatch, minilm, capsys):
+    out = checked_and_compared(tmp_path, monkeypatch, minilm, capsys)
     assert "| step 2 | 3.5 | 2 | 1.75 |" in out and "| mean of steps 2 | 3.5 | 2 | 1.75 |" in out
 
 
@@ -322,16 +329,7 @@ def test_a_gcpo_launcher_needs_gcpo_metrics_a_grpo_one_does_not(tmp_path, monkey
 
 
 def test_compare_leaves_each_process_first_step_out_of_the_mean(tmp_path, monkeypatch, minilm, capsys):
-    synthetic_run(tmp_path / "gcpo", monkeypatch, minilm)
-    grpo = RunDir(tmp_path / "grpo")
-    write_metrics(grpo.metrics(1), {s: step_metrics(s, gcpo=False, **{"timing_s/step": 2.0}) for s in (1, 2)}, monkeypatch)
-    write_metrics(grpo.metrics(2), {3: step_metrics(3, gcpo=False, **{"timing_s/step": 9.0})}, monkeypatch)
-    saved(grpo.root, 2)
-    for name in ("gcpo", "grpo"):
-        assert main(["check", "--run-dir", str(tmp_path / name), "--estimator", name, "--steps", "2"]) == 0
-    capsys.readouterr()
-    assert main(["compare", "--gcpo", str(tmp_path / "gcpo"), "--grpo", str(tmp_path / "grpo")]) == 0
-    out = capsys.readouterr().out
+    out = checked_and_compared(tmp_path, monkeypatch, minilm, capsys, resumed_grpo_step_s=9.0)
     assert "| step 1 (warm-up) | 2.5 | 2 | 1.25 |" in out and "| step 3 (warm-up) | 4.5 | 9 | 0.5 |" in out
     assert "| mean of steps 2 | 3.5 | 2 | 1.75 |" in out
     assert "| generation | 0.5 | 0.5 | 1 |" in out  # where the time goes, steady-state steps only
