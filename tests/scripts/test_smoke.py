@@ -117,9 +117,11 @@ def stub(tmp_path):
     script = tmp_path / "python"
     script.write_text(
         "#!/usr/bin/env bash\n"
-        "{ printf 'CALL'; printf ' %s' \"$@\"; printf ' | RAY=%s LOGGER=%s DRY=%s MARK=%s PLATFORM=%s TMP=%s\\n' "
+        # one write per call: helpers run in the background, and separate writes of two of them interleave
+        "line=\"CALL$(printf ' %s' \"$@\")$(printf ' | RAY=%s LOGGER=%s DRY=%s MARK=%s PLATFORM=%s TMP=%s' "
         "\"${RAY_ADDRESS:-}\" \"${VERL_FILE_LOGGER_PATH:-}\" \"${GCPO_DRY_RUN:-}\" \"${GCPO_SMOKE_MARKER:-}\" "
-        "\"${VERL_PLATFORM:-}\" \"${TMPDIR:-}\"; } >> \"$STUB_LOG\"\n"
+        "\"${VERL_PLATFORM:-}\" \"${TMPDIR:-}\")\"\n"
+        "printf '%s\\n' \"$line\" >> \"$STUB_LOG\"\n"
         "if [[ \"$1\" == \"-c\" ]]; then [[ \"${STUB_FLASH:-0}\" == 1 ]]; exit $?; fi\n"
         "if [[ -n \"${STUB_FAIL:-}\" && \"$*\" == *\"${STUB_FAIL}\"* ]]; then echo 'boom' >&2; exit 3; fi\n"
         "if [[ -n \"${STUB_HANG:-}\" && \"$*\" == *\"${STUB_HANG}\"* ]]; then sleep 60; fi\n"
