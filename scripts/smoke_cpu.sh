@@ -32,26 +32,7 @@ for arg in "$@"; do
   esac
 done
 
-if [[ "$(uname -s)" != "Linux" ]]; then
-  echo "error: the CPU smoke runs on Linux (vLLM's CPU build), not $(uname -s)" >&2; exit 2
-fi
-if command -v nvidia-smi > /dev/null && nvidia-smi > /dev/null 2>&1; then
-  echo "error: this machine has a GPU: run scripts/smoke_1gpu.sh (the CPU platform is for machines without one)" >&2
-  exit 2
-fi
-
-# one per machine, whatever its SMOKE_DIR; taken before the environment is (re)built, which a running smoke uses
-lock="${TMPDIR:-/tmp}/gcpo-smoke-cpu.lock"
-exec 9> "${lock}"
-if ! flock -n 9; then
-  echo "smoke: another CPU smoke holds ${lock}; waiting for it (two do not fit in memory)" >&2
-  flock 9
-fi
-
-bash "${ROOT}/scripts/setup_cpu_env.sh"
-echo "smoke: CPU environment ${GCPO_CPU_VENV}" >&2
-export PYTHON="${GCPO_CPU_VENV}/bin/python"
-# the launchers run `python3`: the environment's
-export PATH="${GCPO_CPU_VENV}/bin:${PATH}"
+# shellcheck source=scripts/cpu_env/enter.sh
+source "${ROOT}/scripts/cpu_env/enter.sh"
 
 exec bash "${ROOT}/scripts/smoke.sh" --device cpu "$@"

@@ -1,0 +1,117 @@
+"""``python -m recipe.gcpo.miniature build|run|report`` (``scripts/miniature.sh`` runs all three)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from recipe.gcpo.miniature.arms import ARMS, RunSpec
+
+
+def build(out: Path, correct_share: float, warm_steps: int) -> dict:
+    """The task data and the warm start in ``out`` (kept when built before with the same settings)."""
+    from recipe.gcpo.miniature.task import write_task_data
+    from recipe.gcpo.miniature.warm_start import WarmStartSpec, build_warm_start
+
+    write_task_data(out / "data")
+    spec = WarmStartSpec(correct_share=correct_share, steps=warm_steps)
+    record_path = out / "policy" / "warm_start.json"
+    if record_path.is_file() and json.loads(record_path.read_text()).get("spec") == asdict(spec):
+        record = json.loads(record_path.read_text())
+        print(f"miniature: warm start kept ({out / 'policy'})", flush=True)
+    else:
+        start = time.monotonic()
+        record = build_warm_start(out / "policy", spec)
+        print(f"miniature: warm start trained in {time.monotonic() - start:.0f} s", flush=True)
+    print(f"miniature: the start samples {record['heldout']['accuracy']:.1%} correct on held-out prompts "
+          f"({record['heldout']['distinct_correct']:.2f} distinct correct of {spec.eval_samples})", flush=True)
+    return record
+
+
+def report(out: Path, figures: Path | None) -> str:
+    from recipe.gcpo.miniature.report import collect, final_table, plot
+
+    runs = collect(out)
+    table = final_table(runs)
+    (out / "results.json").write_text(json.dumps(runs, indent=1, default=str) + "\n")
+    (out / "table.md").write_text(table + "\n")
+    if figures is not None:
+        for path in plot(runs, figures):
+            print(f"miniature: figure {path}", flush=True)
+    walls = [r["wall_s"] for seeds in runs.values() for r in seeds.values()]
+    print(f"miniature: {len(walls)} runs, {sum(walls) / 60:.1f} min of training runs in all", flush=True)
+    print(table, flush=True)
+    return table
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recipe.gcpo.miniature", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    defaults = RunSpec()
+    for name in ("build", "run"):
+        p = commands.add_parser(name)
+        p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--correct-share", type=float, default=0.3, help="the warm start's share of right targets")
+        p.add_argument("--warm-steps", type=int, default=400)
+    run = commands.choices["run"]
+    run.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    run.add_argument("--seeds", type=int, default=3)
+    run.add_argument("--steps", type=int, default=defaults.steps)
+    run.add_argument("--eval-every", type=int, default=defaults.eval_every)
+    run.add_argument("--lr", type=float, default=defaults.lr)
+    run.add_argument("--timeout", type=float, default=1800.0, help="seconds one training run may take")
+    run.add_argument("--figures", type=Path, default=None, help="where the report's PNGs go (default OUT)")
+    run.add_argument("--dry-run", action="store_true", help="compose and validate the first run's config only")
+    run.add_argument("overrides", nargs="*", help="Hydra overrides for every run (key=value)")
+    p = commands.add_parser("report")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--figures", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    if args.command == "report":
+        report(args.out, args.figures or args.out)
+        return 0
+    if args.command == "build":
+        build(args.out, args.correct_share, args.warm_steps)
+        return 0
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms:
+        parser.error(f"--arms must name some of {', '.join(ARMS)}, got {args.arms!r}")
+    if args.seeds < 1:
+        parser.error(f"--seeds must be a positive integer, got {args.seeds}")
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        parser.error(f"overrides are key=value, got {bad}")
+    try:
+        spec = RunSpec(steps=args.steps, eval_every=min(args.eval_every, args.steps), lr=args.lr)
+    except ValueError as err:
+        parser.error(str(err))
+    from recipe.gcpo.miniature.runner import train
+
+    build(args.out, args.correct_share, args.warm_steps)
+    if args.dry_run:
+        train(arms[0], 1, spec, args.out, args.timeout, args.overrides, dry_run=True)
+        return 0
+    # a stopped experiment stops its run's processes too (the runner's clean-up runs on SystemExit)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    start = time.monotonic()
+    for seed in range(1, args.seeds + 1):
+        for arm in arms:  # arms side by side within a seed: an interrupted experiment stays balanced
+            try:
+                train(arm, seed, spec, args.out, args.timeout, args.overrides)
+            except RuntimeError as err:
+                print(f"miniature: FAILED: {err}", file=sys.stderr, flush=True)
+                return 1
+    print(f"miniature: the experiment took {(time.monotonic() - start) / 60:.1f} min", flush=True)
+    report(args.out, args.figures or args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

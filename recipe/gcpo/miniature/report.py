@@ -1,0 +1,193 @@
+"""Held-out metrics of the miniature's runs, from verl's validation dumps (``trainer.validation_data_dir``: one
+JSON line per sampled answer, with its prompt, answer and ground truth) and its metrics file.
+
+Per run and evaluation step: accuracy (avg@n), unbiased pass@k for k = 1, 2, 4, ..., n, distinct correct answers
+per prompt among the n samples, coverage (distinct correct / the prompt's answer set), and the entropy of the
+sampled answers (nats, per prompt; the policy's entropy over whole answers). Per run: the mean step time (steps
+after the first) and the training metrics over steps (``actor/entropy``, ``gcpo/*``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Iterable, Mapping, Optional
+
+import numpy as np
+
+from gcpo_core.evaluation import pass_at_k
+from recipe.gcpo.miniature.task import answer_set, is_correct, parse_answer
+
+
+def prompt_metrics(category: str, responses: list[str]) -> dict[str, float]:
+    """The metrics of one prompt's ``n`` sampled responses."""
+    n = len(responses)
+    if n == 0:
+        raise ValueError("a prompt without responses")
+    correct = [r for r in responses if is_correct(r, category)]
+    distinct = {parse_answer(r) for r in correct}
+    counts = Counter(parse_answer(r) or "<malformed>" for r in responses)
+    entropy = -sum(c / n * math.log(c / n) for c in counts.values())
+    metrics = {"accuracy": len(correct) / n, "distinct_correct": float(len(distinct)),
+               "coverage": len(distinct) / len(answer_set(category)), "answer_entropy": entropy}
+    k = 1
+    while k <= n:
+        metrics[f"pass@{k}"] = pass_at_k(n, len(correct), k)
+        k *= 2
+    return metrics
+
+
+def eval_metrics(dump: Path) -> dict[str, float]:
+    """Mean over prompts of :func:`prompt_metrics`, for one validation dump (``<step>.jsonl``)."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    categories: dict[str, str] = {}
+    for line in dump.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        groups[row["input"]].append(row["output"])
+        categories[row["input"]] = str(row["gts"])
+    if not groups:
+        raise ValueError(f"{dump} holds no samples")
+    sizes = {len(v) for v in groups.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"{dump}: prompts have different numbers of samples {sorted(sizes)}")
+    per_prompt = [prompt_metrics(categories[p], r) for p, r in groups.items()]
+    return {key: float(np.mean([m[key] for m in per_prompt])) for key in per_prompt[0]} | {"prompts": len(groups)}
+
+
+def read_metrics(path: Path) -> dict[int, dict[str, float]]:
+    """verl's file logger lines, by step."""
+    steps: dict[int, dict[str, float]] = {}
+    if not path.is_file():
+        return steps
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a run stopped mid-line
+        steps.setdefault(int(row["step"]), {}).update(row.get("data", {}))
+    return steps
+
+
+TRAINING_KEYS = ("actor/entropy", "critic/score/mean", "gcpo/effective_solutions/mean", "gcpo/all_correct_groups",
+                 "gcpo/all_correct_adv_abs", "gcpo/mixed_adv_abs")
+
+
+def run_summary(folder: Path) -> dict:
+    """One run: its evaluation curve, step time and training curves."""
+    evals = {int(p.stem): eval_metrics(p) for p in sorted((folder / "heldout").glob("*.jsonl"))}
+    metrics = read_metrics(folder / "metrics.jsonl")
+    step_times = [m["timing_s/step"] for s, m in sorted(metrics.items()) if s > 1 and "timing_s/step" in m]
+    training = {key: {s: m[key] for s, m in metrics.items() if key in m}
+                for key in TRAINING_KEYS
+                if any(key in m for m in metrics.values())}
+    return {"evals": evals, "step_s": float(np.mean(step_times)) if step_times else float("nan"),
+            "training": training}
+
+
+def collect(out: Path) -> dict[str, dict[int, dict]]:
+    """Every finished run under ``out/runs`` (``<arm>-seed<seed>`` with a ``done.json``), by arm and seed."""
+    runs: dict[str, dict[int, dict]] = defaultdict(dict)
+    for done in sorted((out / "runs").glob("*/done.json")):
+        record = json.loads(done.read_text())
+        runs[record["arm"]][int(record["seed"])] = run_summary(done.parent) | {"wall_s": record["wall_s"]}
+    return dict(runs)
+
+
+def mean_sd(values: Iterable[float]) -> tuple[float, float]:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return float("nan"), float("nan")
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+TABLE_KEYS = ("accuracy", "pass@1", "pass@4", "pass@16", "distinct_correct", "coverage", "answer_entropy")
+
+
+def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = None) -> str:
+    """Markdown: one row per arm, mean ± sd over seeds at ``step`` (default: the last evaluation all runs have),
+    the start (step 0, every run's) in the first row."""
+    if not runs:
+        raise ValueError("no finished runs")
+    common = set.intersection(*(set(r["evals"]) for seeds in runs.values() for r in seeds.values()))
+    if not common:
+        raise ValueError("the runs share no evaluation step")
+    step = max(common) if step is None else step
+    keys = [k for k in TABLE_KEYS if all(k in r["evals"][step] for seeds in runs.values() for r in seeds.values())]
+    lines = ["| arm | seeds | " + " | ".join(keys) + " | s/step |", "|---" * (len(keys) + 3) + "|"]
+    # every run evaluates the same start (with its own sampling seed): all of them make the start's row
+    start = [r["evals"][0] for seeds in runs.values() for r in seeds.values() if 0 in r["evals"]]
+    if start:
+        lines.append(f"| start (step 0) | {len(start)} | "
+                     + " | ".join("%.3f ± %.3f" % mean_sd(e[k] for e in start) for k in keys) + " | |")
+    for arm, seeds in runs.items():
+        cells = ["%.3f ± %.3f" % mean_sd(r["evals"][step][k] for r in seeds.values()) for k in keys]
+        lines.append(f"| {arm} (step {step}) | {len(seeds)} | " + " | ".join(cells)
+                     + " | %.1f ± %.1f |" % mean_sd(r["step_s"] for r in seeds.values()))
+    return "\n".join(lines)
+
+
+def plot(runs: Mapping[str, Mapping[int, dict]], out_dir: Path) -> list[Path]:
+    """PNG figures: held-out accuracy, distinct correct answers and coverage over steps (mean ± sd band), pass@k
+    at the last evaluation, and every run's training curves (entropy, reward, GCPO's effective solutions and
+    all-correct push)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, key in zip(axes, ("accuracy", "distinct_correct", "coverage")):
+        for arm, seeds in runs.items():
+            steps = sorted(set.intersection(*(set(r["evals"]) for r in seeds.values())))
+            values = np.array([[r["evals"][s][key] for s in steps] for r in seeds.values()])
+            mean, sd = values.mean(0), values.std(0)
+            ax.plot(steps, mean, marker="o", label=arm)
+            ax.fill_between(steps, mean - sd, mean + sd, alpha=0.2)
+        ax.set_xlabel("step")
+        ax.set_title(f"held-out {key.replace('_', ' ')}")
+    axes[0].legend()
+    fig.tight_layout()
+    paths.append(out_dir / "heldout_over_steps.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for arm, seeds in runs.items():
+        last = max(set.intersection(*(set(r["evals"]) for r in seeds.values())))
+        ks = sorted(int(k.split("@")[1]) for k in next(iter(seeds.values()))["evals"][last] if k.startswith("pass@"))
+        values = np.array([[r["evals"][last][f"pass@{k}"] for k in ks] for r in seeds.values()])
+        ax.errorbar(ks, values.mean(0), yerr=values.std(0), marker="o", capsize=3, label=f"{arm} (step {last})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_title("held-out pass@k")
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out_dir / "heldout_pass_at_k.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
+    for ax, key in zip(axes, ("actor/entropy", "critic/score/mean", "gcpo/effective_solutions/mean",
+                              "gcpo/all_correct_adv_abs")):
+        for arm, seeds in runs.items():
+            for i, r in enumerate(seeds.values()):
+                series = r["training"].get(key, {})
+                if series:
+                    steps = sorted(series)
+                    ax.plot(steps, [series[s] for s in steps], color=f"C{list(runs).index(arm)}", alpha=0.6,
+                            label=arm if i == 0 else None)
+        ax.set_xlabel("step")
+        ax.set_title(f"training: {key}", fontsize=9)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out_dir / "training_curves.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# A miniature GCPO-vs-GRPO experiment through the real path on a CPU (docs/miniature.md): a tiny policy warm-started
+# on a naming task with many distinct correct answers per prompt (recipe/gcpo/miniature/), trained by each arm from
+# the same start with python -m recipe.gcpo.main_gcpo (vLLM generating, the FSDP actor updating, GCPO's credit
+# actor), evaluated on held-out prompts every EVAL_EVERY steps; then the table and the plots.
+#
+# Usage: bash scripts/miniature.sh [--arms grpo,gcpo_group,gcpo_batch] [--seeds N] [--steps N] [--eval-every N]
+#                                  [--lr LR] [--out DIR] [--figures DIR] [--dry-run] [key=value ...]
+#   --arms        which arms, comma-separated (default all three; recipe/gcpo/miniature/arms.py says what each is)
+#   --seeds N     seeds 1..N of every arm (default 3)
+#   --steps N     training steps of every run (default 40); --eval-every N (default 10) held-out evaluations
+#   --lr LR       the actor's learning rate for every arm (default 1e-3)
+#   --out DIR     data, warm start, runs, results.json and table.md (default ${TMPDIR:-/tmp}/gcpo-miniature);
+#                 finished runs there are kept and skipped, so a stopped experiment goes on where it stopped
+#   --figures DIR where the PNGs go (default DIR of --out)
+#   --dry-run     build the data and the warm start, then compose and validate the first run's config
+#   key=value     Hydra overrides for every run
+# Uses the CPU smoke's environment and lock (scripts/smoke_cpu.sh; GCPO_CPU_VENV, default .venv-cpu).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+: "${GCPO_CPU_VENV:=${ROOT}/.venv-cpu}"
+export GCPO_CPU_VENV
+
+out="${TMPDIR:-/tmp}/gcpo-miniature"
+args=()
+overrides=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) sed -n '/^# Usage:/,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --out) [[ $# -ge 2 ]] || { echo "error: --out needs a folder" >&2; exit 2; }; out="$2"; shift ;;
+    --out=*) out="${1#--out=}" ;;
+    --dry-run) args+=("$1") ;;
+    --arms|--seeds|--steps|--eval-every|--lr|--figures)
+      [[ $# -ge 2 ]] || { echo "error: $1 needs a value" >&2; exit 2; }
+      args+=("$1" "$2"); shift ;;
+    --arms=*|--seeds=*|--steps=*|--eval-every=*|--lr=*|--figures=*) args+=("$1") ;;
+    --*) echo "error: unknown option $1 (bash scripts/miniature.sh --help)" >&2; exit 2 ;;
+    *=*) overrides+=("$1") ;;
+    *) echo "error: '$1' is neither an option nor a key=value override" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# shellcheck source=scripts/cpu_env/enter.sh
+source "${ROOT}/scripts/cpu_env/enter.sh"
+unset RAY_ADDRESS
+: "${OMP_NUM_THREADS:=$(nproc)}"
+export OMP_NUM_THREADS
+start=$(date +%s)
+"${PYTHON}" -m recipe.gcpo.miniature run --out "${out}" ${args[@]+"${args[@]}"} -- ${overrides[@]+"${overrides[@]}"}
+echo "miniature: $(( ($(date +%s) - start) / 60 )) min in all, including the warm start (${out})"

@@ -1,0 +1,77 @@
+import json
+import stat
+
+
+import pytest
+
+from recipe.gcpo.miniature.__main__ import main
+from recipe.gcpo.miniature.arms import RunSpec
+from recipe.gcpo.miniature.runner import run_dir, train
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    """A python stand-in recording its arguments and environment; STUB_EXIT sets its exit code."""
+    script = tmp_path / "python"
+    script.write_text("#!/usr/bin/env bash\n"
+                      "printf '%s\\n' \"$@\" > \"$(dirname \"$0\")/args.txt\"\n"
+                      "env > \"$(dirname \"$0\")/env.txt\"\n"
+                      "[[ -z \"${STUB_SLEEP:-}\" ]] || sleep \"${STUB_SLEEP}\"\n"
+                      "exit \"${STUB_EXIT:-0}\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_a_run_goes_through_main_gcpo_on_the_cpu_platform_and_is_kept_once_done(tmp_path, fake_python, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    out = tmp_path / "out"
+    record = train("gcpo_group", 2, RunSpec(steps=3, eval_every=3), out, 60, ["trainer.val_before_train=false"],
+                   python=str(fake_python))
+    args = (tmp_path / "args.txt").read_text().splitlines()
+    env = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines() if "=" in line)
+    assert args[:2] == ["-m", "recipe.gcpo.main_gcpo"] and args[-1] == "trainer.val_before_train=false"
+    assert "algorithm.gcpo.credit.all_correct_scale=group" in args and "trainer.total_training_steps=3" in args
+    assert env["VERL_PLATFORM"] == "cpu" and env["VERL_USE_EXTERNAL_MODULES"] == "recipe.gcpo.cpu_platform"
+    assert "RAY_ADDRESS" not in env and env["GCPO_SMOKE_MARKER"].startswith("gcpo-miniature-")
+    assert env["VERL_FILE_LOGGER_PATH"] == str(run_dir(out, "gcpo_group", 2) / "metrics.jsonl")
+    assert record["arm"] == "gcpo_group" and record["seed"] == 2
+    assert json.loads((run_dir(out, "gcpo_group", 2) / "done.json").read_text()) == record
+    (tmp_path / "args.txt").unlink()
+    assert train("gcpo_group", 2, RunSpec(steps=3, eval_every=3), out, 60, python=str(fake_python)) == record
+    assert not (tmp_path / "args.txt").exists()  # kept, not run again
+
+
+def test_a_failed_or_stopped_run_is_an_error_and_starts_over_next_time(tmp_path, fake_python, monkeypatch):
+    out = tmp_path / "out"
+    monkeypatch.setenv("STUB_EXIT", "3")
+    with pytest.raises(RuntimeError, match="grpo seed 1 exited 3"):
+        train("grpo", 1, RunSpec(), out, 60, python=str(fake_python))
+    assert not (run_dir(out, "grpo", 1) / "done.json").exists()
+    monkeypatch.setenv("STUB_EXIT", "0")
+    monkeypatch.setenv("STUB_SLEEP", "5")
+    with pytest.raises(RuntimeError, match="did not finish in 1 s"):
+        train("grpo", 1, RunSpec(), out, 1, python=str(fake_python))
+    monkeypatch.delenv("STUB_SLEEP")
+    assert train("grpo", 1, RunSpec(), out, 60, python=str(fake_python))["arm"] == "grpo"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--arms", "grpo,ppo"], "--arms must name some of"), (["--seeds", "0"], "--seeds must be a positive"),
+    (["--steps", "0"], "steps must be a positive"), (["--", "not-an-override"], "overrides are key=value"),
+])
+def test_bad_options_are_refused_before_anything_is_built(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--out", str(tmp_path / "out"), *argv])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_script_refuses_unknown_options_and_prints_its_usage():
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[4] / "scripts" / "miniature.sh"
+    usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
+    assert usage.returncode == 0 and "Usage: bash scripts/miniature.sh" in usage.stdout
+    bad = subprocess.run(["bash", str(script), "--frob"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown option --frob" in bad.stderr
