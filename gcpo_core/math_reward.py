@@ -20,7 +20,16 @@ How an answer is read (docs/method.md, "Rewards", lists where this differs from 
   math-verify's defaults);
 * ``°`` / ``\\degree`` are read as ``^\\circ``, ``%`` as ``\\%`` (in LaTeX a bare ``%`` starts a comment),
   ``\\,`` between digit groups (``1\\,000``) as nothing, and a trailing period inside a box
-  (``\\boxed{104.}``) is dropped: math-verify reads none of these.
+  (``\\boxed{104.}``) is dropped: math-verify reads none of these;
+* boxes in a row with only separators between them (``\\boxed{2}, \\boxed{5}``, "... and ...") are one answer,
+  2, 5 (math-verify reads the last box alone, so such a response matches neither ``2, 5`` nor, here, ``5``);
+* a percentage is its number on both sides (``\\boxed{28\\%}``, ``28 percent``, ``28 pct`` and the gold ``28\\%``
+  or ``28``: math-verify rejects the box against ``28``), digit groups spaced by thousands (``1 000``) are one
+  number also in a box, and a single number with a decimal comma (``1,22``) is read both as math-verify reads
+  plain text (1.22) and as a box reads it (a pair);
+* a gold answer in words (``Monday``, ``\\text{east}``) matches when the response's stated answer -- its box or
+  answer line, or what follows its last "answer is" -- has the same words (case, ``\\text{}`` and punctuation
+  aside); math-verify parses no words.
 """
 
 from __future__ import annotations
@@ -64,6 +73,17 @@ _TRAILING_PUNCTUATION = re.compile(r"(?:\s|\\[,;!]|[.,;])+$")
 _LEADING_EMPHASIS = re.compile(r"^(?:\*+|_+)(?=\S)")
 _TRAILING_EMPHASIS = re.compile(r"(?<=[^\s^_{])\*+$")
 _PARAGRAPH_END = re.compile(r"\n\s*\n")
+# what may stand between boxes that together state one answer ("\\boxed{2}, \\boxed{5}", "$\\boxed{2}$ and ...")
+_BOX_SEPARATOR = re.compile(r"^(?:\s|[,;$]|\\[,;:! ]|\\q?quad\b|\band\b|\\text\s*\{\s*(?:and|,)\s*\})*$")
+# digit groups spaced by thousands ("1 000", "12 345 678"), as math-verify reads an answer line
+_SPACED_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d.,])")
+# a single number with a decimal comma ("1,22", "1000,99"): math-verify reads it as a decimal, a box as a pair
+_DECIMAL_COMMA = re.compile(r"^-?\d+,(?:\d{1,2}|\d{4,})$")
+# a percentage's sign or word after the number ("28\\%", "28 %", "28 percent", "28 pct")
+_TRAILING_PERCENT = re.compile(r"\s*(?:\\?%|\\text\s*\{\s*%\s*\}|\bpercent\b|\bpct\b\.?)\s*$", re.IGNORECASE)
+# a gold answer in words ("Monday", "\\text{east}", "(C)" is math) and the phrase stating one
+_TEXT_ANSWER = re.compile(r"^[A-Za-z][A-Za-z' -]*$")
+_ANSWER_IS = re.compile(r"\banswer\s+is\s*[:：]?\s*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -79,13 +99,32 @@ class Verdict:
 def final_answer_region(text: str) -> str:
     """The part of a response that states its final answer: the last ``\\boxed{}``, else the paragraph after
     the last answer marker, else the last 300 characters."""
-    span = last_boxed(text)
-    if span is not None:
-        return text[span[0] : span[1]]
+    spans = final_boxes(text)
+    if spans:
+        return text[spans[0][0] : spans[-1][1]]
     markers = list(_ANSWER_MARKER.finditer(text))
     if markers:  # the statement ends with its paragraph ("Answer: 7\n\nI hope this helps!" is 7)
         return _PARAGRAPH_END.split(text[markers[-1].end() :].strip(), maxsplit=1)[0]
     return text[-_TAIL_CHARS:]
+
+
+def final_boxes(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the last box and of the boxes just before it with nothing but separators (commas, ``$``,
+    "and", spaces) between them, in order: ``\\boxed{2}, \\boxed{5}`` states one answer, 2, 5."""
+    spans = []
+    end = len(text)
+    while True:
+        span = last_boxed(text[:end])
+        if span is None or (spans and not _BOX_SEPARATOR.match(text[span[1] : spans[0][0]])):
+            return spans
+        spans.insert(0, span)
+        end = span[0]
+
+
+def box_contents(region: str) -> str:
+    """The contents of the boxes of a region that starts with a box, joined by ", " when there are several."""
+    spans = final_boxes(region)
+    return ", ".join(region[a:b][region[a:b].find("{") + 1 : -1] for a, b in spans)
 
 
 def answer_content(region: str) -> str:
@@ -93,7 +132,7 @@ def answer_content(region: str) -> str:
     punctuation, with degree signs and thin spaces in numbers normalised (see the module docstring)."""
     text = region.strip()
     if text.startswith(("\\boxed", "\\fbox")):
-        text = text[text.find("{") + 1 : -1] if "{" in text and text.endswith("}") else ""
+        text = box_contents(text) if "{" in text and text.endswith("}") else ""
     text = _LEADING_EMPHASIS.sub("", text.strip())
     text = _TRAILING_PUNCTUATION.sub("", _TRAILING_EMPHASIS.sub("", _TRAILING_PUNCTUATION.sub("", text)))
     if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
@@ -103,7 +142,38 @@ def answer_content(region: str) -> str:
 
 def _normalise(latex: str) -> str:
     latex = _DEGREE_SIGN.sub(lambda _: "^{\\circ}", latex)
+    latex = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ""), latex)
     return _BARE_PERCENT.sub(lambda _: "\\%", _THIN_SPACE_IN_NUMBER.sub("", latex))
+
+
+def _without_percent(content: str) -> str:
+    """A percentage as its number ("28\\%" -> "28"): the gold may be written either way."""
+    stripped = _TRAILING_PERCENT.sub("", content)
+    return stripped if stripped and stripped != content else content
+
+
+def _words(text: str) -> str:
+    """A text answer for comparison: ``\\text{}`` wrappers, ``$``s and punctuation dropped, lower case."""
+    text = re.sub(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}", r"\1", text)
+    return " ".join(re.sub(r"[^A-Za-z' -]", " ", text).lower().split())
+
+
+def text_gold(gold: str) -> Optional[str]:
+    """A gold answer in words ("Monday", "\\text{east}") as :func:`_words` writes it, else None."""
+    words = _words(gold)
+    raw = re.sub(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}", r"\1", gold).strip().strip("$").strip()
+    return words if len(words) >= 2 and _TEXT_ANSWER.match(raw) else None
+
+
+def _stated_words(response: str) -> list[str]:
+    """The response's final answer in words: its answer content, and what follows its last "answer is"."""
+    region = final_answer_region(response)
+    candidates = [_words(answer_content(region))]
+    phrases = list(_ANSWER_IS.finditer(response))
+    if phrases:
+        tail = response[phrases[-1].end() :]
+        candidates.append(_words(re.split(r"[.!?\n]", tail, maxsplit=1)[0]))
+    return [c for c in candidates if c]
 
 
 def _has_math(reading: list) -> bool:
@@ -114,8 +184,10 @@ def _has_math(reading: list) -> bool:
 def _gold_reading(gold: str) -> tuple:
     from math_verify import parse
 
-    text = _normalise(gold.strip())
+    text = _without_percent(_normalise(gold.strip()))
     reading = parse(f"\\boxed{{{text}}}", parsing_timeout=None) + parse(f"${text}$", parsing_timeout=None)
+    if _DECIMAL_COMMA.match(text):  # "1,22": also the decimal math-verify reads in plain text
+        reading += parse(text, parsing_timeout=None)
     return tuple(reading) if reading else tuple(parse(text, parsing_timeout=None))
 
 
@@ -131,7 +203,7 @@ def _response_reading(response: str) -> list:
     from math_verify import parse
 
     region = final_answer_region(response)
-    content = answer_content(region)
+    content = _without_percent(answer_content(region))
 
     def as_box() -> list:
         return parse(f"\\boxed{{{content}}}", parsing_timeout=None) if content else []
@@ -144,6 +216,8 @@ def _response_reading(response: str) -> list:
     else:
         first, second = as_written, as_box
     reading = first()
+    if _DECIMAL_COMMA.match(content):  # "1,22": a decimal as written, a pair as a box; either may be meant
+        return reading + second()
     return reading if _has_math(reading) else reading + second()
 
 
@@ -156,9 +230,12 @@ def verdict_unbounded(pair: tuple[str, str]) -> tuple[bool, str]:
     reading = _response_reading(response)
     answer = next((item for item in reading if isinstance(item, str)), str(reading[0]) if reading else "")
     gold_reading = _gold_reading(gold)
-    if not reading or not gold_reading:
-        return False, answer
-    return bool(verify(list(gold_reading), reading, timeout_seconds=None)), answer
+    if reading and gold_reading and verify(list(gold_reading), reading, timeout_seconds=None):
+        return True, answer
+    words = text_gold(gold)  # a gold in words: the stated answer's words equal (math-verify reads no words)
+    if words is not None and words in _stated_words(response):
+        return True, answer or words
+    return False, answer
 
 
 def warm_up_worker() -> None:

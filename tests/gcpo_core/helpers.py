@@ -37,3 +37,19 @@ def clustered_embeddings(rng: np.random.Generator, groups: int, size: int, dim: 
     noise = rng.normal(size=(groups, size, dim)) * spread * 0.5
     emb = centre + np.take_along_axis(clusters, pick[..., None], axis=1) + noise
     return emb / np.linalg.norm(emb, axis=-1, keepdims=True)
+
+
+def real_like_embeddings(rng: np.random.Generator, groups: int, size: int, dim: int = 64):
+    """Unit embeddings like a group of real rollouts of one problem (mean pairwise cosine about 0.88): two or
+    three tight clusters around a shared centre, a near-duplicate of the first rollout, and one outlier."""
+    out = []
+    for _ in range(groups):
+        centre = rng.normal(size=dim)
+        centre /= np.linalg.norm(centre)
+        clusters = centre + rng.normal(size=(int(rng.integers(2, 4)), dim)) * 0.045
+        emb = clusters[rng.integers(0, len(clusters), size=size)] + rng.normal(size=(size, dim)) * 0.02
+        emb[rng.integers(1, size - 1)] = emb[0] + rng.normal(size=dim) * 0.01
+        emb[-1] = centre + rng.normal(size=dim) * 0.1
+        out.append(emb / np.linalg.norm(emb, axis=-1, keepdims=True))
+    return np.stack(out)
+

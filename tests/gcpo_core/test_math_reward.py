@@ -100,6 +100,58 @@ GRADING_TABLE = [
     ("x=5", "So $\\boxed{5}$.", True),
     ("5", "So $\\boxed{x = 5}$.", True),
     ("5x - 7y + 11z + 4 = 0", "Answer: 0", False),  # verl's DAPO scorer accepts this (it keeps what follows '=')
+    # several boxes in a row state one answer; a box after other words is the final one alone
+    ("2, 5", "So $x=2$ and $y=5$: \\boxed{2}, \\boxed{5}", True),
+    ("2,5", "The roots are \\boxed{2} and \\boxed{5}.", True),
+    ("(2, 5)", "$\\boxed{2}$, $\\boxed{5}$", True),
+    ("2, 5", "\\boxed{2}, \\boxed{6}", False),
+    ("5", "\\boxed{2}, \\boxed{5}", False),  # listing two answers is not answering one
+    ("5", "First \\boxed{3}. Then the answer is \\boxed{5}", True),
+    # tuples, sets, lists, systems
+    ("(2, 5)", "The answer is $x=2, y=5$.", True),
+    ("2, 5", "Answer: x=2, y=5", True),
+    ("1, 2, 3", "\\boxed{\\{1,2,3\\}}", True),
+    ("\\{1,2,3\\}", "\\boxed{1, 2, 3}", True),
+    ("1, 2, 3", "\\boxed{[1, 2, 3]}", True),
+    ("x=2, y=5", "\\boxed{x = 2, y = 5}", True),
+    ("1, 2, 3", "\\boxed{\\{1,2,4\\}}", False),
+    ("(2,5)", "\\boxed{(5, 2)}", False),
+    ("2, 5", "Answer: x=2, y=6", False),
+    # percent written out, spaced, in a box, against a gold with or without the sign
+    ("28\\%", "The answer is 28 percent.", True),
+    ("28\\%", "Answer: 28 pct", True),
+    ("28", "Answer: 28 %", True),
+    ("28\\%", "Answer: $28$ %", True),
+    ("28", "\\boxed{28\\%}", True),
+    ("28\\%", "\\boxed{28 \\%}", True),
+    ("28\\%", "Answer: 29 percent", False),
+    ("28", "Answer: 28 %", True),
+    ("29", "\\boxed{28\\%}", False),
+    ("0.28", "\\boxed{28\\%}", False),
+    # decimal commas and spaced thousands, as math-verify reads an answer line
+    ("1000", "Answer: 1 000", True),
+    ("1000", "\\boxed{1 000}", True),
+    ("12345678", "Answer: 12 345 678", True),
+    ("1000.99", "Answer: 1000,99", True),
+    ("1,22", "Answer: 1.22", True),
+    ("1,22", "Answer: 1,22", True),
+    ("1000", "Answer: 1 001", False),
+    ("1,22", "Answer: 1,23", False),
+    ("1.2", "\\boxed{1, 2}", False),  # with a space: a pair
+    # "Final Answer:" closing lines
+    ("10455", "Final Answer: The final answer is $10,455$. I hope it is correct.", True),
+    ("10,455", "Final Answer: The final answer is $10,455$. I hope it is correct.", True),
+    ("7", "...so that is it.\nFinal Answer: The final answer is $7$.", True),
+    ("10455", "Final Answer: The final answer is $10,456$. I hope it is correct.", False),
+    ("42", "**Final Answer**\n\\[\n\\boxed{42}\n\\]", True),
+    # golds in words (math-verify reads no words): the stated answer's words must be the gold's
+    ("Monday", "\\boxed{\\text{Monday}}", True),
+    ("\\text{Monday}", "The answer is Monday.", True),
+    ("east", "\\boxed{\\text{east}}", True),
+    ("east", "\\boxed{\\text{northeast}}", False),
+    ("Monday", "\\boxed{\\text{Tuesday}}", False),
+    ("Monday", "The answer is not Monday, it is Tuesday.", False),
+    ("C", "\\boxed{\\text{(C)}}", True),
     # empty input
     ("25", "", False),
     ("25", "   ", False),
