@@ -2,8 +2,9 @@
 JSON line per sampled answer, with its prompt, answer and ground truth) and its metrics file.
 
 Per run and evaluation step: accuracy (avg@n), unbiased pass@k for k = 1, 2, 4, ..., n, distinct correct answers
-per prompt among the n samples, coverage (distinct correct / the prompt's answer set), and the entropy of the
-sampled answers (nats, per prompt; the policy's entropy over whole answers). Per run: the mean step time (steps
+per prompt among the n samples, coverage (distinct correct / the prompt's answer set), the entropy of the
+sampled answers (nats, per prompt; the policy's entropy over whole answers) and of the correct ones alone (how
+evenly the correct samples spread over distinct answers, whatever the accuracy; 0 when fewer than two differ). Per run: the mean step time (steps
 after the first) and the training metrics over steps (``actor/entropy``, ``gcpo/*``).
 """
 
@@ -21,6 +22,11 @@ from gcpo_core.evaluation import pass_at_k
 from recipe.gcpo.miniature.task import answer_set, is_correct, parse_answer
 
 
+def _entropy(counts: Counter) -> float:
+    total = sum(counts.values())
+    return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
+
+
 def prompt_metrics(category: str, responses: list[str]) -> dict[str, float]:
     """The metrics of one prompt's ``n`` sampled responses."""
     n = len(responses)
@@ -28,10 +34,10 @@ def prompt_metrics(category: str, responses: list[str]) -> dict[str, float]:
         raise ValueError("a prompt without responses")
     correct = [r for r in responses if is_correct(r, category)]
     distinct = {parse_answer(r) for r in correct}
-    counts = Counter(parse_answer(r) or "<malformed>" for r in responses)
-    entropy = -sum(c / n * math.log(c / n) for c in counts.values())
     metrics = {"accuracy": len(correct) / n, "distinct_correct": float(len(distinct)),
-               "coverage": len(distinct) / len(answer_set(category)), "answer_entropy": entropy}
+               "coverage": len(distinct) / len(answer_set(category)),
+               "answer_entropy": _entropy(Counter(parse_answer(r) or "<malformed>" for r in responses)),
+               "correct_entropy": _entropy(Counter(parse_answer(r) for r in correct))}
     k = 1
     while k <= n:
         metrics[f"pass@{k}"] = pass_at_k(n, len(correct), k)
@@ -104,7 +110,8 @@ def mean_sd(values: Iterable[float]) -> tuple[float, float]:
     return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
-TABLE_KEYS = ("accuracy", "pass@1", "pass@4", "pass@16", "distinct_correct", "coverage", "answer_entropy")
+TABLE_KEYS = ("accuracy", "pass@1", "pass@4", "pass@16", "distinct_correct", "coverage", "correct_entropy",
+              "answer_entropy")
 
 
 def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = None) -> str:

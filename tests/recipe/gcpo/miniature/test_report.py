@@ -20,7 +20,10 @@ def test_a_collapsed_policy_scores_as_accurate_but_not_diverse():
     diverse = prompt_metrics("animal", ["tiger", "lion", "wolf", "fox", "bear", "cat", "dog", "cow"])
     assert collapsed["accuracy"] == diverse["accuracy"] == collapsed["pass@8"] == 1.0
     assert collapsed["distinct_correct"] == 1 < diverse["distinct_correct"] == 8
-    assert collapsed["answer_entropy"] == 0.0 < diverse["answer_entropy"]
+    assert collapsed["answer_entropy"] == collapsed["correct_entropy"] == 0.0 < diverse["answer_entropy"]
+    assert diverse["correct_entropy"] == pytest.approx(math.log(8))
+    half = prompt_metrics("animal", ["tiger", "lion", "apple", "apple"])  # wrong answers leave it as it is
+    assert half["correct_entropy"] == pytest.approx(math.log(2)) and prompt_metrics("animal", ["x"])["correct_entropy"] == 0
 
 
 def _write_run(root, arm, seed, outputs_by_step, step_s=3.0):
