@@ -1,7 +1,7 @@
 """Held-out metrics of the miniature's runs, from verl's validation dumps (``trainer.validation_data_dir``: one
 JSON line per sampled answer, with its prompt, answer and ground truth) and its metrics file.
 
-Per run and evaluation step: accuracy (avg@n), unbiased pass@k for k = 1, 2, 4, ..., n, distinct correct answers
+Per run and evaluation step: accuracy (avg@n), unbiased pass@k for k = 1, ..., n, distinct correct answers
 per prompt among the n samples, coverage (distinct correct / the prompt's answer set), the entropy of the
 sampled answers (nats, per prompt; the policy's entropy over whole answers) and of the correct ones alone (how
 evenly the correct samples spread over distinct answers, whatever the accuracy; 0 when fewer than two differ). Per run: the mean step time (steps
@@ -38,10 +38,8 @@ def prompt_metrics(category: str, responses: list[str]) -> dict[str, float]:
                "coverage": len(distinct) / len(answer_set(category)),
                "answer_entropy": _entropy(Counter(parse_answer(r) or "<malformed>" for r in responses)),
                "correct_entropy": _entropy(Counter(parse_answer(r) for r in correct))}
-    k = 1
-    while k <= n:
+    for k in range(1, n + 1):
         metrics[f"pass@{k}"] = pass_at_k(n, len(correct), k)
-        k *= 2
     return metrics
 
 
