@@ -34,10 +34,12 @@ def build(out: Path, correct_share: float, warm_steps: int) -> dict:
 
 
 def report(out: Path, figures: Path | None) -> str:
-    from recipe.gcpo.miniature.report import collect, final_table, plot
+    from recipe.gcpo.miniature.report import collect, final_table, paired_table, plot
 
     runs = collect(out)
     table = final_table(runs)
+    if "grpo" in runs and len(runs) > 1:
+        table += "\n\n" + paired_table(runs)
     (out / "results.json").write_text(json.dumps(runs, indent=1, default=str) + "\n")
     (out / "table.md").write_text(table + "\n")
     if figures is not None:

@@ -135,6 +135,28 @@ def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = No
     return "\n".join(lines)
 
 
+def paired_table(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo", step: Optional[int] = None) -> str:
+    """Markdown: each other arm minus ``baseline`` at ``step``, seed by seed (a seed fixes the data order, so the
+    arms of one seed saw the same prompts): mean ± sd of the differences and the seeds where the arm is higher."""
+    if baseline not in runs:
+        raise ValueError(f"no {baseline} runs to compare with")
+    common = set.intersection(*(set(r["evals"]) for seeds in runs.values() for r in seeds.values()))
+    step = max(common) if step is None else step
+    keys = [k for k in TABLE_KEYS if all(k in r["evals"][step] for seeds in runs.values() for r in seeds.values())]
+    lines = [f"| arm − {baseline} (step {step}) | seeds | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]
+    for arm, seeds in runs.items():
+        if arm == baseline:
+            continue
+        shared = sorted(set(seeds) & set(runs[baseline]))
+        cells = []
+        for key in keys:
+            diffs = [seeds[s]["evals"][step][key] - runs[baseline][s]["evals"][step][key] for s in shared]
+            mean, sd = mean_sd(diffs)
+            cells.append(f"{mean:+.3f} ± {sd:.3f} ({sum(d > 0 for d in diffs)}/{len(diffs)} higher)")
+        lines.append(f"| {arm} | {len(shared)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot(runs: Mapping[str, Mapping[int, dict]], out_dir: Path) -> list[Path]:
     """PNG figures: held-out accuracy, distinct correct answers and coverage over steps (mean ± sd band), pass@k
     at the last evaluation, and every run's training curves (entropy, reward, GCPO's effective solutions and

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from recipe.gcpo.miniature.report import collect, eval_metrics, final_table, plot, prompt_metrics
+from recipe.gcpo.miniature.report import collect, eval_metrics, final_table, paired_table, plot, prompt_metrics
 
 
 def test_prompt_metrics_count_distinct_correct_answers_and_their_coverage():
@@ -54,6 +54,12 @@ def test_the_table_is_mean_and_sd_over_seeds_at_the_last_shared_evaluation(tmp_p
     row = next(line for line in table.splitlines() if line.startswith("| grpo"))
     assert "1.250 ± 0.354" in row  # distinct correct: 1.0 and 1.5 over the two seeds
     assert table.splitlines()[2].startswith("| start (step 0) | 3 | 0.500 ± 0.000")
+    paired = paired_table(runs).splitlines()
+    assert paired[0].startswith("| arm − grpo (step 3) | seeds |") and len(paired) == 3
+    # gcpo_group seed 1 against grpo seed 1: distinct correct 2.0 - 1.0 (the seeds the two arms share)
+    assert paired[2].startswith("| gcpo_group | 1 |") and "+1.000 ± 0.000 (1/1 higher)" in paired[2]
+    with pytest.raises(ValueError, match="no ppo runs"):
+        paired_table(runs, baseline="ppo")
     paths = plot(runs, tmp_path / "figures")
     assert all(p.stat().st_size > 1000 and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
 
