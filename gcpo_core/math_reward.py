@@ -83,6 +83,8 @@ _DECIMAL_COMMA = re.compile(r"^-?\d+,(?:\d{1,2}|\d{4,})$")
 _TRAILING_PERCENT = re.compile(r"\s*(?:\\?%|\\text\s*\{\s*%\s*\}|\bpercent\b|\bpct\b\.?)\s*$", re.IGNORECASE)
 # a gold answer in words ("Monday", "\\text{east}", "(C)" is math) and the phrase stating one
 _TEXT_ANSWER = re.compile(r"^[A-Za-z][A-Za-z' -]*$")
+# a word answer's wrapper, whose content is the answer ("\\text{Monday}")
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
 _ANSWER_IS = re.compile(r"\banswer\s+is\s*[:：]?\s*", re.IGNORECASE)
 
 
@@ -154,14 +156,14 @@ def _without_percent(content: str) -> str:
 
 def _words(text: str) -> str:
     """A text answer for comparison: ``\\text{}`` wrappers, ``$``s and punctuation dropped, lower case."""
-    text = re.sub(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}", r"\1", text)
+    text = _TEXT_WRAPPER.sub(r"\1", text)
     return " ".join(re.sub(r"[^A-Za-z' -]", " ", text).lower().split())
 
 
 def text_gold(gold: str) -> Optional[str]:
     """A gold answer in words ("Monday", "\\text{east}") as :func:`_words` writes it, else None."""
     words = _words(gold)
-    raw = re.sub(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}", r"\1", gold).strip().strip("$").strip()
+    raw = _TEXT_WRAPPER.sub(r"\1", gold).strip().strip("$").strip()
     return words if len(words) >= 2 and _TEXT_ANSWER.match(raw) else None
 
 

@@ -112,16 +112,21 @@ TABLE_KEYS = ("accuracy", "pass@1", "pass@4", "pass@16", "distinct_correct", "co
               "answer_entropy")
 
 
-def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = None) -> str:
-    """Markdown: one row per arm, mean ± sd over seeds at ``step`` (default: the last evaluation all runs have),
-    the start (step 0, every run's) in the first row."""
+def _shared_step_and_keys(runs: Mapping[str, Mapping[int, dict]], step: Optional[int]) -> tuple[int, list[str]]:
+    """``step`` (default: the last evaluation every run has) and the table's metrics every run has there."""
     if not runs:
         raise ValueError("no finished runs")
     common = set.intersection(*(set(r["evals"]) for seeds in runs.values() for r in seeds.values()))
     if not common:
         raise ValueError("the runs share no evaluation step")
     step = max(common) if step is None else step
-    keys = [k for k in TABLE_KEYS if all(k in r["evals"][step] for seeds in runs.values() for r in seeds.values())]
+    return step, [k for k in TABLE_KEYS if all(k in r["evals"][step] for seeds in runs.values() for r in seeds.values())]
+
+
+def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = None) -> str:
+    """Markdown: one row per arm, mean ± sd over seeds at ``step`` (default: the last evaluation all runs have),
+    the start (step 0, every run's) in the first row."""
+    step, keys = _shared_step_and_keys(runs, step)
     lines = ["| arm | seeds | " + " | ".join(keys) + " | s/step |", "|---" * (len(keys) + 3) + "|"]
     # every run evaluates the same start (with its own sampling seed): all of them make the start's row
     start = [r["evals"][0] for seeds in runs.values() for r in seeds.values() if 0 in r["evals"]]
@@ -140,9 +145,7 @@ def paired_table(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo",
     arms of one seed saw the same prompts): mean ± sd of the differences and the seeds where the arm is higher."""
     if baseline not in runs:
         raise ValueError(f"no {baseline} runs to compare with")
-    common = set.intersection(*(set(r["evals"]) for seeds in runs.values() for r in seeds.values()))
-    step = max(common) if step is None else step
-    keys = [k for k in TABLE_KEYS if all(k in r["evals"][step] for seeds in runs.values() for r in seeds.values())]
+    step, keys = _shared_step_and_keys(runs, step)
     lines = [f"| arm − {baseline} (step {step}) | seeds | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]
     for arm, seeds in runs.items():
         if arm == baseline:
