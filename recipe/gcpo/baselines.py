@@ -1,6 +1,7 @@
 """Reward-only baselines from the related work, registered in verl's estimator registry.
 
-``algorithm.adv_estimator=copo`` (COPO, arXiv 2508.04138) and ``algorithm.adv_estimator=mc_grpo`` (MC-GRPO, arXiv
+``algorithm.adv_estimator=copo`` (COPO, arXiv 2508.04138; its loss blend also needs the recipe's trainer, see
+``recipe/gcpo/copo.py``) and ``algorithm.adv_estimator=mc_grpo`` (MC-GRPO, arXiv
 2601.22582: median baseline, MAD scale, the pivot rollout left out; ``algorithm.mc_grpo.*``). They need no
 embeddings, so verl's stock path serves them; rows with an all-zero response mask (verl's padding rows) are left
 out of every group and of COPO's batch statistics.
@@ -43,8 +44,17 @@ def _grouped(
 
 @register_adv_est("copo")
 def compute_copo_outcome_advantage(token_level_rewards, response_mask, index=None, config=None, epsilon=1e-6, **kwargs):
-    """COPO: GRPO's local advantage blended with the prompt's batch-standardised mean reward by the group's
-    consistency entropy (see :func:`gcpo_core.baselines.copo_advantages`). Shapes: (bs, response_length)."""
+    """COPO. ``algorithm.copo.blend=loss`` (default): ``w * A_local`` from the terms the recipe's trainer provides
+    (:mod:`recipe.gcpo.copo`; the actor's loss adds the global term). ``blend=advantage``: GRPO's local advantage
+    blended with the prompt's batch-standardised mean reward by the group's right/wrong entropy
+    (:func:`gcpo_core.baselines.copo_advantages`). Shapes: (bs, response_length)."""
+    from recipe.gcpo.copo import copo_settings, provided_copo
+
+    if config is not None and copo_settings(config).blend == "loss":
+        step = provided_copo(index)
+        local = torch.as_tensor(step.local, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
+        out = local.unsqueeze(-1) * response_mask
+        return out, out
     return _grouped(copo_advantages, token_level_rewards, response_mask, index, config, epsilon)
 
 

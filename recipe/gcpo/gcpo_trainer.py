@@ -24,11 +24,16 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
+import torch
 import transfer_queue as tq
+from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
+from verl.workers.utils.padding import response_to_nested
 
+import recipe.gcpo.baselines  # noqa: F401  (registers "copo", whose loss-blend terms this trainer provides)
+from recipe.gcpo.copo import GLOBAL_ADVANTAGE_FIELD, copo_loss_fn, provide_copo, step_copo, validate_copo_config
 from recipe.gcpo.credit_actor import CreditActor
 from recipe.gcpo.credit_shards import credit_placements
 from recipe.gcpo.div_r1 import div_r1_loss_fn
@@ -76,6 +81,7 @@ class GCPOTrainer(PPOTrainerSync):
         self.gcpo = validate_gcpo_config(config)
         self.diver = validate_diver_config(config)
         self.group_contrastive = validate_group_contrastive(config)
+        self.copo = validate_copo_config(config)
         self.credit_actor: CreditActor | None = None
         super().__init__(config)
 
@@ -83,8 +89,9 @@ class GCPOTrainer(PPOTrainerSync):
         super()._setup()
         if self.gcpo is not None:
             self.credit_actor = self._create_credit_actor()
-        # Div-R1 (algorithm.div_r1): verl's PPO loss plus its term, given to the actor workers as their loss
-        loss_fn = div_r1_loss_fn(self.config)
+        # Div-R1 (algorithm.div_r1): verl's PPO loss plus its term; COPO's loss blend: verl's PPO loss plus the
+        # global one. Either is given to the actor workers as their loss (the start-up checks refuse both at once).
+        loss_fn = div_r1_loss_fn(self.config) or copo_loss_fn(self.config)
         if loss_fn is not None:
             self.actor_rollout_wg.set_loss_fn(loss_fn)
 
@@ -165,6 +172,8 @@ class GCPOTrainer(PPOTrainerSync):
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         metrics.update(reward_timeout_metrics(batch))
+        if self.copo is not None:
+            return self._compute_copo_advantage(batch, metrics)
         if self.diver is not None:
             credit, diver_metrics = diver_credit(batch, self._decode_responses(batch), self.diver,
                                                  int(getattr(self, "global_steps", 0)))
@@ -176,6 +185,29 @@ class GCPOTrainer(PPOTrainerSync):
         credit = self._compute_credit(batch, metrics)
         with provide_credit(credit):
             return super()._compute_advantage(batch, metrics)
+
+    def _compute_copo_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """COPO's loss blend: the local term becomes verl's ``advantages`` (through the ``copo`` estimator), the
+        global term is written beside it for the actor's loss."""
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["uid", "rm_scores", "response_mask", "extra_fields"])
+        valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
+        extras = data["extra_fields"]
+        extras = extras.tolist() if hasattr(extras, "tolist") else list(extras)
+        algorithm = self.config.algorithm
+        step = step_copo(
+            list(data["uid"]), data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).double().cpu().numpy(),
+            extras, valid, self.copo, norm_by_std=bool(algorithm.get("norm_adv_by_std_in_grpo", True)),
+        )
+        metrics.update(step.metrics)
+        with provide_copo(step):
+            batch = super()._compute_advantage(batch, metrics)
+        response_mask = data["response_mask"]
+        padded = response_mask.to_padded_tensor(padding=0)
+        global_adv = torch.as_tensor(step.global_, dtype=torch.float32).unsqueeze(-1) * padded.to(torch.float32)
+        output = TensorDict({GLOBAL_ADVANTAGE_FIELD: response_to_nested(global_adv, response_mask)},
+                            batch_size=len(batch))
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
 
     def _compute_credit(self, batch: KVBatchMeta, metrics: dict) -> StepCredit:
         """Credit the batch's responses (decoded when they were prefetched, else now); rows are grouped by uid,

@@ -52,6 +52,7 @@ from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device, get_torch_device, is_device_available
 
 from recipe.gcpo.baselines import MCGRPOSettings
+from recipe.gcpo.copo import validate_copo_config
 from recipe.gcpo.div_r1 import validate_div_r1_config
 from recipe.gcpo.diver import validate_diver_config
 
@@ -192,6 +193,7 @@ def validate(config) -> None:
     validate_gcpo_config(config)
     validate_diver_config(config)
     validate_div_r1_config(config)
+    validate_copo_config(config)
     MCGRPOSettings.from_algorithm_config(config.algorithm)
     validate_group_contrastive(config)
     validate_reward_kwargs(config)

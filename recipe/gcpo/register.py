@@ -10,10 +10,10 @@ Under verl's stock entry point (``VERL_USE_EXTERNAL_MODULES=recipe.gcpo.register
 process that imports verl and has the variable, which a Ray started by verl inherits; on an existing Ray cluster
 it must be in the environment of ``ray start`` on every node):
 
-* verl's own estimators and the reward-only baselines (``copo``, ``mc_grpo``) run with verl's stock trainer, as
-  they would under the recipe's entry point;
+* verl's own estimators and the reward-only baselines (``mc_grpo``, and ``copo`` with
+  ``algorithm.copo.blend=advantage``) run with verl's stock trainer, as they would under the recipe's entry point;
 * a config that needs the GCPO trainer (``gcpo``, ``dqo``, ``dra_grpo``, ``diver``, Div-R1's actor loss
-  ``algorithm.div_r1`` or ``algorithm.group_contrastive``)
+  ``algorithm.div_r1``, COPO's loss blend ``algorithm.copo.blend=loss`` or ``algorithm.group_contrastive``)
   fails when verl constructs its trainer, before any worker, model or rollout starts, with a message naming
   ``python -m recipe.gcpo.main_gcpo``. Without this check verl's trainer would ignore
   ``algorithm.group_contrastive`` and stop only at the first advantage step for the embedding estimators.
@@ -44,6 +44,8 @@ def needs_the_gcpo_trainer(config) -> str | None:
         return f"algorithm.adv_estimator={estimator}"
     if OmegaConf.select(config, "algorithm.div_r1.enable", default=False):
         return "algorithm.div_r1.enable=true"
+    if estimator == "copo" and OmegaConf.select(config, "algorithm.copo.blend", default="loss") == "loss":
+        return "algorithm.copo.blend=loss"
     if OmegaConf.select(config, "algorithm.group_contrastive.enable", default=False):
         return "algorithm.group_contrastive.enable=true"
     return None
@@ -61,6 +63,10 @@ def install_startup_check() -> None:
             found = f"trainer class {type(self).__name__}"
             if needed_by.startswith("algorithm.adv_estimator="):
                 raise ValueError(needs_gcpo_trainer(found, config.algorithm.adv_estimator))
+            if needed_by.startswith("algorithm.copo."):
+                raise ValueError(f"{needed_by} needs the GCPO trainer, which gives the actor COPO's blended loss; "
+                                 f"{found} would train GRPO's loss alone. Launch with `python -m recipe.gcpo.main_gcpo`, "
+                                 "or set algorithm.copo.blend=advantage.")
             if needed_by.startswith("algorithm.div_r1."):
                 raise ValueError(f"{needed_by} needs the GCPO trainer, which gives the actor the Div-R1 loss; {found} "
                                  "would train without it. Launch with `python -m recipe.gcpo.main_gcpo`.")

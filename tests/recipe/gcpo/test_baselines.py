@@ -15,7 +15,8 @@ from recipe.gcpo.estimator import compute_gcpo_outcome_advantage
 from recipe.gcpo.settings import validate_gcpo_config
 from tests.recipe.gcpo.conftest import compose_gcpo
 
-ALGORITHM = OmegaConf.create({"norm_adv_by_std_in_grpo": True})
+# COPO's advantage-level reading (its loss blend needs the trainer: tests/recipe/gcpo/test_copo.py)
+ALGORITHM = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "copo": {"blend": "advantage"}})
 
 
 def _data(rewards, uids, lengths):

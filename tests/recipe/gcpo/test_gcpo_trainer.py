@@ -88,7 +88,8 @@ def _put_batch(tokenizer, step_seed=0, timed_out=None):
             "ref_log_prob": torch.from_numpy(-rng.random(length)).float(),
         })
         if timed_out is not None:
-            fields[-1]["extra_fields"] = {"reward_extra_info": {"score": reward, "timeout": float(row in timed_out)}}
+            fields[-1]["extra_fields"] = {"reward_extra_info": {"score": reward, "timeout": float(row in timed_out),
+                                                                "acc": reward > 0, "pred": text.split()[-1]}}
         key = f"{uid}-{step_seed}"
         keys.append(f"{key}_{session}_0")
         fields[-1]["uid"] = key
@@ -274,6 +275,39 @@ def test_other_estimators_run_exactly_as_verls_sync_trainer(local_tq, tiny_token
         results.append(_row_advantages(batch))
     assert np.array_equal(results[0], results[1])
     assert trainer.config.algorithm.adv_estimator == "grpo"
+
+
+def test_copo_writes_the_weighted_local_advantage_and_the_global_one_for_the_actors_loss(local_tq, tiny_tokenizer):
+    from gcpo_core.copo import copo_terms
+    from recipe.gcpo.copo import GLOBAL_ADVANTAGE_FIELD
+
+    config = compose_gcpo(BASE_OVERRIDES + ["algorithm.adv_estimator=copo", "algorithm.copo.gate=soft"])
+    batch = _put_batch(tiny_tokenizer, step_seed=5, timed_out=set())
+    metrics = {}
+    batch = _trainer(GCPOTrainer, config, tiny_tokenizer)._compute_advantage(batch, metrics)
+    local = _row_advantages(batch)
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                           select_fields=[GLOBAL_ADVANTAGE_FIELD, "response_mask", "uid"])
+    global_ = data[GLOBAL_ADVANTAGE_FIELD].to_padded_tensor(padding=0.0)
+    mask = data["response_mask"].to_padded_tensor(padding=0)
+    assert torch.allclose(global_, global_[:, :1] * mask)
+
+    rows = _rollouts()  # the real rows, in order; verl's padding rows follow
+    layout = layout_groups([uid for uid, *_ in rows])
+    answers = {a: i for i, a in enumerate(sorted({text.split()[-1] for *_, text, _ in rows}))}
+    terms = copo_terms(layout.gather(torch.tensor([r for *_, r in rows], dtype=torch.float64)),
+                       layout.gather(torch.tensor([r > 0 for *_, r in rows])).to(torch.bool),
+                       layout.gather(torch.tensor([answers[text.split()[-1]] for *_, text, _ in rows])),
+                       layout.mask, gate="soft")
+    weight = layout.scatter(terms.local_weight).numpy()
+    expected_local = weight * layout.scatter(terms.local_advantage).numpy()
+    expected_global = (1 - weight) * layout.scatter(terms.global_advantage).numpy()
+    n = len(rows)
+    np.testing.assert_allclose(local[:n], expected_local, atol=1e-6)
+    np.testing.assert_allclose(global_[:n, 0].double().numpy(), expected_global, atol=1e-6)
+    assert np.all(local[n:] == 0) and torch.all(global_[n:] == 0)  # verl's padding rows
+    assert np.abs(expected_global).max() > 0.1 and np.abs(expected_local).max() > 0.1
+    assert 0 < metrics["copo/local_weight/mean"] < 1
 
 
 def test_resuming_a_step_reproduces_its_monte_carlo_credit(local_tq, tiny_tokenizer):

@@ -118,8 +118,12 @@ def test_the_register_module_refuses_what_needs_the_gcpo_trainer_under_a_stock_t
         PPOTrainerSync(compose_gcpo(VALID))
     with pytest.raises(ValueError, match="group_contrastive.enable=true needs the GCPO trainer.*recipe.gcpo.main_gcpo"):
         PPOTrainerSync(compose_gcpo(VALID + ["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true"]))
-    # a baseline that needs only rewards runs with verl's stock trainer
-    assert PPOTrainerSync(compose_gcpo(VALID + ["algorithm.adv_estimator=copo"])).trainer_mode == "sync"
+    # COPO's loss blend (its default) needs the recipe's trainer; its advantage blend needs only rewards
+    with pytest.raises(ValueError, match="copo.blend=loss needs the GCPO trainer.*blend=advantage"):
+        PPOTrainerSync(compose_gcpo(VALID + ["algorithm.adv_estimator=copo"]))
+    advantage_blend = ["algorithm.adv_estimator=copo", "algorithm.copo.blend=advantage"]
+    assert PPOTrainerSync(compose_gcpo(VALID + advantage_blend)).trainer_mode == "sync"
+    assert PPOTrainerSync(compose_gcpo(VALID + ["algorithm.adv_estimator=mc_grpo"])).trainer_mode == "sync"
     assert core_algos.get_adv_estimator_fn("copo") is not None
 
 
