@@ -91,7 +91,9 @@ def consistency_entropy(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 def copo_advantages(
     scores: torch.Tensor, mask: torch.Tensor, norm_by_std: bool = True, epsilon: float = 1e-6
 ) -> torch.Tensor:
-    """COPO (Consistency-Aware Policy Optimization, arXiv 2508.04138), as read here: each rollout's GRPO
+    """COPO (Consistency-Aware Policy Optimization, arXiv 2508.04138) as an advantage blend, the reading before its
+    official code was read (``algorithm.copo.blend=advantage``; the default follows the code: ``gcpo_core/copo.py``):
+    each rollout's GRPO
     (local) advantage, soft-blended with its prompt's global advantage -- the group's mean reward standardised
     across all groups of the batch -- by the group's consistency entropy H:
     ``A = H * A_local + (1 - H) * A_global``. A group whose rollouts all agree (all right or all wrong, H = 0)
