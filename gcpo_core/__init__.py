@@ -5,39 +5,24 @@ volume ``log det(I + L)`` of their quality-weighted embeddings, and credits each
 value of that team value.
 """
 
-from importlib import import_module
+from gcpo_core._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-# Names are loaded on first use (PEP 562), so that a process needing one module does not import them all
-# (torch among them).
+# what users call, from the packages below (loaded on first use, so that importing gcpo_core imports no torch)
 _EXPORTS = {
-    "ADVANTAGE_MODES": "advantages", "credit_advantages": "advantages", "group_normalize": "advantages",
-    "CreditConfig": "config",
-    "CreditResult": "credit", "GroupCredit": "credit", "compute_credit": "credit", "compute_group_credit": "credit",
-    "GroupDiagnostics": "diagnostics",
-    "GroupLayout": "grouping", "layout_groups": "grouping",
-    "KERNELS": "kernels", "compute_kernel": "kernels",
-    "QUALITY_MAPS": "quality", "quality_from_rewards": "quality",
-    "SHAPLEY_ESTIMATORS": "shapley", "ShapleyResult": "shapley", "shapley_values": "shapley",
-    "subset_team_values": "shapley",
-    "quality_weighted_kernel": "team_value", "team_value": "team_value",
+    "CreditConfig": "credit.config", "CreditResult": "credit.compute", "GroupCredit": "credit.compute",
+    "compute_credit": "credit.compute", "compute_group_credit": "credit.compute",
+    "ADVANTAGE_MODES": "credit.advantages", "credit_advantages": "credit.advantages",
+    "group_normalize": "credit.advantages", "GroupDiagnostics": "credit.diagnostics",
+    "GroupLayout": "credit.grouping", "layout_groups": "credit.grouping",
+    "KERNELS": "credit.kernels", "compute_kernel": "credit.kernels",
+    "QUALITY_MAPS": "credit.quality", "quality_from_rewards": "credit.quality",
+    "SHAPLEY_ESTIMATORS": "credit.shapley", "ShapleyResult": "credit.shapley", "shapley_values": "credit.shapley",
+    "subset_team_values": "credit.shapley",
+    "quality_weighted_kernel": "credit.team_value", "team_value": "credit.team_value",
 }
-
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gcpo_core' has no attribute {name!r}")
-    value = getattr(import_module(f"gcpo_core.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = [
     "ADVANTAGE_MODES",
     "KERNELS",

@@ -3,14 +3,14 @@
 computes it, measured in the same run.
 
 DIVER (NJU-RL/DIVER@5870b47, ``verl/div_src/diversity_metric.py``) calls nltk's ``sentence_bleu`` twice per pair
-of responses: G(G-1) calls per group, each recounting both texts' n-grams. ``gcpo_core.diver`` counts every
+of responses: G(G-1) calls per group, each recounting both texts' n-grams. ``gcpo_core.baselines.diver`` counts every
 text's n-grams once and gets all pairs' clipped matches from one vectorised pass per n-gram order. This script
 times, per group of G responses of W words (random words over a small vocabulary, each response a perturbed copy
 of a shared one, so that pairs share long n-grams as solutions to one problem do):
 
 * ``nltk``: DIVER's loop (only when nltk is installed: ``pip install nltk``), and the largest difference from it;
 * ``counter``: the same loop written with one ``Counter`` per text and order (no nltk);
-* ``gcpo_core``: :func:`gcpo_core.diver.textual_similarity`;
+* ``gcpo_core``: :func:`gcpo_core.baselines.diver.textual_similarity`;
 * the equation metric, for scale.
 
 It prints a table and the time per training step for ``--groups`` prompts (the metric runs on the driver in the
@@ -31,7 +31,7 @@ from collections import Counter
 
 import numpy as np
 
-from gcpo_core.diver import DIVER_BLEU_WEIGHTS, _bleu, equation_diversity, textual_similarity
+from gcpo_core.baselines.diver import DIVER_BLEU_WEIGHTS, _bleu, equation_diversity, textual_similarity
 
 
 def synthetic_group(rng: random.Random, size: int, words: int, vocabulary: int = 300) -> list[str]:

@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gcpo_core.config import CreditConfig
-from gcpo_core.encoder import DEFAULT_MODEL, EncoderConfig, RolloutEncoder
-from gcpo_core.pipeline import credit_rollouts
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.encoding.encoder import DEFAULT_MODEL, EncoderConfig, RolloutEncoder
+from gcpo_core.encoding.pipeline import credit_rollouts
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math500.jsonl"
 

@@ -75,8 +75,8 @@ def main(argv=None) -> int:
     import os
 
     os.environ["GCPO_SCORER_WORKERS"] = str(args.workers)
-    from gcpo_core import math_reward
-    from gcpo_core.deadline_pool import DeadlinePool
+    from gcpo_core.rewards import math_reward
+    from gcpo_core.rewards.deadline_pool import DeadlinePool
 
     pairs = load_pairs(args.data_dir, args.answers)
     n = len(pairs)

@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gcpo_core.config import CreditConfig
-from gcpo_core.credit import compute_credit
-from gcpo_core.encoder import EncoderConfig, RolloutEncoder
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.credit.compute import compute_credit
+from gcpo_core.encoding.encoder import EncoderConfig, RolloutEncoder
 
 ROOT = Path(__file__).resolve().parents[1]
 # the real model responses live outside the repository (third-party data): where, and how to get them

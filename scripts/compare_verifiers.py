@@ -5,7 +5,7 @@
 
 Three graders of a (gold answer, response) pair:
 
-* ``gcpo``: ``gcpo_core.math_reward`` (training rewards and ``gcpo eval``);
+* ``gcpo``: ``gcpo_core.rewards.math_reward`` (training rewards and ``gcpo eval``);
 * ``math-verify``: math-verify's default ``parse``/``verify``, the response parsed as it is and the gold as
   LaTeX (``$gold$``) or boxed (``\\boxed{gold}``, how the rollout labels were made): accepted when either
   reading of the gold accepts;
@@ -284,7 +284,7 @@ def _reference_grades(chunk: list[tuple[str, str]]) -> list[tuple[bool, bool]]:
 
 
 def _gcpo_grades_in_process(chunk: list[tuple[str, str]]) -> list[bool]:
-    from gcpo_core.math_reward import is_correct
+    from gcpo_core.rewards.math_reward import is_correct
 
     return [is_correct(response, gold) for gold, response in chunk]
 
@@ -292,7 +292,7 @@ def _gcpo_grades_in_process(chunk: list[tuple[str, str]]) -> list[bool]:
 def grade(cases: list[Case], processes: int) -> tuple[list[bool], list[tuple[bool, bool]]]:
     pairs = [(c.gold, c.response) for c in cases]
     chunks = [pairs[i : i + 200] for i in range(0, len(pairs), 200)]
-    import gcpo_core.math_reward as math_reward
+    import gcpo_core.rewards.math_reward as math_reward
 
     with ProcessPoolExecutor(processes) as pool:
         references = [r for part in pool.map(_reference_grades, chunks) for r in part]

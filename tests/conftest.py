@@ -46,6 +46,6 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def minilm():
     """The real all-MiniLM-L6-v2 on the CPU (bundled weights, offline), loaded once per test session."""
-    from gcpo_core.encoder import EncoderConfig, RolloutEncoder
+    from gcpo_core.encoding.encoder import EncoderConfig, RolloutEncoder
 
     return RolloutEncoder(EncoderConfig(device="cpu"))

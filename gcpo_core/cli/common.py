@@ -34,7 +34,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": ("auto", "float32", "float16", "bfloat16"),
     "all_correct_scale": ("batch", "group"),
 }
-EXACT_LIMIT = 22  # gcpo_core.shapley.EXACT_LIMIT: most correct rollouts `exact` enumerates
+EXACT_LIMIT = 22  # gcpo_core.credit.shapley.EXACT_LIMIT: most correct rollouts `exact` enumerates
 MAX_GROUP_SIZE_LIMIT = 4096  # CreditConfig's upper bound on max_group_size
 
 # settings-file key -> command-line destination (the files in configs/ use the engine's field names)
@@ -183,7 +183,7 @@ def _config_error(args: argparse.Namespace, err: ValueError, keys: dict[str, str
 
 
 def credit_config_from_args(args: argparse.Namespace):
-    from gcpo_core.config import CreditConfig
+    from gcpo_core.credit.config import CreditConfig
 
     try:
         return CreditConfig(**{field: getattr(args, dest) for field, dest in CREDIT_KEYS.items()})
@@ -216,7 +216,7 @@ def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def encoder_config_from_args(args: argparse.Namespace):
-    from gcpo_core.encoder import EncoderConfig
+    from gcpo_core.encoding.encoder import EncoderConfig
 
     try:
         return EncoderConfig(**{field: getattr(args, dest) for field, dest in ENCODER_KEYS.items()})
@@ -226,7 +226,7 @@ def encoder_config_from_args(args: argparse.Namespace):
 
 def load_encoder(args: argparse.Namespace):
     """The configured :class:`RolloutEncoder`, without transformers' "Loading weights" bar unless --verbose."""
-    from gcpo_core.encoder import RolloutEncoder
+    from gcpo_core.encoding.encoder import RolloutEncoder
 
     config = encoder_config_from_args(args)
     if getattr(args, "verbose", False):

@@ -86,11 +86,11 @@ def _count(n: int, noun: str) -> str:
 def _credit(rollouts: "ParsedRollouts", config, args) -> tuple[dict, dict]:
     import torch
 
-    from gcpo_core.credit import compute_credit
+    from gcpo_core.credit.compute import compute_credit
 
     try:
         if rollouts.texts is not None:
-            from gcpo_core.pipeline import credit_rollouts
+            from gcpo_core.encoding.pipeline import credit_rollouts
 
             encoder = load_encoder(args)
             result = credit_rollouts(rollouts.texts, rollouts.rewards, rollouts.groups, encoder, config)

@@ -60,8 +60,8 @@ def load_demo_rollouts() -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from gcpo_core.credit import compute_credit
-    from gcpo_core.math_reward import is_correct
+    from gcpo_core.credit.compute import compute_credit
+    from gcpo_core.rewards.math_reward import is_correct
 
     config = credit_config_from_args(args)
     rows = load_demo_rollouts()
@@ -137,8 +137,8 @@ def _grpo_advantages(rewards: list[float], groups: list[str]) -> list[float]:
     """verl's GRPO advantage of the raw rewards (mean / unbiased std per group, eps 1e-6)."""
     import torch
 
-    from gcpo_core.advantages import group_normalize
-    from gcpo_core.grouping import layout_groups
+    from gcpo_core.credit.advantages import group_normalize
+    from gcpo_core.credit.grouping import layout_groups
 
     layout = layout_groups(groups)
     padded = layout.gather(torch.tensor(rewards, dtype=torch.float64))

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from gcpo_core.cli.common import CommandError, add_config_argument, add_encoder_arguments, load_encoder
-from gcpo_core.prompts import INSTRUCTIONS
+from gcpo_core.rewards.prompts import INSTRUCTIONS
 
 TABLE_COLUMNS = (
     ("problems", "problems", "{:.0f}"),
@@ -68,7 +68,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _runs(args, benchmarks) -> dict[str, list]:
-    from gcpo_core.evaluation import load_generations
+    from gcpo_core.evaluation.evaluate import load_generations
 
     specs = [(Path(p).stem, p) for p in args.generations]
     for item in args.run:
@@ -90,7 +90,7 @@ def _runs(args, benchmarks) -> dict[str, list]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gcpo_core.evaluation import (
+    from gcpo_core.evaluation.evaluate import (
         benchmark_metrics, generate_with_vllm, load_benchmark, score_generations, write_generations,
     )
 
@@ -154,7 +154,7 @@ def markdown_table(results: dict) -> str:
 
 
 def write_results(results: dict, out_dir: Path) -> None:
-    from gcpo_core.plots import accuracy_vs_diversity, pass_at_k_curves
+    from gcpo_core.evaluation.plots import accuracy_vs_diversity, pass_at_k_curves
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, allow_nan=True), encoding="utf-8")

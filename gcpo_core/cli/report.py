@@ -25,8 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gcpo_core.cli.common import CommandError
-    from gcpo_core.dump import read_credit_dump
-    from gcpo_core.report import build_report
+    from gcpo_core.evaluation.dump import read_credit_dump
+    from gcpo_core.evaluation.credit_report import build_report
 
     if not args.dump.exists():
         raise CommandError(f"{args.dump}: no such file or folder")

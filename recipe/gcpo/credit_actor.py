@@ -40,9 +40,9 @@ import torch
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from gcpo_core.config import CreditConfig
-from gcpo_core.encoder import Encoded, EncoderConfig, EncoderStats, RolloutEncoder
-from gcpo_core.pipeline import RolloutCredit, credit_encoded, credit_rollouts, rows_to_credit
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.encoding.encoder import Encoded, EncoderConfig, EncoderStats, RolloutEncoder
+from gcpo_core.encoding.pipeline import RolloutCredit, credit_encoded, credit_rollouts, rows_to_credit
 from recipe.gcpo.credit_shards import estimated_pieces, parse_shards, shard_rows
 
 logger = logging.getLogger(__name__)
@@ -310,7 +310,7 @@ class CreditActor:
         return_embeddings: bool = False,
         seed: Optional[int] = None,
     ) -> RolloutCredit:
-        """Credit one batch; see :func:`gcpo_core.pipeline.credit_rollouts`. Texts prefetched by
+        """Credit one batch; see :func:`gcpo_core.encoding.pipeline.credit_rollouts`. Texts prefetched by
         :meth:`start_prefetch` are not embedded again; ``timings["embed_prefetch"]`` is what the prefetch took
         (the slowest shard's)."""
         texts, rewards, group_ids = list(texts), list(rewards), list(group_ids)

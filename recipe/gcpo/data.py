@@ -24,8 +24,8 @@ from typing import Any, Iterable, Optional
 import pandas as pd
 from tqdm import tqdm
 
-from gcpo_core.prompts import INSTRUCTIONS
-from gcpo_core.text_span import last_boxed
+from gcpo_core.rewards.prompts import INSTRUCTIONS
+from gcpo_core.encoding.text_span import last_boxed
 
 # The DAPO release wraps each problem in its own instruction: recognise it to recover the bare problem.
 _DAPO_WRAPPED = re.compile(

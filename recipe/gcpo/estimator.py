@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from gcpo_core.advantages import normalize_credit, score_stderr
-from gcpo_core.config import CreditConfig
-from gcpo_core.grouping import layout_groups
+from gcpo_core.credit.advantages import normalize_credit, score_stderr
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.settings import EMBEDDING_ESTIMATORS, GCPO_ESTIMATOR, GCPOSettings, needs_gcpo_trainer
 
 _active = threading.local()
@@ -74,7 +74,7 @@ def compute_gcpo_outcome_advantage(
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GCPO advantage: the Shapley credit score normalised per prompt by ``gcpo_core``'s one normalisation
-    (:func:`gcpo_core.advantages.normalize_credit`, the function the credit engine itself uses), so that
+    (:func:`gcpo_core.credit.advantages.normalize_credit`, the function the credit engine itself uses), so that
     without KL-in-reward the advantages are exactly the engine's.
 
     Args:

@@ -32,14 +32,14 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_to_nested
 
-import recipe.gcpo.baselines  # noqa: F401  (registers "copo", whose loss-blend terms this trainer provides)
-from recipe.gcpo.copo import GLOBAL_ADVANTAGE_FIELD, copo_loss_fn, provide_copo, step_copo, validate_copo_config
+import recipe.gcpo.baselines.reward_only  # noqa: F401  (registers "copo", whose loss-blend terms this trainer provides)
+from recipe.gcpo.baselines.copo import GLOBAL_ADVANTAGE_FIELD, copo_loss_fn, provide_copo, step_copo, validate_copo_config
 from recipe.gcpo.credit_actor import CreditActor
 from recipe.gcpo.credit_shards import credit_placements
-from recipe.gcpo.div_r1 import div_r1_loss_fn
-from recipe.gcpo.diver import diver_credit, validate_diver_config
+from recipe.gcpo.baselines.div_r1 import div_r1_loss_fn
+from recipe.gcpo.baselines.diver import diver_credit, validate_diver_config
 from recipe.gcpo.estimator import StepCredit, provide_credit
-from recipe.gcpo.group_contrastive import inject_references
+from recipe.gcpo.baselines.group_contrastive import inject_references
 from recipe.gcpo.settings import SYNC_TRAINER_MODE, validate_gcpo_config, validate_group_contrastive
 
 logger = logging.getLogger(__name__)
@@ -248,7 +248,7 @@ class GCPOTrainer(PPOTrainerSync):
         return every > 0 and int(getattr(self, "global_steps", 0)) % every == 0
 
     def _dump_credit(self, texts, reward, uids, valid, result) -> None:
-        from gcpo_core.dump import write_credit_dump
+        from gcpo_core.evaluation.dump import write_credit_dump
 
         path = write_credit_dump(
             directory=self.gcpo.dump.directory,

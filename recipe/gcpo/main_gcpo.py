@@ -51,10 +51,10 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device, get_torch_device, is_device_available
 
-from recipe.gcpo.baselines import MCGRPOSettings
-from recipe.gcpo.copo import validate_copo_config
-from recipe.gcpo.div_r1 import validate_div_r1_config
-from recipe.gcpo.diver import validate_diver_config
+from recipe.gcpo.baselines.reward_only import MCGRPOSettings
+from recipe.gcpo.baselines.copo import validate_copo_config
+from recipe.gcpo.baselines.div_r1 import validate_div_r1_config
+from recipe.gcpo.baselines.diver import validate_diver_config
 
 from recipe.gcpo.settings import (
     SYNC_TRAINER_MODE,

@@ -1,8 +1,8 @@
 """Make the recipe's advantage estimators known to verl, and refuse at once a config that needs the GCPO trainer
 under any other trainer.
 
-Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator), ``diver`` (recipe.gcpo.diver) and ``copo``,
-``mc_grpo`` (recipe.gcpo.baselines) in verl's estimator registry. It registers no trainer mode: the GCPO trainer is built by
+Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator), ``diver`` (recipe.gcpo.baselines.diver) and ``copo``,
+``mc_grpo`` (recipe.gcpo.baselines.reward_only) in verl's estimator registry. It registers no trainer mode: the GCPO trainer is built by
 the recipe's entry point, ``python -m recipe.gcpo.main_gcpo``, for verl's own ``trainer.v1.trainer_mode=sync``.
 
 Under verl's stock entry point (``VERL_USE_EXTERNAL_MODULES=recipe.gcpo.register python -m verl.trainer.main_ppo
@@ -26,10 +26,10 @@ import functools
 from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-import recipe.gcpo.baselines  # noqa: F401  (registers "copo" and "mc_grpo")
-import recipe.gcpo.diver  # noqa: F401  (registers "diver")
+import recipe.gcpo.baselines.reward_only  # noqa: F401  (registers "copo" and "mc_grpo")
+import recipe.gcpo.baselines.diver  # noqa: F401  (registers "diver")
 import recipe.gcpo.estimator  # noqa: F401  (registers "gcpo", "dqo" and "dra_grpo")
-from recipe.gcpo.diver import DIVER_ESTIMATOR
+from recipe.gcpo.baselines.diver import DIVER_ESTIMATOR
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
 from recipe.gcpo.settings import EMBEDDING_ESTIMATORS, needs_gcpo_trainer
 

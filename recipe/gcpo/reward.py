@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Optional
 
-from gcpo_core.math_reward import DEFAULT_TIMEOUT_S, score_answer
+from gcpo_core.rewards.math_reward import DEFAULT_TIMEOUT_S, score_answer
 
 FINGERPRINT_SCALE = 1e-6
 # keyword arguments verl 0.9.1's reward managers may pass besides the named ones (with a reward model router)

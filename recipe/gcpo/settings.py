@@ -16,9 +16,9 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from gcpo_core.config import CreditConfig
-from gcpo_core.encoder import EncoderConfig
-from gcpo_core.shapley import EXACT_LIMIT
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.encoding.encoder import EncoderConfig
+from gcpo_core.credit.shapley import EXACT_LIMIT
 from recipe.gcpo.credit_actor import CreditActorOptions
 
 GCPO_ESTIMATOR = "gcpo"
@@ -200,6 +200,26 @@ def _reward_source(path: str) -> str | None:
         return None
 
 
+def check_actor_loss_owner(config: DictConfig, selected: str, what: str, alternative: str = "") -> None:
+    """Start-up checks for a setting that gives the actor workers their loss (``set_loss_fn``): only the recipe's
+    trainer installs it, and distillation would replace it.
+
+    Args:
+        selected: the setting, as the user wrote it (``algorithm.div_r1.enable=true``).
+        what: the loss it gives (``the Div-R1 loss``). alternative: advice appended to the trainer message.
+    Raises:
+        ValueError: another trainer, or distillation enabled.
+    """
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
+    if not config.trainer.get("use_v1", True) or mode != SYNC_TRAINER_MODE:
+        raise ValueError(f"{selected} needs the recipe's trainer, which gives the actor workers {what}: launch with "
+                         f"`python -m recipe.gcpo.main_gcpo` (trainer.v1.trainer_mode={SYNC_TRAINER_MODE}; found "
+                         f"trainer.use_v1={config.trainer.get('use_v1')}, trainer.v1.trainer_mode={mode}){alternative}")
+    if OmegaConf.select(config, "distillation.enabled"):
+        raise ValueError(f"{selected} gives the actor {what}; with distillation.enabled=true the actor runs the "
+                         "distillation loss instead: use one or the other")
+
+
 def needs_gcpo_trainer(found: str, estimator: str = GCPO_ESTIMATOR) -> str:
     return (
         f"algorithm.adv_estimator={estimator} needs the GCPO trainer, which embeds the responses and computes their "
@@ -211,7 +231,7 @@ def needs_gcpo_trainer(found: str, estimator: str = GCPO_ESTIMATOR) -> str:
 
 def validate_group_contrastive(config: DictConfig):
     """Start-up checks of ``algorithm.group_contrastive`` (Group Contrastive PO's reference injection)."""
-    from recipe.gcpo.group_contrastive import GroupContrastiveSettings, solution_coverage
+    from recipe.gcpo.baselines.group_contrastive import GroupContrastiveSettings, solution_coverage
 
     settings = _build(GroupContrastiveSettings, _plain(config.algorithm.get("group_contrastive")),
                       "algorithm.group_contrastive")

@@ -36,9 +36,9 @@ VERL_ROOT = Path(verl.__file__).resolve().parent
 READ_ELSEWHERE = {
     "algorithm.gcpo.": "the recipe's block: parsed whole by recipe.gcpo.settings, which refuses unknown keys",
     "algorithm.group_contrastive.": "the recipe's block: parsed whole by recipe.gcpo.settings.validate_group_contrastive",
-    "algorithm.diver.": "the recipe's block: parsed whole by recipe.gcpo.diver.validate_diver_config",
-    "algorithm.div_r1.": "the recipe's block: parsed whole by recipe.gcpo.div_r1.validate_div_r1_config",
-    "algorithm.mc_grpo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.MCGRPOSettings",
+    "algorithm.diver.": "the recipe's block: parsed whole by recipe.gcpo.baselines.diver.validate_diver_config",
+    "algorithm.div_r1.": "the recipe's block: parsed whole by recipe.gcpo.baselines.div_r1.validate_div_r1_config",
+    "algorithm.mc_grpo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.reward_only.MCGRPOSettings",
     "reward.reward_kwargs.": "read from the raw config by verl's DAPO reward manager; the entry point checks the names "
                              "against what it reads (recipe.gcpo.settings.validate_reward_kwargs)",
     "ray_kwargs.ray_init.": "passed whole to ray.init(**ray_kwargs.ray_init) by verl's run_ppo",

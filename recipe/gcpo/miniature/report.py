@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
-from gcpo_core.evaluation import pass_at_k
+from gcpo_core.evaluation.evaluate import pass_at_k
 from recipe.gcpo.miniature.task import answer_set, is_correct, parse_answer
 
 

@@ -3,7 +3,7 @@
 * metrics: verl's ``file`` logger (``verl/utils/tracking.py``: one JSON line ``{"step": s, "data": {...}}`` per
   logged step, at ``VERL_FILE_LOGGER_PATH``); every training step is there, and under GCPO the ``gcpo/*`` and
   ``timing_s/gcpo_*`` metrics are present and finite;
-* credit: the trainer's credit dumps (``algorithm.gcpo.dump``, ``gcpo_core/dump.py``): every all-wrong group
+* credit: the trainer's credit dumps (``algorithm.gcpo.dump``, ``gcpo_core/evaluation/dump.py``): every all-wrong group
   got zero advantage (its credit scores are all equal, so any group normalisation gives 0, and the engine's
   advantage is 0), wrong rollouts of mixed groups got zero Shapley credit, and all-wrong, mixed and all-correct
   groups all occurred (else the credit path was not really exercised);
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from gcpo_core.dump import read_credit_dump
+from gcpo_core.evaluation.dump import read_credit_dump
 
 # written every GCPO step by the trainer (recipe/gcpo/gcpo_trainer.py) and the credit engine
 REQUIRED_GCPO_METRICS = (

@@ -170,7 +170,7 @@ def test_an_engine_value_error_is_one_line(tmp_path, capsys, monkeypatch):
     def refuse(*args, **kwargs):
         raise ValueError("rewards must be finite\nsecond line")
 
-    monkeypatch.setattr("gcpo_core.credit.compute_credit", refuse)
+    monkeypatch.setattr("gcpo_core.credit.compute.compute_credit", refuse)
     out = tmp_path / "out.jsonl"
     assert main(["credit", str(_write(tmp_path / "in.jsonl", ROLLOUTS)), "-o", str(out)]) == 2
     err = capsys.readouterr().err
@@ -181,16 +181,16 @@ def test_an_engine_value_error_is_one_line(tmp_path, capsys, monkeypatch):
 def test_non_finite_credit_is_never_written(tmp_path, capsys, monkeypatch):
     import torch
 
-    import gcpo_core.credit
+    import gcpo_core.credit.compute
 
-    real = gcpo_core.credit.compute_credit
+    real = gcpo_core.credit.compute.compute_credit
 
     def poisoned(*args, **kwargs):
         result = real(*args, **kwargs)
         result.advantage[3] = torch.nan
         return result
 
-    monkeypatch.setattr(gcpo_core.credit, "compute_credit", poisoned)
+    monkeypatch.setattr(gcpo_core.credit.compute, "compute_credit", poisoned)
     out = tmp_path / "out.jsonl"
     assert main(["credit", str(_write(tmp_path / "in.jsonl", ROLLOUTS)), "-o", str(out)]) == 2
     err = capsys.readouterr().err
@@ -212,7 +212,7 @@ def test_a_bug_prints_a_traceback_and_says_it_is_a_bug(tmp_path, capsys, monkeyp
     def broken(*args, **kwargs):
         raise KeyError("oops")
 
-    monkeypatch.setattr("gcpo_core.credit.compute_credit", broken)
+    monkeypatch.setattr("gcpo_core.credit.compute.compute_credit", broken)
     assert main(["credit", str(_write(tmp_path / "in.jsonl", ROLLOUTS))]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "KeyError: 'oops'" in err

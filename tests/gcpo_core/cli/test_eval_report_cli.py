@@ -45,7 +45,7 @@ def test_bad_inputs_name_the_problem(tmp_path, capsys):
 
 
 def test_report_command_writes_the_page(tmp_path, capsys):
-    from tests.gcpo_core.test_report import _record
+    from tests.gcpo_core.evaluation.test_credit_report import _record
 
     dump = _gens(tmp_path / "credit_step000005.jsonl", [_record(5, "p")])
     assert main(["report", str(dump), "-o", str(tmp_path / "r")]) == 0

@@ -65,15 +65,15 @@ def test_eval_and_report_help_show_their_defaults(capsys):
 
 
 def test_the_flags_choices_and_defaults_are_the_engines():
-    from gcpo_core.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
+    from gcpo_core.credit.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
     from gcpo_core.cli import common
-    from gcpo_core.config import CreditConfig
-    from gcpo_core.encoder import DEFAULT_MODEL, DTYPES, EncoderConfig
-    from gcpo_core.kernels import KERNELS
-    from gcpo_core.quality import QUALITY_MAPS
-    from gcpo_core.shapley import EXACT_LIMIT, SHAPLEY_METHODS
-    from gcpo_core.text_span import TEXT_SPANS
-    from gcpo_core.word_pieces import LONG_TEXT_POLICIES
+    from gcpo_core.credit.config import CreditConfig
+    from gcpo_core.encoding.encoder import DEFAULT_MODEL, DTYPES, EncoderConfig
+    from gcpo_core.credit.kernels import KERNELS
+    from gcpo_core.credit.quality import QUALITY_MAPS
+    from gcpo_core.credit.shapley import EXACT_LIMIT, SHAPLEY_METHODS
+    from gcpo_core.encoding.text_span import TEXT_SPANS
+    from gcpo_core.encoding.word_pieces import LONG_TEXT_POLICIES
 
     assert common.CREDIT_DEFAULTS == dataclasses.asdict(CreditConfig())
     assert common.ENCODER_DEFAULTS == dataclasses.asdict(EncoderConfig())

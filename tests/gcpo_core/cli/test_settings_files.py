@@ -8,8 +8,8 @@ import yaml
 
 from gcpo_core.cli import main
 from gcpo_core.cli.common import settings_file_defaults
-from gcpo_core.config import CreditConfig
-from gcpo_core.encoder import EncoderConfig
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.encoding.encoder import EncoderConfig
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 

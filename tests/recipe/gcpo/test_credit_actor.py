@@ -13,8 +13,8 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from gcpo_core.cli.demo import load_demo_rollouts
-from gcpo_core.config import CreditConfig
-from gcpo_core.encoder import EncoderConfig
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.encoding.encoder import EncoderConfig
 from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions, CreditActorTimeout
 
 CPU_ONLY = CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=120, timeout_s=300)
@@ -41,7 +41,7 @@ def _long_batch(shared_data, copies=2):
 
 
 def test_actor_returns_the_pipelines_credit(local_ray, batch, minilm):
-    from gcpo_core.pipeline import credit_rollouts
+    from gcpo_core.encoding.pipeline import credit_rollouts
 
     actor = CreditActor(credit=CreditConfig(method="exact"), options=CPU_ONLY)
     try:

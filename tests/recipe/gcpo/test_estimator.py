@@ -8,8 +8,8 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from gcpo_core.config import CreditConfig
-from gcpo_core.credit import compute_credit
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.credit.compute import compute_credit
 from recipe.gcpo.estimator import StepCredit, compute_gcpo_outcome_advantage, provide_credit
 from tests.gcpo_core.helpers import clustered_embeddings
 

@@ -16,11 +16,11 @@ from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from gcpo_core.advantages import normalize_credit
+from gcpo_core.credit.advantages import normalize_credit
 from gcpo_core.cli.demo import load_demo_rollouts
-from gcpo_core.config import CreditConfig
-from gcpo_core.grouping import layout_groups
-from gcpo_core.pipeline import credit_rollouts
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.credit.grouping import layout_groups
+from gcpo_core.encoding.pipeline import credit_rollouts
 from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
 from tests.recipe.gcpo.conftest import compose_gcpo
@@ -278,8 +278,8 @@ def test_other_estimators_run_exactly_as_verls_sync_trainer(local_tq, tiny_token
 
 
 def test_copo_writes_the_weighted_local_advantage_and_the_global_one_for_the_actors_loss(local_tq, tiny_tokenizer):
-    from gcpo_core.copo import copo_terms
-    from recipe.gcpo.copo import GLOBAL_ADVANTAGE_FIELD
+    from gcpo_core.baselines.copo import copo_terms
+    from recipe.gcpo.baselines.copo import GLOBAL_ADVANTAGE_FIELD
 
     config = compose_gcpo(BASE_OVERRIDES + ["algorithm.adv_estimator=copo", "algorithm.copo.gate=soft"])
     batch = _put_batch(tiny_tokenizer, step_seed=5, timed_out=set())
@@ -334,7 +334,7 @@ def test_resuming_a_step_reproduces_its_monte_carlo_credit(local_tq, tiny_tokeni
 
 
 def test_credit_dumps_are_written_every_n_steps(local_tq, tiny_tokenizer, credit_actor, tmp_path):
-    from gcpo_core.dump import read_credit_dump
+    from gcpo_core.evaluation.dump import read_credit_dump
 
     config = compose_gcpo(BASE_OVERRIDES + ["algorithm.gcpo.dump.every_n_steps=2", f"algorithm.gcpo.dump.directory={tmp_path}"])
     for step in (3, 4):
@@ -350,7 +350,7 @@ def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_p
     local_tq, tiny_tokenizer, monkeypatch
 ):
     """Group Contrastive PO (the other "GCPO"): the trainer hook before verl's batch balancing."""
-    from recipe.gcpo.group_contrastive import GroupContrastiveSettings
+    from recipe.gcpo.baselines.group_contrastive import GroupContrastiveSettings
 
     rows = load_demo_rollouts()
     solution = rows[4]["text"]  # the sprints reference solution, in the tokenizer's vocabulary
@@ -402,7 +402,7 @@ def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_p
 
 
 def test_reference_injection_refuses_rows_with_per_token_fields_it_cannot_rebuild(local_tq, tiny_tokenizer):
-    from recipe.gcpo.group_contrastive import GroupContrastiveSettings, inject_references
+    from recipe.gcpo.baselines.group_contrastive import GroupContrastiveSettings, inject_references
 
     prompts, responses = torch.tensor([3, 4, 5]), torch.tensor([6, 7, 2])
     row = {"uid": "routed", "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses]),

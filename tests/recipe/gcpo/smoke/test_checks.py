@@ -6,9 +6,9 @@ import json
 import pytest
 from verl.utils.tracking import FileLogger
 
-from gcpo_core.config import CreditConfig
-from gcpo_core.dump import write_credit_dump
-from gcpo_core.pipeline import credit_rollouts
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.evaluation.dump import write_credit_dump
+from gcpo_core.encoding.pipeline import credit_rollouts
 from recipe.gcpo.smoke import checks
 from recipe.gcpo.smoke.__main__ import RunDir, main
 from recipe.gcpo.smoke.reward import compute_score

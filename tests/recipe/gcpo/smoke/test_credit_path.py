@@ -11,9 +11,9 @@ from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.trainer.ppo.reward import get_custom_reward_fn
 
-from gcpo_core.config import CreditConfig
-from gcpo_core.dump import write_credit_dump
-from gcpo_core.pipeline import credit_rollouts
+from gcpo_core.credit.config import CreditConfig
+from gcpo_core.evaluation.dump import write_credit_dump
+from gcpo_core.encoding.pipeline import credit_rollouts
 from recipe.gcpo.smoke.checks import check_credit_dumps
 from tests.recipe.gcpo.conftest import compose_gcpo
 

@@ -1,0 +1,250 @@
+"""From per-rollout credit to advantages.
+
+A credit score per rollout (``shapley``: phi itself; ``mix``: ``r + lambda * phi``; ``dra``: DRA-GRPO's
+``r / (1 + sum of similarities to the rest of the group)``) is centred per group and scaled
+(:func:`normalize_credit`):
+
+* groups whose rewards differ (where GRPO has a signal) are divided by their own score std, like GRPO's
+  rewards, with GRPO's epsilon applied in reward units: a group with exactly one correct rollout gets GRPO's
+  advantage of its rewards to rounding (1e-15), whatever the reward convention (0/1 or +-1);
+* groups whose rewards are all equal (all correct: GRPO gives them nothing) are divided, with
+  ``all_correct_scale: batch`` (the default), by one batch-level scale -- the root-mean-square score std of
+  the batch's reward-mixed groups -- so their advantages measure how much diversity is at stake against how
+  much right-vs-wrong is at stake in the same batch, instead of blowing a 2 % credit spread (and its numerical
+  noise) up to unit size; ``all_correct_scale: group`` divides them by their own std (GRPO's normalisation of
+  the credit, the other defensible reading of the paper);
+* no group is scaled by less than ``NOISE_FLOOR`` times its largest Monte-Carlo standard error (a difference
+  of one standard error becomes an advantage of at most 1 / NOISE_FLOOR), nor by less than ``std_floor``;
+* a group whose scores are all equal (all wrong) gets exactly 0; a group of one gets verl's convention
+  (mean 0, std 1); ``norm_by_std: false`` only centres (Dr.GRPO).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from gcpo_core.credit.registry import Registry
+
+
+@dataclass
+class ScoreInputs:
+    """What a credit-score mode may use; every tensor (B, G) except ``kernel`` (B, G, G), float64.
+
+    ``kernel`` is the similarity of the rollouts before any quality weighting.
+    """
+
+    rewards: torch.Tensor
+    shapley: torch.Tensor
+    mask: torch.Tensor
+    mix_coef: float = 1.0
+    kernel: Optional[torch.Tensor] = None
+
+
+CreditScore = Callable[[ScoreInputs], torch.Tensor]
+ADVANTAGE_MODES: Registry[CreditScore] = Registry("advantage mode")
+
+
+@ADVANTAGE_MODES.register("shapley")
+def shapley_score(inputs: ScoreInputs) -> torch.Tensor:
+    """The team reward redistributed: the Shapley credit itself (the GCPO reconstruction's default)."""
+    return inputs.shapley
+
+
+@ADVANTAGE_MODES.register("mix")
+def mixed_score(inputs: ScoreInputs) -> torch.Tensor:
+    """``r + lambda * phi``: the verifier reward with the credit as a bonus."""
+    return inputs.rewards + inputs.mix_coef * inputs.shapley
+
+
+@ADVANTAGE_MODES.register("dra")
+def diversity_adjusted_score(inputs: ScoreInputs) -> torch.Tensor:
+    """DRA-GRPO (arXiv 2505.09655): ``r_i / (1 + sum_{j != i} s_ij)``, s the cosine similarity of the completions
+    (graph-cut mutual information with the rest of the group); redundant completions are down-weighted."""
+    if inputs.kernel is None:
+        raise ValueError("the dra advantage mode needs the rollouts' similarity kernel")
+    pair = inputs.mask.unsqueeze(-1) & inputs.mask.unsqueeze(-2)
+    similarity = torch.where(pair, inputs.kernel, torch.zeros_like(inputs.kernel))
+    others = similarity.sum(dim=-1) - torch.diagonal(similarity, dim1=-2, dim2=-1)
+    return inputs.rewards / (1.0 + others)
+
+
+# A group's scale is at least this many of its largest Monte-Carlo standard errors.
+NOISE_FLOOR = 4.0
+ALL_CORRECT_SCALES = ("batch", "group")
+
+
+def normalize_credit(
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    rewards: Optional[torch.Tensor] = None,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+    std_floor: float = 0.0,
+    all_correct_scale: str = "batch",
+    stderr: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Group-normalised advantages of credit scores (see the module docstring for the rules).
+
+    The one normalisation of the engine: :func:`credit_advantages` and the recipe's estimator both call it.
+
+    Args:
+        scores: `(torch.Tensor)` shape (B, G).
+        mask: `(torch.Tensor)` bool (B, G); padding slots get advantage 0.
+        rewards: `(torch.Tensor | None)` (B, G) verifier rewards: they decide which groups are reward-mixed and
+            the units of epsilon; None: every group counts as reward-mixed with rewards = scores (GRPO).
+        norm_by_std: `(bool)` scale (GRPO) or only centre (Dr.GRPO).
+        epsilon: `(float)` > 0; keeps the scale of a group whose scores barely differ finite.
+        std_floor: `(float)` no group's scale is below this.
+        all_correct_scale: `(str)` ``batch`` or ``group`` (see the module docstring).
+        stderr: `(torch.Tensor | None)` (B, G) Monte-Carlo standard errors of the scores (0 where exact).
+    Returns:
+        `(torch.Tensor)` float64 (B, G).
+    """
+    if all_correct_scale not in ALL_CORRECT_SCALES:
+        raise ValueError(f"all_correct_scale must be one of {list(ALL_CORRECT_SCALES)}, got {all_correct_scale!r}")
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    mask = mask.to(torch.bool)
+    x = scores.to(torch.float64)
+    mean, std = group_statistics(x, mask)
+    count = mask.sum(dim=1, keepdim=True)
+    constant = _spread(x, mask) == 0
+    # a constant group (all wrong) gets exactly 0, not (r - mean(r)) / scale with a rounded mean
+    centred = torch.where(constant & (count > 1), torch.zeros_like(x), x - mean)
+    if not norm_by_std:
+        return centred * mask
+    r = x if rewards is None else rewards.to(torch.float64)
+    _, reward_std = group_statistics(r, mask)
+    mixed = (_spread(r, mask) > 0) & (count > 1)
+    equal = ~mixed & (count > 1)
+    noise = NOISE_FLOOR * _masked_max(stderr, mask) if stderr is not None else torch.zeros_like(std)
+    floor = torch.maximum(noise, torch.full_like(noise, float(std_floor)))
+    if all_correct_scale == "group":  # today's normalisation: every group by its own std, epsilon added
+        scale = torch.maximum(std, floor) + epsilon
+    else:
+        # epsilon in reward units: (s - mean) / std * std_r / (std_r + eps), GRPO's exactly when s is affine in r
+        mixed_scale = std * (1.0 + epsilon / reward_std.clamp_min(torch.finfo(torch.float64).tiny))
+        scale = torch.where(mixed, mixed_scale, batch_scale(x, mask, mixed).expand_as(std))
+        scale = torch.maximum(torch.maximum(scale, floor), torch.full_like(scale, float(epsilon)))
+    scale = torch.where(count <= 1, torch.ones_like(scale) + epsilon, scale)  # verl: a group of one has std 1
+    return centred / scale * mask
+
+
+def batch_scale(scores: torch.Tensor, mask: torch.Tensor, mixed: torch.Tensor) -> torch.Tensor:
+    """Root-mean-square score std of the reward-mixed groups, shape (1, 1); 1.0 when the batch has none (then
+    equal-reward groups are only centred: there is no right-vs-wrong spread to measure them against).
+
+    Args:
+        scores: `(torch.Tensor)` (B, G); mask: bool (B, G); mixed: bool (B, 1), the reward-mixed groups.
+    """
+    _, std = group_statistics(scores.to(torch.float64), mask)
+    weight = mixed.to(torch.float64)
+    total = weight.sum()
+    rms = ((std**2 * weight).sum() / total.clamp_min(1.0)).sqrt()
+    return torch.where(total > 0, rms, torch.ones_like(rms)).reshape(1, 1)
+
+
+def group_normalize(
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+    std_floor: float = 0.0,
+) -> torch.Tensor:
+    """GRPO group normalisation over the valid slots of each group: ``(s - mean) / (max(std, std_floor) + eps)``
+    (every group by its own std), or ``s - mean`` (Dr.GRPO). verl's GRPO advantage of rewards.
+
+    Args:
+        scores: `(torch.Tensor)` shape (B, G).
+        mask: `(torch.Tensor)` bool (B, G); padding slots get advantage 0.
+        norm_by_std: `(bool)` divide by the group's unbiased std (GRPO) or not (Dr.GRPO).
+        epsilon: `(float)` added to the std.
+        std_floor: `(float)` the std is taken as at least this.
+    Returns:
+        `(torch.Tensor)` float64 (B, G).
+    """
+    x = scores.to(torch.float64)
+    mean, std = group_statistics(x, mask)
+    centred = x - mean
+    advantages = centred / (std.clamp_min(std_floor) + epsilon) if norm_by_std else centred
+    return advantages * mask
+
+
+def _spread(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """max - min over each group's valid slots, (B, 1); 0 for empty groups."""
+    if values.shape[1] == 0:
+        return values.new_zeros(values.shape[0], 1)
+    big = torch.finfo(torch.float64).max
+    high = torch.where(mask, values, torch.full_like(values, -big)).amax(dim=1, keepdim=True)
+    low = torch.where(mask, values, torch.full_like(values, big)).amin(dim=1, keepdim=True)
+    return torch.where(mask.any(dim=1, keepdim=True), high - low, torch.zeros_like(high))
+
+
+def _masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    values = values.to(torch.float64)
+    return torch.where(mask, values, torch.zeros_like(values)).amax(dim=1, keepdim=True) if values.shape[1] else \
+        values.new_zeros(values.shape[0], 1)
+
+
+def group_statistics(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and unbiased std of each group's valid slots, shapes (B, 1); a group of one (or none) gets mean 0
+    and std 1, verl's GRPO convention."""
+    x = scores.to(torch.float64)
+    m = mask.to(x.dtype)
+    count = m.sum(dim=1, keepdim=True)
+    singleton = count <= 1
+    mean = (x * m).sum(dim=1, keepdim=True) / count.clamp_min(1)
+    var = (((x - mean) * m) ** 2).sum(dim=1, keepdim=True) / (count - 1).clamp_min(1)
+    return (torch.where(singleton, torch.zeros_like(mean), mean), torch.where(singleton, torch.ones_like(var), var.sqrt()))
+
+
+def credit_advantages(
+    rewards: torch.Tensor,
+    shapley: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "shapley",
+    mix_coef: float = 1.0,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+    std_floor: float = 0.0,
+    kernel: Optional[torch.Tensor] = None,
+    all_correct_scale: str = "batch",
+    stderr: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Credit score and its group-normalised advantage (:func:`normalize_credit`).
+
+    Args:
+        rewards: `(torch.Tensor)` raw verifier rewards (B, G).
+        shapley: `(torch.Tensor)` credit phi (B, G).
+        mask: `(torch.Tensor)` bool (B, G).
+        mode: `(str)` one of ``ADVANTAGE_MODES.names()``.
+        kernel: `(torch.Tensor | None)` (B, G, G) rollout similarity, for modes that use it (``dra``).
+        all_correct_scale, stderr, norm_by_std, epsilon, std_floor: see :func:`normalize_credit`; ``stderr``
+            is phi's Monte-Carlo standard error (scaled by ``mix_coef`` in the ``mix`` mode).
+    Returns:
+        (score, advantage), each float64 (B, G), 0 at padding.
+    """
+    inputs = ScoreInputs(
+        rewards=rewards.to(torch.float64) * mask,
+        shapley=shapley.to(torch.float64),
+        mask=mask.to(torch.bool),
+        mix_coef=mix_coef,
+        kernel=None if kernel is None else kernel.to(torch.float64),
+    )
+    score = ADVANTAGE_MODES.get(mode)(inputs) * mask
+    advantage = normalize_credit(score, mask, inputs.rewards, norm_by_std=norm_by_std, epsilon=epsilon,
+                                 std_floor=std_floor, all_correct_scale=all_correct_scale,
+                                 stderr=score_stderr(stderr, mode, mix_coef))
+    return score, advantage
+
+
+def score_stderr(stderr: Optional[torch.Tensor], mode: str, mix_coef: float = 1.0) -> Optional[torch.Tensor]:
+    """The Monte-Carlo standard error of a mode's score from phi's: phi's itself (``shapley``), times
+    ``|mix_coef|`` (``mix``), none (``dra`` does not use phi)."""
+    if stderr is None:
+        return None
+    factor = {"shapley": 1.0, "mix": abs(mix_coef)}.get(mode, 0.0)
+    return stderr.to(torch.float64) * factor

@@ -1,0 +1,226 @@
+"""COPO (arXiv 2508.04138) as its official code trains: a local and a global PPO loss blended per response by the
+group's answer entropy (the formula: ``gcpo_core/baselines/copo.py``).
+
+``algorithm.adv_estimator=copo`` with ``algorithm.copo.blend=loss`` (the default):
+
+* the trainer reads each row's verdict and final answer from the reward's ``reward_extra_info`` (``acc``,
+  ``pred``: what the recipe's reward and verl's DAPO reward report), computes COPO's terms for the whole batch and
+  hands them to the ``copo`` estimator, which returns ``w * A_local`` as verl's ``advantages``; the trainer then
+  writes ``(1 - w) * A_global`` to TransferQueue as ``copo_global_advantages``;
+* the actor's loss (given with verl's ``set_loss_fn``, as Div-R1's) is verl's ``ppo_loss`` on ``advantages``
+  (entropy bonus and KL loss included, once) plus verl's policy loss on ``copo_global_advantages``: by the
+  positive homogeneity of PPO-clip and the linearity of verl's aggregations, exactly the official per-token blend
+  ``w L(A_local) + (1 - w) L(A_global)`` aggregated once.
+
+``algorithm.copo.blend=advantage`` keeps the earlier reading, an advantage blend by the right/wrong entropy
+(``gcpo_core.baselines.copo.copo_advantages``), which runs under any trainer.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from gcpo_core.baselines.copo import COPO_GATES, copo_terms
+from gcpo_core.credit.grouping import layout_groups
+
+COPO_ESTIMATOR = "copo"
+BLENDS = ("loss", "advantage")
+GLOBAL_ADVANTAGE_FIELD = "copo_global_advantages"
+_active = threading.local()
+
+
+@dataclass(frozen=True)
+class CopoSettings:
+    """``algorithm.copo.*``.
+
+    Attributes:
+        blend: ``loss`` (the official code's loss-level blend) or ``advantage`` (the earlier advantage blend).
+        gate: how the local weight is gated (:data:`gcpo_core.baselines.copo.COPO_GATES`); the released ``run_copo.sh``:
+            ``soft_with_zero``.
+        k, b: the gate ``sigmoid(k (H - b))``; the released script: k = 5, b = 1 (older scripts: 20 and 1.5).
+        reward_coef: scale the global score by ``1 - lambda H`` (the official ``reward_coef_flg``; released: false).
+    """
+
+    blend: str = "loss"
+    gate: str = "soft_with_zero"
+    k: float = 5.0
+    b: float = 1.0
+    reward_coef: bool = False
+
+    def __post_init__(self) -> None:
+        if self.blend not in BLENDS:
+            raise ValueError(f"blend must be one of {list(BLENDS)}, got {self.blend!r}")
+        if self.gate not in COPO_GATES:
+            raise ValueError(f"gate must be one of {list(COPO_GATES)}, got {self.gate!r}")
+        for name in ("k", "b"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if not isinstance(self.reward_coef, bool):
+            raise ValueError(f"reward_coef must be true or false, got {self.reward_coef!r}")
+
+
+def copo_settings(algorithm: Any) -> CopoSettings:
+    from recipe.gcpo.settings import _build, _plain
+
+    block = _plain(algorithm.get("copo")) if algorithm is not None else None
+    return _build(CopoSettings, block or {}, "algorithm.copo")
+
+
+def validate_copo_config(config: DictConfig) -> Optional[CopoSettings]:
+    """Start-up checks of ``algorithm.copo`` (always parsed); the settings when ``copo`` trains with the loss blend,
+    else None.
+
+    Raises:
+        ValueError: a bad value; the loss blend without the recipe's trainer, with a policy loss other than verl's
+            ``vanilla`` PPO-clip (the blend relies on its homogeneity), with distillation, or with Div-R1 (each
+            replaces the actor's loss).
+    """
+    from recipe.gcpo.settings import check_actor_loss_owner
+
+    settings = copo_settings(config.algorithm)
+    if config.algorithm.adv_estimator != COPO_ESTIMATOR or settings.blend != "loss":
+        return None
+    check_actor_loss_owner(config, "algorithm.copo.blend=loss", "COPO's blended loss",
+                           ", or use algorithm.copo.blend=advantage")
+    loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
+    if loss_mode != "vanilla":
+        raise ValueError(f"algorithm.copo.blend=loss blends two PPO-clip losses (verl's 'vanilla' policy loss); "
+                         f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} is not supported with it")
+    if OmegaConf.select(config, "algorithm.div_r1.enable"):
+        raise ValueError("algorithm.copo.blend=loss and algorithm.div_r1.enable=true each replace the actor's loss: "
+                         "use one or the other")
+    return settings
+
+
+@dataclass(frozen=True)
+class StepCopo:
+    """One step's COPO terms, row-aligned with the batch (0 at padding rows).
+
+    Attributes:
+        uids: `(np.ndarray)` object (N,). local: `(np.ndarray)` float64 (N,) ``w * A_local``.
+        global_: `(np.ndarray)` float64 (N,) ``(1 - w) * A_global``. metrics: ``copo/*``.
+    """
+
+    uids: np.ndarray
+    local: np.ndarray
+    global_: np.ndarray
+    metrics: dict
+
+
+def step_copo(
+    uids: Sequence[Any],
+    scores: np.ndarray,
+    extras: Sequence[Any],
+    valid: np.ndarray,
+    settings: CopoSettings,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+) -> StepCopo:
+    """COPO's terms of a batch from each row's score and its reward's ``acc`` and ``pred``.
+
+    Args:
+        uids: each row's prompt id. scores: float (N,) the rows' rewards (sum of ``rm_scores``).
+        extras: each row's ``extra_fields`` (verl's V1 trainer keeps ``reward_extra_info`` there).
+        valid: bool (N,), False at verl's padding rows.
+    Raises:
+        RuntimeError: a valid row whose reward reported no ``acc`` or no ``pred``.
+    """
+    rows = np.flatnonzero(valid)
+    correct = np.zeros(len(scores), dtype=bool)
+    answers: list[str] = [""] * len(scores)
+    for row in rows:
+        extra = extras[row]
+        info = extra.get("reward_extra_info") if isinstance(extra, dict) else None
+        if not isinstance(info, dict) or info.get("acc") is None or "pred" not in info:
+            raise RuntimeError("COPO's loss blend reads each response's verdict and final answer from the reward's "
+                               "'acc' and 'pred' (reward_extra_info), which a row lacks: use a reward that reports "
+                               "both (the recipe's does), or algorithm.copo.blend=advantage")
+        correct[row] = bool(info["acc"])
+        answers[row] = "" if info["pred"] is None else str(info["pred"])
+    _, codes = np.unique(np.array(answers, dtype=object).astype(str), return_inverse=True)
+    layout = layout_groups([uids[i] for i in rows])
+    terms = copo_terms(
+        layout.gather(torch.as_tensor(np.asarray(scores, dtype=np.float64)[rows])),
+        layout.gather(torch.as_tensor(correct[rows])).to(torch.bool),
+        layout.gather(torch.as_tensor(codes[rows].astype(np.int64))),
+        layout.mask,
+        k=float(settings.k), b=float(settings.b), gate=settings.gate, reward_coef=settings.reward_coef,
+        norm_by_std=norm_by_std, epsilon=epsilon,
+    )
+    local = np.zeros(len(scores))
+    global_ = np.zeros(len(scores))
+    weight = layout.scatter(terms.local_weight).numpy()
+    local[rows] = weight * layout.scatter(terms.local_advantage).numpy()
+    global_[rows] = (1 - weight) * layout.scatter(terms.global_advantage).numpy()
+    entropy = layout.scatter(terms.answer_entropy).numpy()
+    metrics = {
+        "copo/answer_entropy/mean": float(entropy.mean()) if len(rows) else 0.0,
+        "copo/local_weight/mean": float(weight.mean()) if len(rows) else 0.0,
+        "copo/local_adv_abs": float(np.abs(local[rows]).mean()) if len(rows) else 0.0,
+        "copo/global_adv_abs": float(np.abs(global_[rows]).mean()) if len(rows) else 0.0,
+    }
+    return StepCopo(uids=np.asarray(list(uids), dtype=object), local=local, global_=global_, metrics=metrics)
+
+
+@contextmanager
+def provide_copo(step: StepCopo) -> Iterator[None]:
+    """Make ``step`` the input of the ``copo`` estimator within this block (this thread only)."""
+    _active.step = step
+    try:
+        yield
+    finally:
+        _active.step = None
+
+
+def provided_copo(index: Optional[np.ndarray]) -> StepCopo:
+    """The terms the trainer provided, checked against the estimator's batch (same ids, same order)."""
+    step = getattr(_active, "step", None)
+    if step is None:
+        raise RuntimeError("algorithm.copo.blend=loss: the copo estimator got no COPO terms; it needs the recipe's "
+                           "trainer (`python -m recipe.gcpo.main_gcpo`), or algorithm.copo.blend=advantage")
+    if index is not None and list(np.asarray(index, dtype=object)) != list(step.uids):
+        raise RuntimeError("COPO's terms were computed for another batch (group ids differ)")
+    return step
+
+
+def copo_loss(config, model_output: dict, data, dp_group=None, *, global_config) -> tuple[torch.Tensor, dict]:
+    """verl's ``ppo_loss`` on ``advantages`` (``w A_local``) plus verl's PPO-clip loss on
+    ``copo_global_advantages`` (``(1 - w) A_global``); ``global_config`` is the actor config without the entropy
+    bonus and KL loss, which the first term already has. Metrics: verl's, and ``actor/copo_global_pg_loss``."""
+    from verl.utils.metric import AggregationType, Metric
+    from verl.workers.utils.losses import ppo_loss
+
+    if GLOBAL_ADVANTAGE_FIELD not in data.keys():
+        raise RuntimeError(f"COPO's loss needs '{GLOBAL_ADVANTAGE_FIELD}' in the actor's micro-batch, which the "
+                           "recipe's trainer writes at the advantage step; the batch has none")
+    loss, metrics = ppo_loss(config, model_output, data, dp_group)
+    global_data = data.copy()
+    global_data["advantages"] = data[GLOBAL_ADVANTAGE_FIELD]
+    global_loss, global_metrics = ppo_loss(global_config, model_output, global_data, dp_group)
+    metrics["actor/copo_global_pg_loss"] = Metric(value=global_loss.detach(),
+                                                  aggregation=global_metrics["actor/pg_loss"].aggregation)
+    return loss + global_loss, metrics
+
+
+def copo_loss_fn(config: DictConfig) -> Optional[Callable[..., Any]]:
+    """The actor loss for ``actor_rollout_wg.set_loss_fn`` when ``copo`` trains with the loss blend, else None."""
+    if validate_copo_config(config) is None:
+        return None
+    from verl.utils.config import omega_conf_to_dataclass
+
+    actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    global_config = copy.copy(actor_config)  # shares global_batch_info, which ppo_loss fills for both terms
+    object.__setattr__(global_config, "entropy_coeff", 0.0)
+    object.__setattr__(global_config, "use_kl_loss", False)
+    return functools.partial(copo_loss, config=actor_config, global_config=global_config)

@@ -1,0 +1,181 @@
+"""The deadline pool: results in order, a stuck item killed at its deadline, the pool working afterwards."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gcpo_core.rewards.deadline_pool import DeadlinePool, WorkerError
+
+ROOT = Path(__file__).resolve().parents[2]
+# math.factorial of a huge number: seconds to minutes of C code that never releases the GIL
+GIL_HOG = 10**8
+
+
+@pytest.fixture
+def sleep_pool():
+    with DeadlinePool("time:sleep", workers=2, startup_timeout_s=60) as pool:
+        yield pool
+
+
+def test_results_come_back_in_order():
+    with DeadlinePool("math:sqrt", workers=1) as pool:
+        outcomes = pool.map([4.0, 9.0, 16.0], timeout_s=10)
+    assert [o.value for o in outcomes] == [2.0, 3.0, 4.0] and not any(o.timed_out for o in outcomes)
+    assert pool.map([], timeout_s=1) == []
+
+
+def test_an_item_past_its_deadline_is_timed_out_and_the_rest_still_run(sleep_pool):
+    start = time.monotonic()
+    outcomes = sleep_pool.map([0.0, 60.0, 0.0, 0.01], timeout_s=0.5)
+    assert time.monotonic() - start < 20
+    assert [o.timed_out for o in outcomes] == [False, True, False, False]
+    assert sleep_pool.timeouts == 1 and sleep_pool.restarts == 1
+    assert [o.timed_out for o in sleep_pool.map([0.0], timeout_s=5)] == [False]  # a fresh worker took over
+
+
+def test_a_worker_holding_the_gil_neither_blocks_the_caller_nor_outlives_its_deadline():
+    beats = []
+    result = {}
+
+    def score():
+        with DeadlinePool("math:factorial", workers=1, startup_timeout_s=60) as pool:
+            result["outcomes"] = pool.map([5, GIL_HOG, 6], timeout_s=1.0)
+
+    thread = threading.Thread(target=score)
+    start = time.monotonic()
+    thread.start()
+    while thread.is_alive() and time.monotonic() - start < 60:
+        beats.append(time.monotonic())
+        time.sleep(0.05)
+    thread.join(timeout=1)
+    assert not thread.is_alive()
+    assert [o.timed_out for o in result["outcomes"]] == [False, True, False]
+    assert result["outcomes"][0].value == 120 and result["outcomes"][2].value == 720
+    assert max(b - a for a, b in zip(beats, beats[1:])) < 0.5  # this thread kept running throughout
+
+
+def test_the_initializer_runs_before_the_first_item_and_not_against_its_deadline():
+    helpers = "tests.gcpo_core.deadline_helpers"
+    with DeadlinePool(f"{helpers}:initialised", workers=1, initializer=f"{helpers}:slow_initializer") as pool:
+        outcomes = pool.map([0, 1], timeout_s=0.5)
+    assert [(o.value, o.timed_out) for o in outcomes] == [(True, False), (True, False)]
+
+
+def test_an_exception_in_the_function_is_raised_with_its_traceback_after_the_batch():
+    with DeadlinePool("math:sqrt", workers=1) as pool:
+        with pytest.raises(WorkerError, match="math domain error"):
+            pool.map([4.0, -1.0, 9.0], timeout_s=10)
+        assert [o.value for o in pool.map([25.0], timeout_s=10)] == [5.0]  # the protocol is still in step
+
+
+def test_prints_in_the_worker_do_not_corrupt_the_results():
+    with DeadlinePool("builtins:print", workers=1) as pool:
+        assert [o.value for o in pool.map(["hello", "\x00\x01 binary-looking"], timeout_s=10)] == [None, None]
+
+
+def test_a_worker_killed_while_idle_is_replaced(sleep_pool):
+    sleep_pool.warm_up()
+    (pid,) = sleep_pool.worker_pids()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while sleep_pool.worker_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [o.timed_out for o in sleep_pool.map([0.0, 0.0], timeout_s=5)] == [False, False]
+
+
+def test_works_when_its_pipes_get_descriptors_above_1024():
+    """Ray actors hold many sockets: select.select would fail on the worker's pipe there."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = [os.dup(0) for _ in range(1100)]
+    try:
+        with DeadlinePool("math:sqrt", workers=1) as pool, DeadlinePool("time:sleep", workers=1) as sleeper:
+            assert [o.value for o in pool.map([4.0], timeout_s=10)] == [2.0]
+            assert [o.timed_out for o in sleeper.map([5.0], timeout_s=0.2)] == [True]
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_worker_that_cannot_start_is_a_clear_error():
+    with DeadlinePool("no_such_module_for_gcpo:fn", workers=1, startup_timeout_s=60) as pool:
+        with pytest.raises(RuntimeError, match="No module named 'no_such_module_for_gcpo'"):
+            pool.map([1], timeout_s=1)
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(ValueError, match="workers"):
+        DeadlinePool("time:sleep", workers=0)
+    with pytest.raises(ValueError, match="module:name"):
+        DeadlinePool("time.sleep")
+    with pytest.raises(ValueError, match="initializer must be 'module:name'"):
+        DeadlinePool("time:sleep", initializer="time.time")
+    with DeadlinePool("time:sleep") as pool, pytest.raises(ValueError, match="timeout_s"):
+        pool.map([0.0], timeout_s=0)
+
+
+def test_close_stops_the_workers_and_refuses_more_work():
+    pool = DeadlinePool("time:sleep", workers=1)
+    pool.warm_up()
+    (pid,) = pool.worker_pids()
+    pool.close()
+    assert pool.worker_pids() == [] and not _running(pid)
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.map([0.0], timeout_s=1)
+
+
+def test_a_pool_dropped_without_close_stops_its_workers():
+    import gc
+
+    pool = DeadlinePool("time:sleep", workers=1)
+    pool.warm_up()
+    (pid,) = pool.worker_pids()
+    del pool
+    gc.collect()
+    assert not _running(pid)
+
+
+def test_workers_of_a_caller_that_died_end_even_when_stuck(tmp_path):
+    """A caller killed mid-item leaves a worker stuck with the GIL: its own CPU-time limit ends it."""
+    script = tmp_path / "caller.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, threading, time
+        from gcpo_core.rewards.deadline_pool import DeadlinePool
+        busy = DeadlinePool("math:factorial", workers=1)
+        idle = DeadlinePool("math:factorial", workers=1)
+        idle.warm_up()
+        threading.Thread(target=busy.map, args=([{GIL_HOG}], 1.0), daemon=True).start()
+        time.sleep(0.5)
+        print(" ".join(map(str, idle.worker_pids() + busy.worker_pids())), flush=True)
+        time.sleep(0.5)
+        os.kill(os.getpid(), 9)
+    """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 120  # a few CPU seconds, however loaded the machine
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not any(_running(pid) for pid in pids)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False

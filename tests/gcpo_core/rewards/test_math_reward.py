@@ -1,0 +1,279 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from gcpo_core.rewards.math_reward import final_answer_region, is_correct, score_answer, score_answers
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (gold, response, expected): one or more rows per class of scripts/compare_verifiers.py and of the bugs it found
+GRADING_TABLE = [
+    # boxed, DAPO's "Answer:", GSM8K's "####" and "A:", Minerva's "The final answer is"
+    ("0.5", "So the total is \\boxed{\\frac{1}{2}}.", True),
+    ("25", "Reasoning...\nAnswer: 025", True),
+    ("540", "He runs 9*60=<<9*60=540>>540 meters\nA: 540", True),
+    ("18", "blah\n#### 18", True),
+    ("7", "Final Answer: The final answer is $7$. I hope it is correct.", True),
+    ("25", "Answer: 24", False),
+    ("25", "no answer here at all", False),
+    # the gold carries a percent sign, the response boxes the bare number (the issue's example) or writes % another way
+    ("25\\%", "The share is $\\boxed{25}$.", True),
+    ("25\\%", "Answer: 25", True),
+    ("25\\%", "Answer: 25%", True),
+    ("25\\%", "So $\\boxed{25\\%}$.", True),
+    ("25\\%", "So $\\boxed{25\\text{\\%}}$.", True),
+    ("25\\%", "Answer: 25 percent", True),
+    ("25%", "So $\\boxed{25}$.", True),
+    ("12.5\\%", "So $\\boxed{12.5}$.", True),
+    ("25\\%", "So $\\boxed{26}$.", False),
+    ("25\\%", "Answer: 26%", False),
+    # degrees
+    ("90^\\circ", "So $\\boxed{90}$.", True),
+    ("90^\\circ", "So $\\boxed{90^{\\circ}}$.", True),
+    ("90^\\circ", "Answer: 90°", True),
+    ("90^\\circ", "So $\\boxed{90°}$.", True),
+    ("90^\\circ", "So $\\boxed{90 \\text{ degrees}}$.", True),
+    ("90^\\circ", "Answer: 80°", False),
+    # units and \text{}
+    ("864 \\mbox{ inches}^2", "So $\\boxed{864}$.", True),
+    ("5.4 \\text{ cents}", "Answer: 5.4", True),
+    ("18", "Answer: 18 dollars", True),
+    ("18", "So $\\boxed{18\\text{ cm}}$.", True),
+    ("18", "Answer: \\$18", True),
+    ("\\$18.90", "So $\\boxed{18.90}$.", True),
+    ("\\text{Evelyn}", "So $\\boxed{\\text{Evelyn}}$.", True),
+    ("\\text{Evelyn}", "Answer: Evelyn", True),
+    ("\\text{Evelyn}", "Answer: Navin", False),
+    # thousands separators
+    ("10080", "So $\\boxed{10,080}$.", True),
+    ("10080", "So $\\boxed{10{,}080}$.", True),
+    ("10080", "So $\\boxed{10\\,080}$.", True),
+    ("10,\\!080", "Answer: 10080", True),
+    ("10080", "So $\\boxed{10\\,081}$.", False),
+    # fractions and decimals
+    ("\\frac{14}{3}", "So $\\boxed{\\dfrac{14}{3}}$.", True),
+    ("\\frac{14}{3}", "Answer: 14/3", True),
+    ("\\frac{1}{4}", "Answer: 0.25", True),
+    ("1.25", "So $\\boxed{\\frac{5}{4}}$.", True),
+    ("\\frac{14}{3}", "So $\\boxed{\\frac{13}{3}}$.", False),
+    # intervals and tuples
+    ("(3,4]", "So $\\boxed{\\left(3, 4\\right]}$.", True),
+    ("(-\\infty, 0]", "Answer: (-\\infty,0]", True),
+    ("(3,4]", "So $\\boxed{(3,4)}$.", False),
+    ("\\left( 3, \\frac{\\pi}{2} \\right)", "Answer: (3, \\frac{\\pi}{2})", True),
+    ("\\left( 3, \\frac{\\pi}{2} \\right)", "Answer: (\\frac{\\pi}{2}, 3)", False),
+    # multiple-choice letters
+    ("\\text{(C)}", "So $\\boxed{C}$.", True),
+    ("\\text{(C)}", "Answer: (C)", True),
+    ("\\text{(C)}", "So $\\boxed{\\textbf{(C)}}$.", True),
+    ("\\text{(C)}", "So $\\boxed{B}$.", False),
+    # an answer line is read whole: bare LaTeX as a box, a sentence or $...$ as math-verify reads it
+    ("6 - 5i", "Work...\nAnswer: 6 - 5i", True),
+    ("5", "Work...\nAnswer: 6 - 5i", False),  # math-verify alone reads this line as 5
+    ("\\sqrt{51}", "Work...\nAnswer: \\sqrt{51}", True),
+    ("51", "Work...\nAnswer: \\sqrt{51}", False),
+    ("3\\sqrt{13}", "Answer: $3\\sqrt{13}$.", True),
+    ("3, 5, 7", "Answer: 3, 5, 7", True),
+    ("\\frac{14}{3}", "Work...\nAnswer: The answer is $\\frac{14}{3}$.", True),
+    ("7", "Work...\nAnswer: The answer is 7.", True),
+    ("7", "Work...\n**Answer:** 7", True),
+    ("\\frac{14}{3}", "Work...\n**Answer:** \\frac{14}{3}", True),
+    ("7", "Work...\nAnswer: The answer is 8.", False),
+    ("7", "Work...\nAnswer: **7**", True),
+    ("6 - 5i", "Work...\n**Answer: 6 - 5i**", True),
+    ("6 - 5i", "Work...\nAnswer: *6 - 5i*", True),
+    ("6 - 5i", "Work...\nAnswer: 6 - 5i\n\nI hope this helps, 5 is not it.", True),
+    ("z^*", "So $\\boxed{z^*}$.", True),
+    ("z", "So $\\boxed{z^*}$.", False),
+    # the last box is the final answer, as in math-verify (verl's DAPO scorer reads an Answer: line first)
+    ("7", "First I got \\boxed{3}, but fixing a slip: \\boxed{7}", True),
+    ("3", "First I got \\boxed{3}, but fixing a slip: \\boxed{7}", False),
+    ("7", "Answer: \\boxed{7}", True),
+    ("104", "so $CE = \\boxed{104.}$\n~PureSwag", True),
+    # equations and assignments
+    ("x=5", "So $\\boxed{5}$.", True),
+    ("5", "So $\\boxed{x = 5}$.", True),
+    ("5x - 7y + 11z + 4 = 0", "Answer: 0", False),  # verl's DAPO scorer accepts this (it keeps what follows '=')
+    # several boxes in a row state one answer; a box after other words is the final one alone
+    ("2, 5", "So $x=2$ and $y=5$: \\boxed{2}, \\boxed{5}", True),
+    ("2,5", "The roots are \\boxed{2} and \\boxed{5}.", True),
+    ("(2, 5)", "$\\boxed{2}$, $\\boxed{5}$", True),
+    ("2, 5", "\\boxed{2}, \\boxed{6}", False),
+    ("5", "\\boxed{2}, \\boxed{5}", False),  # listing two answers is not answering one
+    ("5", "First \\boxed{3}. Then the answer is \\boxed{5}", True),
+    # tuples, sets, lists, systems
+    ("(2, 5)", "The answer is $x=2, y=5$.", True),
+    ("2, 5", "Answer: x=2, y=5", True),
+    ("1, 2, 3", "\\boxed{\\{1,2,3\\}}", True),
+    ("\\{1,2,3\\}", "\\boxed{1, 2, 3}", True),
+    ("1, 2, 3", "\\boxed{[1, 2, 3]}", True),
+    ("x=2, y=5", "\\boxed{x = 2, y = 5}", True),
+    ("1, 2, 3", "\\boxed{\\{1,2,4\\}}", False),
+    ("(2,5)", "\\boxed{(5, 2)}", False),
+    ("2, 5", "Answer: x=2, y=6", False),
+    # percent written out, spaced, in a box, against a gold with or without the sign
+    ("28\\%", "The answer is 28 percent.", True),
+    ("28\\%", "Answer: 28 pct", True),
+    ("28", "Answer: 28 %", True),
+    ("28\\%", "Answer: $28$ %", True),
+    ("28", "\\boxed{28\\%}", True),
+    ("28\\%", "\\boxed{28 \\%}", True),
+    ("28\\%", "Answer: 29 percent", False),
+    ("28", "Answer: 28 %", True),
+    ("29", "\\boxed{28\\%}", False),
+    ("0.28", "\\boxed{28\\%}", False),
+    # decimal commas and spaced thousands, as math-verify reads an answer line
+    ("1000", "Answer: 1 000", True),
+    ("1000", "\\boxed{1 000}", True),
+    ("12345678", "Answer: 12 345 678", True),
+    ("1000.99", "Answer: 1000,99", True),
+    ("1,22", "Answer: 1.22", True),
+    ("1,22", "Answer: 1,22", True),
+    ("1000", "Answer: 1 001", False),
+    ("1,22", "Answer: 1,23", False),
+    ("1.2", "\\boxed{1, 2}", False),  # with a space: a pair
+    # "Final Answer:" closing lines
+    ("10455", "Final Answer: The final answer is $10,455$. I hope it is correct.", True),
+    ("10,455", "Final Answer: The final answer is $10,455$. I hope it is correct.", True),
+    ("7", "...so that is it.\nFinal Answer: The final answer is $7$.", True),
+    ("10455", "Final Answer: The final answer is $10,456$. I hope it is correct.", False),
+    ("42", "**Final Answer**\n\\[\n\\boxed{42}\n\\]", True),
+    # golds in words (math-verify reads no words): the stated answer's words must be the gold's
+    ("Monday", "\\boxed{\\text{Monday}}", True),
+    ("\\text{Monday}", "The answer is Monday.", True),
+    ("east", "\\boxed{\\text{east}}", True),
+    ("east", "\\boxed{\\text{northeast}}", False),
+    ("Monday", "\\boxed{\\text{Tuesday}}", False),
+    ("Monday", "The answer is not Monday, it is Tuesday.", False),
+    ("C", "\\boxed{\\text{(C)}}", True),
+    # empty input
+    ("25", "", False),
+    ("25", "   ", False),
+    ("", "Answer: 25", False),
+]
+
+
+@pytest.mark.parametrize("gold,response,expected", GRADING_TABLE)
+def test_grading_table(gold, response, expected):
+    assert is_correct(response, gold) is expected
+
+
+def test_the_table_in_one_batch_matches_one_by_one():
+    verdicts = score_answers([(response, gold) for gold, response, _ in GRADING_TABLE], batch_size=5)
+    assert [v.correct for v in verdicts] == [expected for _, _, expected in GRADING_TABLE]
+    assert not any(v.timed_out for v in verdicts)
+
+
+def test_gcpo_eval_scores_in_batches_and_a_timed_out_answer_is_wrong(monkeypatch):
+    from gcpo_core.rewards import math_reward
+    from gcpo_core.evaluation.evaluate import ProblemGenerations, score_generations
+
+    pool = math_reward.scoring_pool()
+    calls = []
+    original = pool.map
+    monkeypatch.setattr(pool, "map", lambda items, timeout_s: calls.append(len(items)) or original(items, timeout_s))
+    problems = [ProblemGenerations("b", str(i), "p", str(i), [f"Answer: {i}", f"Answer: {i + 1}"] * 20) for i in range(5)]
+    problems.append(ProblemGenerations("b", "hard", "p", "3", ["\\boxed{9^{9^{9^{9^{9}}}}}", "Answer: 3"]))
+    scored = score_generations(problems, progress=False, timeout_s=1.0)
+    assert [s.correct for s in scored[:5]] == [[True, False] * 20] * 5
+    assert scored[5].correct == [False, True] and scored[5].answers[1] == "3"
+    assert sum(calls) >= 202 and len(calls) <= 202 // math_reward.BATCH_SIZE + 2  # batches, not one call per answer
+
+
+def test_the_final_answer_wins_over_numbers_on_the_way():
+    assert final_answer_region("x = 3\nAnswer: 7") == "7"
+    assert final_answer_region("x = 3\n**Answer:** 7") == "7"
+    verdict = score_answer("Answer: 7", "7")
+    assert verdict.correct and verdict.answer == "7" and not verdict.timed_out
+
+
+def test_works_off_the_main_thread():
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(lambda r: is_correct(r, "540"), ["A: 540", "A: 54"])) == [True, False]
+
+
+ADVERSARIAL = [
+    "\\boxed{9^{9^{9^{9^{9}}}}}",
+    "Answer: 10^{10^{10}}",
+    "So $\\boxed{(10^{100})!}$",
+]
+
+
+def test_adversarial_answers_from_a_thread_of_a_plain_script_return_within_the_bound(tmp_path):
+    """A script without ``if __name__ == "__main__"`` scores pathological answers from a worker thread: each is
+    wrong and timed out within its bound, and the scorer keeps working afterwards. (Before the bound, the first
+    answer held the GIL for ever and this script never finished.)"""
+    script = tmp_path / "score_from_a_thread.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, threading, time
+        from gcpo_core.rewards.math_reward import score_answer
+        out = {{"each": []}}
+
+        def work():
+            for answer in {ADVERSARIAL!r}:
+                start = time.monotonic()
+                verdict = score_answer(answer, "3", timeout_s=1.0)
+                out["each"].append([verdict.correct, verdict.timed_out, time.monotonic() - start])
+            after = score_answer("Answer: 3", "3", timeout_s=1.0)
+            out["after"] = [after.correct, after.timed_out]
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        print(json.dumps(out))
+    """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    try:
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("scoring a pathological answer from a thread did not return within 180 s")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(out["each"]) == len(ADVERSARIAL)
+    for correct, timed_out, seconds in out["each"]:
+        assert not correct and timed_out
+        assert seconds < 1.0 + 30  # the bound, plus a worker's start-up on a loaded machine
+    assert out["after"] == [True, False]
+
+
+def test_agrees_with_the_recorded_math_verify_labels_on_real_gsm8k_outputs(shared_data):
+    rows = [json.loads(line) for line in (shared_data / "rollout_groups.jsonl").read_text().splitlines()]
+    pairs = [(text, row["answer"], label) for row in rows for text, label in zip(row["responses"], row["correct_math_verify"])]
+    verdicts = score_answers([(text, answer) for text, answer, _ in pairs])
+    assert [v.correct for v in verdicts] == [label for _, _, label in pairs]
+
+
+def test_aime_leading_zeros(shared_data):
+    rows = [json.loads(line) for line in (shared_data / "aime24.jsonl").read_text().splitlines()]
+    padded = [r for r in rows if r["answer"].startswith("0")]
+    assert padded, "aime24 has answers such as 025"
+    for r in padded:
+        assert is_correct(f"Answer: {int(r['answer'])}", r["answer"])
+
+
+def test_every_gold_answer_of_math500_verifies_against_itself(shared_data):
+    rows = [json.loads(line) for line in (shared_data / "math500.jsonl").read_text().splitlines()]
+    pairs = [(f"Reasoning.\nAnswer: {r['answer']}", r["answer"]) for r in rows]
+    pairs += [(f"So the answer is \\boxed{{{r['answer']}}}.", r["answer"]) for r in rows]
+    pairs += [(r["solution"], r["answer"]) for r in rows]
+    assert [p for p, v in zip(pairs, score_answers(pairs)) if not v.correct] == []
+
+
+def test_never_rejects_what_math_verify_accepts_on_the_comparison_cases(shared_data):
+    """scripts/compare_verifiers.py on the first 30 distinct gold answers and the real responses."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "compare_verifiers.py"), "--data-dir", str(shared_data),
+         "--limit", "30", "--examples", "2"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gcpo rejects what math-verify accepts: 0 of " in proc.stdout, proc.stdout[-4000:]
+    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert {"boxed/gold-percent/bare", "answer-line-sentence/as-is", "rollouts/gsm8k-gpt3"} <= set(rows)
