@@ -5,11 +5,13 @@
 # actor), evaluated on held-out prompts every EVAL_EVERY steps; then the table and the plots.
 #
 # Usage: bash scripts/miniature.sh [--arms grpo,gcpo_group,gcpo_batch] [--seeds N] [--steps N] [--eval-every N]
-#                                  [--lr LR] [--out DIR] [--figures DIR] [--dry-run] [key=value ...]
+#                                  [--lr LR] [--warm-seed N] [--out DIR] [--figures DIR] [--dry-run] [key=value ...]
 #   --arms        which arms, comma-separated (default all three; recipe/gcpo/miniature/arms.py says what each is)
 #   --seeds N     seeds 1..N of every arm (default 3)
 #   --steps N     training steps of every run (default 40); --eval-every N (default 10) held-out evaluations
 #   --lr LR       the actor's learning rate for every arm (default 1e-3)
+#   --warm-seed N the warm start's seed (default 0): every run of an experiment shares one warm start, so the
+#                 seeds above do not vary it; a second warm start is a second experiment (its own --out)
 #   --out DIR     data, warm start, runs, results.json and table.md (default ${TMPDIR:-/tmp}/gcpo-miniature);
 #                 finished runs there are kept and skipped, so a stopped experiment goes on where it stopped
 #   --figures DIR where the PNGs go (default DIR of --out)
@@ -31,10 +33,10 @@ while [[ $# -gt 0 ]]; do
     --out) [[ $# -ge 2 ]] || { echo "error: --out needs a folder" >&2; exit 2; }; out="$2"; shift ;;
     --out=*) out="${1#--out=}" ;;
     --dry-run) args+=("$1") ;;
-    --arms|--seeds|--steps|--eval-every|--lr|--figures)
+    --arms|--seeds|--steps|--eval-every|--lr|--warm-seed|--figures)
       [[ $# -ge 2 ]] || { echo "error: $1 needs a value" >&2; exit 2; }
       args+=("$1" "$2"); shift ;;
-    --arms=*|--seeds=*|--steps=*|--eval-every=*|--lr=*|--figures=*) args+=("$1") ;;
+    --arms=*|--seeds=*|--steps=*|--eval-every=*|--lr=*|--warm-seed=*|--figures=*) args+=("$1") ;;
     --*) echo "error: unknown option $1 (bash scripts/miniature.sh --help)" >&2; exit 2 ;;
     *=*) overrides+=("$1") ;;
     *) echo "error: '$1' is neither an option nor a key=value override" >&2; exit 2 ;;

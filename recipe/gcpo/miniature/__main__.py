@@ -13,13 +13,13 @@ from pathlib import Path
 from recipe.gcpo.miniature.arms import ARMS, RunSpec
 
 
-def build(out: Path, correct_share: float, warm_steps: int) -> dict:
+def build(out: Path, correct_share: float, warm_steps: int, warm_seed: int = 0) -> dict:
     """The task data and the warm start in ``out`` (kept when built before with the same settings)."""
     from recipe.gcpo.miniature.task import write_task_data
     from recipe.gcpo.miniature.warm_start import WarmStartSpec, build_warm_start
 
     write_task_data(out / "data")
-    spec = WarmStartSpec(correct_share=correct_share, steps=warm_steps)
+    spec = WarmStartSpec(correct_share=correct_share, steps=warm_steps, seed=warm_seed)
     record_path = out / "policy" / "warm_start.json"
     if record_path.is_file() and json.loads(record_path.read_text()).get("spec") == asdict(spec):
         record = json.loads(record_path.read_text())
@@ -60,6 +60,8 @@ def main(argv=None) -> int:
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--correct-share", type=float, default=0.3, help="the warm start's share of right targets")
         p.add_argument("--warm-steps", type=int, default=400)
+        p.add_argument("--warm-seed", type=int, default=0,
+                       help="the warm start's seed: its weights, hence every run's start (the runs' seeds do not vary it)")
     run = commands.choices["run"]
     run.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
     run.add_argument("--seeds", type=int, default=3)
@@ -79,7 +81,7 @@ def main(argv=None) -> int:
         report(args.out, args.figures or args.out)
         return 0
     if args.command == "build":
-        build(args.out, args.correct_share, args.warm_steps)
+        build(args.out, args.correct_share, args.warm_steps, args.warm_seed)
         return 0
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
@@ -96,7 +98,7 @@ def main(argv=None) -> int:
         parser.error(str(err))
     from recipe.gcpo.miniature.runner import train
 
-    build(args.out, args.correct_share, args.warm_steps)
+    build(args.out, args.correct_share, args.warm_steps, args.warm_seed)
     if args.dry_run:
         train(arms[0], 1, spec, args.out, args.timeout, args.overrides, dry_run=True)
         return 0

@@ -75,3 +75,22 @@ def test_the_script_refuses_unknown_options_and_prints_its_usage():
     assert usage.returncode == 0 and "Usage: bash scripts/miniature.sh" in usage.stdout
     bad = subprocess.run(["bash", str(script), "--frob"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown option --frob" in bad.stderr
+
+
+def test_the_warm_seed_sets_the_warm_starts_seed_and_a_new_seed_builds_a_new_start(tmp_path, monkeypatch):
+    import recipe.gcpo.miniature.warm_start as warm_start
+
+    built = []
+
+    def fake_build(out_dir, spec):
+        built.append(spec)
+        (out_dir / "warm_start.json").parent.mkdir(parents=True, exist_ok=True)
+        record = {"spec": __import__("dataclasses").asdict(spec), "heldout": {"accuracy": 0.2, "distinct_correct": 2.0}}
+        (out_dir / "warm_start.json").write_text(json.dumps(record))
+        return record
+
+    monkeypatch.setattr(warm_start, "build_warm_start", fake_build)
+    out = tmp_path / "out"
+    for seed in ("7", "7", "8"):
+        assert main(["build", "--out", str(out), "--warm-seed", seed]) == 0
+    assert [spec.seed for spec in built] == [7, 8]  # the same seed again keeps the start; another rebuilds it
