@@ -21,7 +21,7 @@ from gcpo_core.encoding.encoder import (
 )
 from gcpo_core.encoding.pipeline import credit_rollouts
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _long_solutions(shared_data, count=6):
@@ -279,7 +279,7 @@ def test_a_plain_script_may_build_and_use_an_encoder_at_module_top_level(tmp_pat
         "out = encoder.encode(['a long proof, step by step. ' * 300, 'a short one', 'x = 2'] * 40)\n"
         "print('embedded', tuple(out.embeddings.shape), multiprocessing.active_children())\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3]), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

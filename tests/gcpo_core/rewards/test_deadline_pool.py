@@ -13,7 +13,7 @@ import pytest
 
 from gcpo_core.rewards.deadline_pool import DeadlinePool, WorkerError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # math.factorial of a huge number: seconds to minutes of C code that never releases the GIL
 GIL_HOG = 10**8
 

@@ -10,7 +10,7 @@ import pytest
 
 from gcpo_core.rewards.math_reward import final_answer_region, is_correct, score_answer, score_answers
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # (gold, response, expected): one or more rows per class of scripts/compare_verifiers.py and of the bugs it found
 GRADING_TABLE = [
