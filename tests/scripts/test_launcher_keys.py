@@ -38,6 +38,8 @@ READ_ELSEWHERE = {
     "algorithm.group_contrastive.": "the recipe's block: parsed whole by recipe.gcpo.settings.validate_group_contrastive",
     "algorithm.diver.": "the recipe's block: parsed whole by recipe.gcpo.baselines.diver.validate_diver_config",
     "algorithm.div_r1.": "the recipe's block: parsed whole by recipe.gcpo.baselines.div_r1.validate_div_r1_config",
+    "algorithm.copo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.copo.copo_settings, which refuses "
+                       "unknown keys",
     "algorithm.mc_grpo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.reward_only.MCGRPOSettings",
     "reward.reward_kwargs.": "read from the raw config by verl's DAPO reward manager; the entry point checks the names "
                              "against what it reads (recipe.gcpo.settings.validate_reward_kwargs)",
