@@ -5,13 +5,13 @@
 # actor), evaluated on held-out prompts every EVAL_EVERY steps; then the table and the plots.
 #
 # Usage: bash scripts/miniature.sh [--arms grpo,gcpo_group,gcpo_batch] [--seeds N] [--steps N] [--eval-every N]
-#                                  [--lr LR] [--warm-seed N] [--out DIR] [--figures DIR] [--dry-run] [key=value ...]
+#                                  [--lr LR] [--warm-seed per-seed|N] [--out DIR] [--figures DIR] [--dry-run] [key=value ...]
 #   --arms        which arms, comma-separated (default all three; recipe/gcpo/miniature/arms.py says what each is)
 #   --seeds N     seeds 1..N of every arm (default 3)
 #   --steps N     training steps of every run (default 40); --eval-every N (default 10) held-out evaluations
 #   --lr LR       the actor's learning rate for every arm (default 1e-3)
-#   --warm-seed N the warm start's seed (default 0): every run of an experiment shares one warm start, so the
-#                 seeds above do not vary it; a second warm start is a second experiment (its own --out)
+#   --warm-seed S per-seed (default): seed s of every arm trains from warm start s (built once, kept in
+#                 DIR/policy-warm<s>), so the seeds' spread includes the start's; N: every run from warm start N
 #   --out DIR     data, warm start, runs, results.json and table.md (default ${TMPDIR:-/tmp}/gcpo-miniature);
 #                 finished runs there are kept and skipped, so a stopped experiment goes on where it stopped
 #   --figures DIR where the PNGs go (default DIR of --out)

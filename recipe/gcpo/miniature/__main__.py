@@ -13,31 +13,52 @@ from pathlib import Path
 from recipe.gcpo.miniature.arms import ARMS, RunSpec
 
 
+PER_SEED = "per-seed"
+
+
+def warm_seed_option(value: str) -> int | str:
+    """``--warm-seed``: ``per-seed`` or a non-negative integer."""
+    if value == PER_SEED:
+        return value
+    try:
+        seed = int(value)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"must be '{PER_SEED}' or a non-negative integer, got {value!r}")
+    return seed
+
+
+def policy_dir(out: Path, warm_seed: int) -> Path:
+    return out / f"policy-warm{warm_seed}"
+
+
 def build(out: Path, correct_share: float, warm_steps: int, warm_seed: int = 0) -> dict:
-    """The task data and the warm start in ``out`` (kept when built before with the same settings)."""
+    """The task data and warm start ``warm_seed`` in ``out`` (kept when built before with the same settings)."""
     from recipe.gcpo.miniature.task import write_task_data
     from recipe.gcpo.miniature.warm_start import WarmStartSpec, build_warm_start
 
     write_task_data(out / "data")
     spec = WarmStartSpec(correct_share=correct_share, steps=warm_steps, seed=warm_seed)
-    record_path = out / "policy" / "warm_start.json"
+    policy = policy_dir(out, warm_seed)
+    record_path = policy / "warm_start.json"
     if record_path.is_file() and json.loads(record_path.read_text()).get("spec") == asdict(spec):
         record = json.loads(record_path.read_text())
-        print(f"miniature: warm start kept ({out / 'policy'})", flush=True)
+        print(f"miniature: warm start {warm_seed} kept ({policy})", flush=True)
     else:
         start = time.monotonic()
-        record = build_warm_start(out / "policy", spec)
-        print(f"miniature: warm start trained in {time.monotonic() - start:.0f} s", flush=True)
-    print(f"miniature: the start samples {record['heldout']['accuracy']:.1%} correct on held-out prompts "
+        record = build_warm_start(policy, spec)
+        print(f"miniature: warm start {warm_seed} trained in {time.monotonic() - start:.0f} s", flush=True)
+    print(f"miniature: warm start {warm_seed} samples {record['heldout']['accuracy']:.1%} correct on held-out prompts "
           f"({record['heldout']['distinct_correct']:.2f} distinct correct of {spec.eval_samples})", flush=True)
     return record
 
 
 def report(out: Path, figures: Path | None) -> str:
-    from recipe.gcpo.miniature.report import collect, final_table, paired_table, plot
+    from recipe.gcpo.miniature.report import collect, final_table, paired_table, plot, warm_starts_line
 
     runs = collect(out)
-    table = final_table(runs)
+    table = warm_starts_line(runs) + "\n\n" + final_table(runs)
     if "grpo" in runs and len(runs) > 1:
         table += "\n\n" + paired_table(runs)
     (out / "results.json").write_text(json.dumps(runs, indent=1, default=str) + "\n")
@@ -60,9 +81,12 @@ def main(argv=None) -> int:
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--correct-share", type=float, default=0.3, help="the warm start's share of right targets")
         p.add_argument("--warm-steps", type=int, default=400)
-        p.add_argument("--warm-seed", type=int, default=0,
-                       help="the warm start's seed: its weights, hence every run's start (the runs' seeds do not vary it)")
+    commands.choices["build"].add_argument("--warm-seed", type=warm_seed_option, default=0,
+                                           help="the warm start's seed (its weights)")
     run = commands.choices["run"]
+    run.add_argument("--warm-seed", type=warm_seed_option, default=PER_SEED,
+                     help=f"'{PER_SEED}' (default): seed s of every arm trains from warm start s, so the seeds' spread "
+                          "includes the start's; N: every run from warm start N")
     run.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
     run.add_argument("--seeds", type=int, default=3)
     run.add_argument("--steps", type=int, default=defaults.steps)
@@ -81,6 +105,8 @@ def main(argv=None) -> int:
         report(args.out, args.figures or args.out)
         return 0
     if args.command == "build":
+        if args.warm_seed == PER_SEED:
+            parser.error("build --warm-seed takes one integer")
         build(args.out, args.correct_share, args.warm_steps, args.warm_seed)
         return 0
     arms = [a for a in args.arms.split(",") if a]
@@ -98,17 +124,23 @@ def main(argv=None) -> int:
         parser.error(str(err))
     from recipe.gcpo.miniature.runner import train
 
-    build(args.out, args.correct_share, args.warm_steps, args.warm_seed)
+    def warm_seed(seed: int) -> int:
+        return seed if args.warm_seed == PER_SEED else args.warm_seed
+
     if args.dry_run:
-        train(arms[0], 1, spec, args.out, args.timeout, args.overrides, dry_run=True)
+        build(args.out, args.correct_share, args.warm_steps, warm_seed(1))
+        train(arms[0], 1, spec, args.out, args.timeout, args.overrides, policy=policy_dir(args.out, warm_seed(1)),
+              warm_seed=warm_seed(1), dry_run=True)
         return 0
     # a stopped experiment stops its run's processes too (the runner's clean-up runs on SystemExit)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     start = time.monotonic()
     for seed in range(1, args.seeds + 1):
+        build(args.out, args.correct_share, args.warm_steps, warm_seed(seed))
         for arm in arms:  # arms side by side within a seed: an interrupted experiment stays balanced
             try:
-                train(arm, seed, spec, args.out, args.timeout, args.overrides)
+                train(arm, seed, spec, args.out, args.timeout, args.overrides,
+                      policy=policy_dir(args.out, warm_seed(seed)), warm_seed=warm_seed(seed))
             except RuntimeError as err:
                 print(f"miniature: FAILED: {err}", file=sys.stderr, flush=True)
                 return 1

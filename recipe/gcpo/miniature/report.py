@@ -97,7 +97,8 @@ def collect(out: Path) -> dict[str, dict[int, dict]]:
     runs: dict[str, dict[int, dict]] = defaultdict(dict)
     for done in sorted((out / "runs").glob("*/done.json")):
         record = json.loads(done.read_text())
-        runs[record["arm"]][int(record["seed"])] = run_summary(done.parent) | {"wall_s": record["wall_s"]}
+        runs[record["arm"]][int(record["seed"])] = run_summary(done.parent) | {"wall_s": record["wall_s"],
+                                                                               "warm_seed": record.get("warm_seed")}
     return dict(runs)
 
 
@@ -125,10 +126,11 @@ def _shared_step_and_keys(runs: Mapping[str, Mapping[int, dict]], step: Optional
 
 def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = None) -> str:
     """Markdown: one row per arm, mean ± sd over seeds at ``step`` (default: the last evaluation all runs have),
-    the start (step 0, every run's) in the first row."""
+    the start (step 0, every run's) in the first row: one start for all, or one per seed."""
     step, keys = _shared_step_and_keys(runs, step)
     lines = ["| arm | seeds | " + " | ".join(keys) + " | s/step |", "|---" * (len(keys) + 3) + "|"]
-    # every run evaluates the same start (with its own sampling seed): all of them make the start's row
+    # every run evaluates its start before training (with its own sampling seed): all of them make the start's row,
+    # whose spread is the evaluation's sampling noise for a shared start, and includes the starts' own for several
     start = [r["evals"][0] for seeds in runs.values() for r in seeds.values() if 0 in r["evals"]]
     if start:
         lines.append(f"| start (step 0) | {len(start)} | "
@@ -138,6 +140,17 @@ def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = No
         lines.append(f"| {arm} (step {step}) | {len(seeds)} | " + " | ".join(cells)
                      + " | %.1f ± %.1f |" % mean_sd(r["step_s"] for r in seeds.values()))
     return "\n".join(lines)
+
+
+def warm_starts_line(runs: Mapping[str, Mapping[int, dict]]) -> str:
+    """Which warm start each seed trained from, e.g. ``Warm starts: seed 1 from start 1, seed 2 from start 2.``"""
+    by_seed: dict[int, set] = defaultdict(set)
+    for seeds in runs.values():
+        for seed, run in seeds.items():
+            by_seed[seed].add(run.get("warm_seed"))
+    named = ", ".join(f"seed {seed} from start {'/'.join(str(w) for w in sorted(starts, key=str))}"
+                      for seed, starts in sorted(by_seed.items()))
+    return f"Warm starts: {named}."
 
 
 def paired_table(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo", step: Optional[int] = None) -> str:

@@ -2,7 +2,8 @@
 
 Each run is bounded (``timeout_s``) and afterwards every process it started is stopped (they carry the run's marker
 in their environment: :func:`recipe.gcpo.smoke.processes.reap`), in a Ray folder of its own. A run folder with a
-``done.json`` is kept and skipped, so an interrupted experiment goes on where it stopped.
+``done.json`` is kept and skipped when it trained from the same warm start, so an interrupted experiment goes on where
+it stopped.
 """
 
 from __future__ import annotations
@@ -35,15 +36,20 @@ def run_dir(out: Path, arm: str, seed: int) -> Path:
 
 
 def train(arm: str, seed: int, spec: RunSpec, out: Path, timeout_s: float, extra: Sequence[str] = (),
-          python: str = sys.executable, dry_run: bool = False) -> Optional[dict]:
-    """One run; returns its ``done.json`` record (None for a dry run). Raises RuntimeError when it fails."""
+          python: str = sys.executable, dry_run: bool = False, *, policy: Path, warm_seed: int) -> Optional[dict]:
+    """One run of ``arm`` from the warm start in ``policy`` (built with ``warm_seed``); returns its ``done.json``
+    record (None for a dry run). Raises RuntimeError when it fails."""
     folder = run_dir(out, arm, seed)
     done = folder / "done.json"
     if done.is_file() and not dry_run:
-        print(f"miniature: {arm} seed {seed}: done before, kept ({folder})", flush=True)
-        return json.loads(done.read_text())
+        record = json.loads(done.read_text())
+        if record.get("warm_seed") == warm_seed:
+            print(f"miniature: {arm} seed {seed}: done before, kept ({folder})", flush=True)
+            return record
+        print(f"miniature: {arm} seed {seed}: done before from warm start {record.get('warm_seed')}, "
+              f"this experiment's is {warm_seed}: trained again", flush=True)
     ray_dir = Path(tempfile.mkdtemp(prefix="gcpo-ray.", dir=os.environ.get("TMPDIR", "/tmp")))
-    args = run_overrides(arm, seed, spec, out / "data", out / "policy", folder, ray_dir) + list(extra)
+    args = run_overrides(arm, seed, spec, out / "data", policy, folder, ray_dir) + list(extra)
     marker = f"gcpo-miniature-{os.getpid()}-{arm}-{seed}-{time.time_ns()}"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # always a local Ray of its own
     env.update(CPU_ENVIRONMENT, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", str(os.cpu_count() or 1)),
@@ -73,7 +79,8 @@ def train(arm: str, seed: int, spec: RunSpec, out: Path, timeout_s: float, extra
         raise RuntimeError(f"{arm} seed {seed} did not finish in {timeout_s:.0f} s; log: {folder / 'log.txt'}")
     if rc != 0:
         raise RuntimeError(f"{arm} seed {seed} exited {rc}; log: {folder / 'log.txt'}")
-    record = {"arm": arm, "seed": seed, "wall_s": round(wall, 1), "spec": spec.__dict__, "overrides": list(extra)}
+    record = {"arm": arm, "seed": seed, "warm_seed": warm_seed, "wall_s": round(wall, 1), "spec": spec.__dict__,
+              "overrides": list(extra)}
     done.write_text(json.dumps(record, indent=2) + "\n")
     print(f"miniature: {arm} seed {seed}: finished in {wall:.0f} s", flush=True)
     return record

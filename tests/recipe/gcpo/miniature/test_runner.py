@@ -4,9 +4,15 @@ import stat
 
 import pytest
 
-from recipe.gcpo.miniature.__main__ import main
+import recipe.gcpo.miniature.__main__ as cli
+from recipe.gcpo.miniature.__main__ import main, policy_dir
 from recipe.gcpo.miniature.arms import RunSpec
-from recipe.gcpo.miniature.runner import run_dir, train
+from recipe.gcpo.miniature.runner import run_dir, train as train_run
+
+
+def train(arm, seed, spec, out, timeout_s, extra=(), python=None, warm_seed=0):
+    return train_run(arm, seed, spec, out, timeout_s, extra, python=python, policy=policy_dir(out, warm_seed),
+                     warm_seed=warm_seed)
 
 
 @pytest.fixture
@@ -34,11 +40,14 @@ def test_a_run_goes_through_main_gcpo_on_the_cpu_platform_and_is_kept_once_done(
     assert env["VERL_PLATFORM"] == "cpu" and env["VERL_USE_EXTERNAL_MODULES"] == "recipe.gcpo.cpu_platform"
     assert "RAY_ADDRESS" not in env and env["GCPO_SMOKE_MARKER"].startswith("gcpo-miniature-")
     assert env["VERL_FILE_LOGGER_PATH"] == str(run_dir(out, "gcpo_group", 2) / "metrics.jsonl")
-    assert record["arm"] == "gcpo_group" and record["seed"] == 2
+    assert f"actor_rollout_ref.model.path={policy_dir(out, 0)}" in args
+    assert record["arm"] == "gcpo_group" and record["seed"] == 2 and record["warm_seed"] == 0
     assert json.loads((run_dir(out, "gcpo_group", 2) / "done.json").read_text()) == record
     (tmp_path / "args.txt").unlink()
     assert train("gcpo_group", 2, RunSpec(steps=3, eval_every=3), out, 60, python=str(fake_python)) == record
     assert not (tmp_path / "args.txt").exists()  # kept, not run again
+    again = train("gcpo_group", 2, RunSpec(steps=3, eval_every=3), out, 60, python=str(fake_python), warm_seed=5)
+    assert (tmp_path / "args.txt").exists() and again["warm_seed"] == 5  # from another start: trained again
 
 
 def test_a_failed_or_stopped_run_is_an_error_and_starts_over_next_time(tmp_path, fake_python, monkeypatch):
@@ -58,6 +67,7 @@ def test_a_failed_or_stopped_run_is_an_error_and_starts_over_next_time(tmp_path,
 @pytest.mark.parametrize("argv, message", [
     (["--arms", "grpo,ppo"], "--arms must name some of"), (["--seeds", "0"], "--seeds must be a positive"),
     (["--steps", "0"], "steps must be a positive"), (["--", "not-an-override"], "overrides are key=value"),
+    (["--warm-seed", "first"], "must be 'per-seed' or a non-negative integer"), (["--warm-seed", "-1"], "non-negative"),
 ])
 def test_bad_options_are_refused_before_anything_is_built(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -78,19 +88,50 @@ def test_the_script_refuses_unknown_options_and_prints_its_usage():
 
 
 def test_the_warm_seed_sets_the_warm_starts_seed_and_a_new_seed_builds_a_new_start(tmp_path, monkeypatch):
+    built = _fake_warm_starts(monkeypatch)
+    out = tmp_path / "out"
+    for seed in ("7", "7", "8"):
+        assert main(["build", "--out", str(out), "--warm-seed", seed]) == 0
+    assert [spec.seed for spec in built] == [7, 8]  # the same seed again keeps the start; another rebuilds it
+    assert (policy_dir(out, 7) / "warm_start.json").is_file() and (policy_dir(out, 8) / "warm_start.json").is_file()
+
+
+def _fake_warm_starts(monkeypatch):
     import recipe.gcpo.miniature.warm_start as warm_start
 
     built = []
 
     def fake_build(out_dir, spec):
         built.append(spec)
-        (out_dir / "warm_start.json").parent.mkdir(parents=True, exist_ok=True)
+        out_dir.mkdir(parents=True, exist_ok=True)
         record = {"spec": __import__("dataclasses").asdict(spec), "heldout": {"accuracy": 0.2, "distinct_correct": 2.0}}
         (out_dir / "warm_start.json").write_text(json.dumps(record))
         return record
 
     monkeypatch.setattr(warm_start, "build_warm_start", fake_build)
+    return built
+
+
+@pytest.mark.parametrize("warm_seed, starts", [([], {1: 1, 2: 2, 3: 3}), (["--warm-seed", "4"], {1: 4, 2: 4, 3: 4})])
+def test_each_seed_trains_from_its_own_warm_start_unless_one_is_named(tmp_path, monkeypatch, warm_seed, starts):
+    import recipe.gcpo.miniature.runner as runner
+
+    built = _fake_warm_starts(monkeypatch)
+    trained = []
+    monkeypatch.setattr(runner, "train", lambda arm, seed, *a, policy, warm_seed, **k: trained.append(
+        (arm, seed, policy, warm_seed)))
+    monkeypatch.setattr(cli, "report", lambda out, figures: "")
     out = tmp_path / "out"
-    for seed in ("7", "7", "8"):
-        assert main(["build", "--out", str(out), "--warm-seed", seed]) == 0
-    assert [spec.seed for spec in built] == [7, 8]  # the same seed again keeps the start; another rebuilds it
+    assert main(["run", "--out", str(out), "--arms", "grpo,gcpo_batch", "--seeds", "3", *warm_seed]) == 0
+    assert sorted({spec.seed for spec in built}) == sorted(set(starts.values()))  # each start built once
+    assert trained == [(arm, seed, policy_dir(out, starts[seed]), starts[seed])
+                       for seed in (1, 2, 3) for arm in ("grpo", "gcpo_batch")]
+
+
+def test_the_report_says_which_start_each_seed_trained_from():
+    from recipe.gcpo.miniature.report import warm_starts_line
+
+    runs = {"grpo": {1: {"warm_seed": 1}, 2: {"warm_seed": 2}}, "gcpo_batch": {1: {"warm_seed": 1}, 2: {"warm_seed": 2}}}
+    assert warm_starts_line(runs) == "Warm starts: seed 1 from start 1, seed 2 from start 2."
+    runs["gcpo_batch"][2]["warm_seed"] = 0  # arms of one seed from different starts: both named
+    assert warm_starts_line(runs) == "Warm starts: seed 1 from start 1, seed 2 from start 0/2."
