@@ -419,10 +419,11 @@ launcher_smoke() {
     "reward.num_workers=2"
   )
   if [[ "${launcher}" == *group_contrastive* ]]; then args+=("data.train_files=${data_dir}/train_math.parquet"); fi
-  if grep -q "filter_groups.enable=true" "scripts/${launcher}"; then
-    # a random policy never solves a real problem: on the math reward every group is all wrong, and dynamic
-    # sampling would drop and refill forever; the smoke reward (about half correct) gives it groups to keep
-    echo "smoke: ${launcher} samples dynamically: the smoke reward stands in for the math reward" >&2
+  if grep -q "filter_groups.enable=true\|adv_estimator=copo" "scripts/${launcher}"; then
+    # a random policy never solves a real problem: on the math reward every group is all wrong, so dynamic
+    # sampling would drop and refill forever and COPO's blended loss would train on zero advantages; the smoke
+    # reward (about half correct) gives them mixed groups
+    echo "smoke: ${launcher} needs correct answers (dynamic sampling or COPO): the smoke reward stands in for the math reward" >&2
     args+=("reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward"
            "reward.custom_reward_function.name=compute_score")
   fi

@@ -160,9 +160,10 @@ def check(args) -> int:
 def check_launcher(args) -> int:
     root = Path(args.run_dir)
     launcher = Path(__file__).resolve().parents[3] / "scripts" / args.launcher
-    gcpo = launcher.is_file() and "adv_estimator=gcpo" in launcher.read_text(encoding="utf-8")
+    text = launcher.read_text(encoding="utf-8") if launcher.is_file() else ""
     results = checks.check_launcher_run(root / "metrics_run1.jsonl", root / "log_run1.txt", root / "ckpt",
-                                        steps=args.steps, gcpo=gcpo)
+                                        steps=args.steps, gcpo="adv_estimator=gcpo" in text,
+                                        copo="adv_estimator=copo" in text)
     metrics = checks.read_metrics(root / "metrics_run1.jsonl") if (root / "metrics_run1.jsonl").is_file() else {}
     ok = all(r.ok for r in results)
     print(f"\n## Launcher smoke: {args.launcher}\n")

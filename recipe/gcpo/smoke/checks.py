@@ -199,16 +199,34 @@ def check_clean_log(log: str | os.PathLike) -> Check:
     return Check("clean output", not bad, f"{len(bad)} line(s) like: {bad[0]}" if bad else "no traceback, no killed worker")
 
 
+COPO_LOSS_METRICS = ("copo/local_adv_abs", "copo/global_adv_abs", "actor/copo_global_pg_loss")
+
+
+def check_copo_loss(metrics: Mapping[int, Mapping[str, float]], steps: Sequence[int]) -> Check:
+    """COPO's blended loss trained: every step logged its terms and the actor's global loss, and some step had
+    both a local and a global advantage (all-wrong groups give neither)."""
+    missing = {s: [k for k in COPO_LOSS_METRICS if k not in metrics.get(s, {})] for s in steps}
+    missing = {s: keys for s, keys in missing.items() if keys}
+    if missing:
+        return Check("COPO's blended loss", False, "; ".join(f"step {s} lacks {', '.join(k)}" for s, k in missing.items()))
+    both = [s for s in steps if metrics[s]["copo/local_adv_abs"] > 0 and metrics[s]["copo/global_adv_abs"] > 0]
+    return Check("COPO's blended loss", bool(both),
+                 f"local and global advantages at steps {both}" if both else "every advantage was 0 (no mixed group)")
+
+
 def check_launcher_run(metrics_path: str | os.PathLike, log: str | os.PathLike, checkpoint_dir: str | os.PathLike,
-                       steps: int, gcpo: bool) -> list[Check]:
-    """A launcher's short run: every step logged (with GCPO's metrics under GCPO), validation before training and
-    after the last step, the last step's checkpoint, and an output without tracebacks."""
+                       steps: int, gcpo: bool, copo: bool = False) -> list[Check]:
+    """A launcher's short run: every step logged (with GCPO's metrics under GCPO, COPO's blended loss under COPO),
+    validation before training and after the last step, the last step's checkpoint, and an output without
+    tracebacks."""
     try:
         metrics = read_metrics(metrics_path)
         validation = read_validation_steps(metrics_path)
     except (OSError, ValueError) as err:
         return [Check("metrics", False, str(err)), check_clean_log(log)]
     results = check_metrics(metrics, list(range(1, steps + 1)), gcpo=gcpo)
+    if copo:
+        results.append(check_copo_loss(metrics, list(range(1, steps + 1))))
     results.append(Check("validation before and after training", validation[:1] == [0] and steps in validation,
                          f"validation logged at steps {validation}, expected 0 and {steps}"))
     checkpoint = Path(checkpoint_dir) / f"global_step_{steps}" / "actor"

@@ -5,7 +5,8 @@ Use as ``reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward`` (``
 every other run keeps the math reward (``recipe/gcpo/reward.py``). A response is correct when the fingerprint
 of its text (a stable hash in [0, 1)) is below the prompt's ``extra_info.smoke_correct_rate`` (0.5 when the
 prompt has none): the smoke data sets 0, 0.5 and 1, so all-wrong, mixed and all-correct groups all occur, and
-about half of all rollouts are correct. The same text always gets the same reward.
+about half of all rollouts are correct. The same text always gets the same reward. Its ``pred`` (the final
+answer, which COPO's answer entropy reads) is the response's last word.
 """
 
 from __future__ import annotations
@@ -40,9 +41,12 @@ def compute_score(
     wrong_score: float = -1.0,
     **kwargs: Any,
 ) -> dict[str, float]:
-    """verl custom reward function: DAPO's +1 / -1 (``score``), ``acc`` 1 / 0, decided by the text's hash, and the
-    math reward's ``gcpo_signal`` (so that GCPO's dynamic-sampling filter runs on the smoke reward too)."""
+    """verl custom reward function: DAPO's +1 / -1 (``score``), ``acc`` 1 / 0, decided by the text's hash, the
+    math reward's ``gcpo_signal`` (so that GCPO's dynamic-sampling filter runs on the smoke reward too) and
+    ``pred``, the last word ("" for an empty response)."""
     fingerprint = text_fingerprint(solution_str or "")
     correct = fingerprint < correct_rate(extra_info)
+    words = (solution_str or "").split()
     return {"score": float(correct_score if correct else wrong_score), "acc": 1.0 if correct else 0.0,
-            "gcpo_signal": 1.0 + FINGERPRINT_SCALE * fingerprint if correct else 0.0}
+            "gcpo_signal": 1.0 + FINGERPRINT_SCALE * fingerprint if correct else 0.0,
+            "pred": words[-1] if words else ""}

@@ -328,6 +328,23 @@ def test_a_gcpo_launcher_needs_gcpo_metrics_a_grpo_one_does_not(tmp_path, monkey
     assert "missing ['gcpo/groups'" in capsys.readouterr().out
 
 
+def test_a_copo_launcher_needs_both_loss_terms_at_some_step():
+    def step(local, global_, **more):
+        return {"copo/local_adv_abs": local, "copo/global_adv_abs": global_, "actor/copo_global_pg_loss": 0.1} | more
+
+    assert checks.check_copo_loss({1: step(0.0, 0.0), 2: step(0.3, 0.5)}, [1, 2]).ok
+    zero = checks.check_copo_loss({1: step(0.0, 0.0), 2: step(0.0, 0.4)}, [1, 2])
+    assert not zero.ok and "every advantage was 0" in zero.detail
+    lacking = checks.check_copo_loss({1: step(0.3, 0.5), 2: {"copo/local_adv_abs": 0.3}}, [1, 2])
+    assert not lacking.ok and "step 2 lacks copo/global_adv_abs, actor/copo_global_pg_loss" in lacking.detail
+
+
+def test_the_copo_launcher_is_checked_for_its_loss(tmp_path, monkeypatch, capsys):
+    launcher_run(tmp_path, monkeypatch, gcpo=False)
+    assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_copo.sh", "--steps", "2"]) == 1
+    assert "[FAIL] COPO's blended loss: step 1 lacks copo/local_adv_abs" in capsys.readouterr().out
+
+
 def test_compare_leaves_each_process_first_step_out_of_the_mean(tmp_path, monkeypatch, minilm, capsys):
     out = checked_and_compared(tmp_path, monkeypatch, minilm, capsys, resumed_grpo_step_s=9.0)
     assert "| step 1 (warm-up) | 2.5 | 2 | 1.25 |" in out and "| step 3 (warm-up) | 4.5 | 9 | 0.5 |" in out

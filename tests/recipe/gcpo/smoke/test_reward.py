@@ -53,3 +53,18 @@ def test_the_smoke_reward_gives_gcpo_signal_as_the_math_reward_does():
     assert len(correct) == sum(r["acc"] for r in results)  # different texts, different signals
     again = compute_score("gcpo_smoke", texts[0], "540", extra_info={"smoke_correct_rate": 0.5})
     assert again == results[0]
+
+
+def test_the_prediction_is_the_last_word_so_copos_blend_trains_on_the_smoke_reward():
+    import numpy as np
+
+    from recipe.gcpo.baselines.copo import CopoSettings, step_copo
+
+    assert compute_score("x", "so the answer is 60", "1")["pred"] == "60"
+    assert compute_score("x", "  ", "1")["pred"] == "" and compute_score("x", None, "1")["pred"] == ""
+    texts = _texts(16, seed=2)
+    results = [compute_score("gcpo_smoke", t, "540") for t in texts]
+    uids = ["a"] * 8 + ["b"] * 8
+    step = step_copo(uids, np.array([r["score"] for r in results]), [{"reward_extra_info": r} for r in results],
+                     np.ones(16, dtype=bool), CopoSettings())
+    assert step.metrics["copo/local_adv_abs"] > 0 and step.metrics["copo/global_adv_abs"] > 0
