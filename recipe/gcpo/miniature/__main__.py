@@ -29,12 +29,9 @@ def warm_seed_option(value: str) -> int | str:
     return seed
 
 
-def policy_dir(out: Path, warm_seed: int) -> Path:
-    return out / f"policy-warm{warm_seed}"
-
-
 def build(out: Path, correct_share: float, warm_steps: int, warm_seed: int = 0) -> dict:
     """The task data and warm start ``warm_seed`` in ``out`` (kept when built before with the same settings)."""
+    from recipe.gcpo.miniature.runner import policy_dir
     from recipe.gcpo.miniature.task import write_task_data
     from recipe.gcpo.miniature.warm_start import WarmStartSpec, build_warm_start
 
@@ -129,8 +126,7 @@ def main(argv=None) -> int:
 
     if args.dry_run:
         build(args.out, args.correct_share, args.warm_steps, warm_seed(1))
-        train(arms[0], 1, spec, args.out, args.timeout, args.overrides, policy=policy_dir(args.out, warm_seed(1)),
-              warm_seed=warm_seed(1), dry_run=True)
+        train(arms[0], 1, spec, args.out, args.timeout, args.overrides, warm_seed=warm_seed(1), dry_run=True)
         return 0
     # a stopped experiment stops its run's processes too (the runner's clean-up runs on SystemExit)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -139,8 +135,7 @@ def main(argv=None) -> int:
         build(args.out, args.correct_share, args.warm_steps, warm_seed(seed))
         for arm in arms:  # arms side by side within a seed: an interrupted experiment stays balanced
             try:
-                train(arm, seed, spec, args.out, args.timeout, args.overrides,
-                      policy=policy_dir(args.out, warm_seed(seed)), warm_seed=warm_seed(seed))
+                train(arm, seed, spec, args.out, args.timeout, args.overrides, warm_seed=warm_seed(seed))
             except RuntimeError as err:
                 print(f"miniature: FAILED: {err}", file=sys.stderr, flush=True)
                 return 1

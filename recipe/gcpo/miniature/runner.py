@@ -35,10 +35,15 @@ def run_dir(out: Path, arm: str, seed: int) -> Path:
     return out / "runs" / f"{arm}-seed{seed}"
 
 
+def policy_dir(out: Path, warm_seed: int) -> Path:
+    """Where warm start ``warm_seed`` is saved."""
+    return out / f"policy-warm{warm_seed}"
+
+
 def train(arm: str, seed: int, spec: RunSpec, out: Path, timeout_s: float, extra: Sequence[str] = (),
-          python: str = sys.executable, dry_run: bool = False, *, policy: Path, warm_seed: int) -> Optional[dict]:
-    """One run of ``arm`` from the warm start in ``policy`` (built with ``warm_seed``); returns its ``done.json``
-    record (None for a dry run). Raises RuntimeError when it fails."""
+          python: str = sys.executable, dry_run: bool = False, *, warm_seed: int) -> Optional[dict]:
+    """One run of ``arm`` from warm start ``warm_seed`` (:func:`policy_dir`); returns its ``done.json`` record (None
+    for a dry run). Raises RuntimeError when it fails."""
     folder = run_dir(out, arm, seed)
     done = folder / "done.json"
     if done.is_file() and not dry_run:
@@ -49,7 +54,7 @@ def train(arm: str, seed: int, spec: RunSpec, out: Path, timeout_s: float, extra
         print(f"miniature: {arm} seed {seed}: done before from warm start {record.get('warm_seed')}, "
               f"this experiment's is {warm_seed}: trained again", flush=True)
     ray_dir = Path(tempfile.mkdtemp(prefix="gcpo-ray.", dir=os.environ.get("TMPDIR", "/tmp")))
-    args = run_overrides(arm, seed, spec, out / "data", policy, folder, ray_dir) + list(extra)
+    args = run_overrides(arm, seed, spec, out / "data", policy_dir(out, warm_seed), folder, ray_dir) + list(extra)
     marker = f"gcpo-miniature-{os.getpid()}-{arm}-{seed}-{time.time_ns()}"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # always a local Ray of its own
     env.update(CPU_ENVIRONMENT, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", str(os.cpu_count() or 1)),

@@ -5,14 +5,13 @@ import stat
 import pytest
 
 import recipe.gcpo.miniature.__main__ as cli
-from recipe.gcpo.miniature.__main__ import main, policy_dir
+from recipe.gcpo.miniature.__main__ import main
 from recipe.gcpo.miniature.arms import RunSpec
-from recipe.gcpo.miniature.runner import run_dir, train as train_run
+from recipe.gcpo.miniature.runner import policy_dir, run_dir, train as train_run
 
 
 def train(arm, seed, spec, out, timeout_s, extra=(), python=None, warm_seed=0):
-    return train_run(arm, seed, spec, out, timeout_s, extra, python=python, policy=policy_dir(out, warm_seed),
-                     warm_seed=warm_seed)
+    return train_run(arm, seed, spec, out, timeout_s, extra, python=python, warm_seed=warm_seed)
 
 
 @pytest.fixture
@@ -118,14 +117,13 @@ def test_each_seed_trains_from_its_own_warm_start_unless_one_is_named(tmp_path, 
 
     built = _fake_warm_starts(monkeypatch)
     trained = []
-    monkeypatch.setattr(runner, "train", lambda arm, seed, *a, policy, warm_seed, **k: trained.append(
-        (arm, seed, policy, warm_seed)))
+    monkeypatch.setattr(runner, "train", lambda arm, seed, *a, warm_seed, **k: trained.append((arm, seed, warm_seed)))
     monkeypatch.setattr(cli, "report", lambda out, figures: "")
     out = tmp_path / "out"
     assert main(["run", "--out", str(out), "--arms", "grpo,gcpo_batch", "--seeds", "3", *warm_seed]) == 0
     assert sorted({spec.seed for spec in built}) == sorted(set(starts.values()))  # each start built once
-    assert trained == [(arm, seed, policy_dir(out, starts[seed]), starts[seed])
-                       for seed in (1, 2, 3) for arm in ("grpo", "gcpo_batch")]
+    assert trained == [(arm, seed, starts[seed]) for seed in (1, 2, 3) for arm in ("grpo", "gcpo_batch")]
+    assert all((policy_dir(out, start) / "warm_start.json").is_file() for start in starts.values())
 
 
 def test_the_report_says_which_start_each_seed_trained_from():
