@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 import numpy as np
+from scipy import stats
 
 from gcpo_core.evaluation.evaluate import pass_at_k
 from recipe.gcpo.miniature.task import answer_set, is_correct, parse_answer
@@ -170,6 +172,49 @@ def paired_table(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo",
             mean, sd = mean_sd(diffs)
             cells.append(f"{mean:+.3f} ± {sd:.3f} ({sum(d > 0 for d in diffs)}/{len(diffs)} higher)")
         lines.append(f"| {arm} | {len(shared)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+TEST_KEYS = ("accuracy", "pass@16", "distinct_correct", "answer_entropy")
+
+
+def _p(value: float) -> str:
+    return "n/a" if not math.isfinite(value) else f"{value:.3f}"
+
+
+def paired_tests(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo", step: Optional[int] = None,
+                 keys: Iterable[str] = TEST_KEYS, confidence: float = 0.95) -> str:
+    """Markdown: is each other arm different from ``baseline`` at ``step``? Over the seeds both arms ran (a seed
+    fixes the start and the data order, so the runs pair up), per metric: the mean difference, its Student-t
+    confidence interval, the two-sided p of the paired t-test and of the Wilcoxon signed-rank test (exact when the
+    differences are untied and non-zero), and the seeds where the arm is higher. "n/a" where a test is undefined:
+    fewer than two pairs, or every difference zero."""
+    if baseline not in runs:
+        raise ValueError(f"no {baseline} runs to compare with")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    step, shared_keys = _shared_step_and_keys(runs, step)
+    level = f"{confidence:.0%}".replace("%", " %")
+    lines = [f"| arm − {baseline} (step {step}) | metric | seeds | mean | {level} CI | paired t p | Wilcoxon p "
+             "| higher |", "|---" * 8 + "|"]
+    for arm, seeds in runs.items():
+        if arm == baseline:
+            continue
+        shared = sorted(set(seeds) & set(runs[baseline]))
+        for key in (k for k in keys if k in shared_keys):
+            ours = np.array([seeds[s]["evals"][step][key] for s in shared], dtype=np.float64)
+            theirs = np.array([runs[baseline][s]["evals"][step][key] for s in shared], dtype=np.float64)
+            diffs = ours - theirs
+            low = high = t_p = w_p = float("nan")
+            if len(diffs) >= 2 and np.any(diffs != 0):
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # a constant difference: t is infinite
+                    ttest = stats.ttest_rel(ours, theirs)
+                    low, high = (float(x) for x in ttest.confidence_interval(confidence))
+                    t_p, w_p = float(ttest.pvalue), float(stats.wilcoxon(diffs).pvalue)
+            ci = "n/a" if not math.isfinite(low) else f"[{low:+.3f}, {high:+.3f}]"
+            lines.append(f"| {arm} | {key} | {len(diffs)} | {diffs.mean():+.3f} | {ci} | {_p(t_p)} | {_p(w_p)} | "
+                         f"{int(np.sum(diffs > 0))}/{len(diffs)} |")
     return "\n".join(lines)
 
 
