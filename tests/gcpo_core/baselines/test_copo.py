@@ -1,9 +1,13 @@
-"""COPO's terms as the official code computes them, on hand-computed groups."""
+"""COPO's terms as the official code computes them, on hand-computed groups, and its advantage blend."""
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
-from gcpo_core.baselines.copo import COPO_GATES, answer_entropy, copo_terms
+from gcpo_core.baselines.copo import COPO_GATES, answer_entropy, consistency_entropy, copo_advantages, copo_terms
+from gcpo_core.credit.advantages import group_normalize
 
 # group A: answers 5, 5, 5, 7 (three right); group B: answers 3, 4, 8, 9 (one right); +-1 rewards
 SCORES = torch.tensor([[1.0, 1.0, 1.0, -1.0], [1.0, -1.0, -1.0, -1.0]])
@@ -115,3 +119,27 @@ def test_non_finite_rewards_are_refused():
 def test_every_gate_is_documented():
     assert set(COPO_GATES) == {"soft_with_zero", "soft", "soft_with_forced", "only_zero", "only_forced",
                                "global_only", "local_only"}
+
+
+def _t(rows):
+    width = max(len(r) for r in rows)
+    scores = torch.tensor([r + [0.0] * (width - len(r)) for r in rows], dtype=torch.float64)
+    mask = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in rows])
+    return scores, mask
+
+
+def test_consistency_entropy_is_zero_when_all_agree_and_one_for_an_even_split():
+    scores, mask = _t([[1.0, 1.0, 1.0, 1.0], [-1.0, -1.0, -1.0, -1.0], [1.0, -1.0, 1.0, -1.0], [1.0, -1.0, -1.0, -1.0]])
+    entropy = consistency_entropy(scores, mask)
+    p = 0.25
+    assert entropy.tolist() == pytest.approx([0.0, 0.0, 1.0, -(p * math.log(p) + (1 - p) * math.log(1 - p)) / math.log(2)])
+
+
+def test_copo_gives_agreeing_groups_the_global_signal_and_split_groups_the_local_one():
+    scores, mask = _t([[1.0] * 4, [-1.0] * 4, [1.0, -1.0, 1.0, -1.0]])
+    adv = copo_advantages(scores, mask)
+    assert torch.all(adv[0] > 0) and torch.all(adv[1] < 0)  # GRPO would give these groups zero
+    torch.testing.assert_close(adv[2], group_normalize(scores, mask)[2])  # H = 1: purely local
+    means = np.array([1.0, -1.0, 0.0])
+    expected_global = (means - means.mean()) / (means.std(ddof=1) + 1e-6)
+    assert adv[0, 0].item() == pytest.approx(expected_global[0])

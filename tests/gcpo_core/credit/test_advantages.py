@@ -192,3 +192,13 @@ def test_the_legacy_switch_is_todays_normalisation():
     rewards = torch.ones_like(scores)
     torch.testing.assert_close(normalize_credit(scores, mask, rewards, all_correct_scale="group", std_floor=0.05),
                                group_normalize(scores, mask, std_floor=0.05), rtol=0, atol=1e-15)
+
+
+def test_dra_divides_each_reward_by_one_plus_its_similarity_to_the_rest():
+    rewards = torch.tensor([[1.0, 1.0, 1.0]], dtype=torch.float64)
+    kernel = torch.tensor([[[1.0, 0.9, 0.1], [0.9, 1.0, 0.2], [0.1, 0.2, 1.0]]], dtype=torch.float64)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    score, _ = credit_advantages(rewards, torch.zeros(1, 3), mask, mode="dra", kernel=kernel)
+    assert score[0].tolist() == pytest.approx([1 / 2.0, 1 / 2.1, 1 / 1.3])
+    with pytest.raises(ValueError, match="needs the rollouts' similarity kernel"):
+        credit_advantages(rewards, torch.zeros(1, 3), mask, mode="dra")

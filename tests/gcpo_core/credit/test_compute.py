@@ -178,3 +178,14 @@ def test_a_length_penalised_correct_answer_gets_less_advantage_than_the_same_sho
     # the identical unpenalised copy would share the short answer's credit exactly
     same = compute_credit(np.where(np.arange(8) == 1, 1.0, rewards), emb, ["p"] * 8, config)
     assert same.advantage[1] == same.advantage[0]
+
+
+def test_engine_presets_for_dqo_dra_and_the_ablations_run_end_to_end():
+    emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.7, 0.7]], dtype=torch.float64)
+    rewards = [1.0, 1.0, 1.0, -1.0]
+    dqo = compute_credit(rewards, emb, ["g"] * 4, CreditConfig(quality="none", method="loo", advantage="mix", mix_coef=0.5))
+    assert dqo.shapley[3] > 0  # the wrong answer adds diversity too: DQO does not look at correctness
+    dra = compute_credit(rewards, emb, ["g"] * 4, CreditConfig(advantage="dra"))
+    assert dra.score[2] > dra.score[0]  # the unique correct one is divided by less
+    bonus = compute_credit(rewards, emb, ["g"] * 4, CreditConfig(advantage="mix", mix_coef=0.1))
+    assert bonus.advantage[3] < 0 < bonus.advantage[2]
