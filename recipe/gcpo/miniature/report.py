@@ -155,6 +155,15 @@ def warm_starts_line(runs: Mapping[str, Mapping[int, dict]]) -> str:
     return f"Warm starts: {named}."
 
 
+def _seed_pairs(arm: Mapping[int, dict], baseline: Mapping[int, dict], step: int, key: str
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``key`` at ``step`` of the seeds both arms ran, in seed order: the arm's, the baseline's, their difference."""
+    shared = sorted(set(arm) & set(baseline))
+    ours = np.array([arm[s]["evals"][step][key] for s in shared], dtype=np.float64)
+    theirs = np.array([baseline[s]["evals"][step][key] for s in shared], dtype=np.float64)
+    return ours, theirs, ours - theirs
+
+
 def paired_table(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo", step: Optional[int] = None) -> str:
     """Markdown: each other arm minus ``baseline`` at ``step``, seed by seed (a seed fixes the data order, so the
     arms of one seed saw the same prompts): mean ± sd of the differences and the seeds where the arm is higher."""
@@ -165,13 +174,12 @@ def paired_table(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo",
     for arm, seeds in runs.items():
         if arm == baseline:
             continue
-        shared = sorted(set(seeds) & set(runs[baseline]))
         cells = []
         for key in keys:
-            diffs = [seeds[s]["evals"][step][key] - runs[baseline][s]["evals"][step][key] for s in shared]
+            _, _, diffs = _seed_pairs(seeds, runs[baseline], step, key)
             mean, sd = mean_sd(diffs)
-            cells.append(f"{mean:+.3f} ± {sd:.3f} ({sum(d > 0 for d in diffs)}/{len(diffs)} higher)")
-        lines.append(f"| {arm} | {len(shared)} | " + " | ".join(cells) + " |")
+            cells.append(f"{mean:+.3f} ± {sd:.3f} ({int(np.sum(diffs > 0))}/{len(diffs)} higher)")
+        lines.append(f"| {arm} | {len(set(seeds) & set(runs[baseline]))} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -200,11 +208,8 @@ def paired_tests(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo",
     for arm, seeds in runs.items():
         if arm == baseline:
             continue
-        shared = sorted(set(seeds) & set(runs[baseline]))
         for key in (k for k in keys if k in shared_keys):
-            ours = np.array([seeds[s]["evals"][step][key] for s in shared], dtype=np.float64)
-            theirs = np.array([runs[baseline][s]["evals"][step][key] for s in shared], dtype=np.float64)
-            diffs = ours - theirs
+            ours, theirs, diffs = _seed_pairs(seeds, runs[baseline], step, key)
             low = high = t_p = w_p = float("nan")
             if len(diffs) >= 2 and np.any(diffs != 0):
                 with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -213,7 +218,8 @@ def paired_tests(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo",
                     low, high = (float(x) for x in ttest.confidence_interval(confidence))
                     t_p, w_p = float(ttest.pvalue), float(stats.wilcoxon(diffs).pvalue)
             ci = "n/a" if not math.isfinite(low) else f"[{low:+.3f}, {high:+.3f}]"
-            lines.append(f"| {arm} | {key} | {len(diffs)} | {diffs.mean():+.3f} | {ci} | {_p(t_p)} | {_p(w_p)} | "
+            mean = "n/a" if not len(diffs) else f"{diffs.mean():+.3f}"
+            lines.append(f"| {arm} | {key} | {len(diffs)} | {mean} | {ci} | {_p(t_p)} | {_p(w_p)} | "
                          f"{int(np.sum(diffs > 0))}/{len(diffs)} |")
     return "\n".join(lines)
 

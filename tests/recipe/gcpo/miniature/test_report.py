@@ -108,6 +108,8 @@ def test_paired_tests_are_defined_or_refused_on_degenerate_input():
     assert _row(one_pair, "gcpo_group", "distinct_correct").endswith("| 1 | +1.000 | n/a | n/a | n/a | 1/1 |")
     constant = paired_tests(_runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_group": {1: 4.0, 2: 5.0}}))
     assert "| +1.000 | [+1.000, +1.000] | 0.000 |" in _row(constant, "gcpo_group", "distinct_correct")
+    apart = paired_tests(_runs({"grpo": {1: 3.0}, "gcpo_group": {2: 4.0}}))  # no seed in common
+    assert _row(apart, "gcpo_group", "distinct_correct").endswith("| 0 | n/a | n/a | n/a | n/a | 0/0 |")
     with pytest.raises(ValueError, match="no grpo runs"):
         paired_tests(_runs({"gcpo_group": {1: 4.0}}))
     with pytest.raises(ValueError, match="confidence"):
