@@ -1,4 +1,5 @@
-"""``python -m recipe.gcpo.miniature build|run|report`` (``scripts/miniature.sh`` runs all three)."""
+"""``python -m recipe.gcpo.miniature build|run|report|compare`` (``scripts/miniature.sh`` runs the first three, then
+compares with the documented run when the budgets match)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from recipe.gcpo.miniature.arms import ARMS, RunSpec
 
 
 PER_SEED = "per-seed"
+DOCUMENTED_RESULTS = Path(__file__).resolve().parents[3] / "docs" / "miniature" / "results.json"
 
 
 def warm_seed_option(value: str) -> int | str:
@@ -70,6 +72,19 @@ def report(out: Path, figures: Path | None) -> str:
     return table
 
 
+def compare(out: Path, reference: Path, step: int | None = None) -> str:
+    """``out``'s finished runs against ``reference`` (a ``results.json``), cell by cell; also in
+    ``out/reproduction.md``."""
+    from recipe.gcpo.miniature.report import collect
+    from recipe.gcpo.miniature.reproduce import compare as compare_runs, load_results
+
+    text, _ = compare_runs(load_results(reference), collect(out), step=step)
+    text = f"Against {reference}:\n\n{text}"
+    (out / "reproduction.md").write_text(text + "\n")
+    print(text, flush=True)
+    return text
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipe.gcpo.miniature", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -97,7 +112,20 @@ def main(argv=None) -> int:
     p = commands.add_parser("report")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--figures", type=Path, default=None)
+    p = commands.add_parser("compare", help="does a run reproduce the documented one? (recipe/gcpo/miniature/"
+                                            "reproduce.py says how it is judged)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--reference", type=Path, default=DOCUMENTED_RESULTS)
+    p.add_argument("--step", type=int, default=None, help="the evaluation step (default: the last both have)")
     args = parser.parse_args(argv)
+
+    if args.command == "compare":
+        try:
+            compare(args.out, args.reference, args.step)
+        except ValueError as err:
+            print(f"miniature: cannot compare: {err}", file=sys.stderr, flush=True)
+            return 2
+        return 0
 
     if args.command == "report":
         report(args.out, args.figures or args.out)
@@ -142,6 +170,11 @@ def main(argv=None) -> int:
                 return 1
     print(f"miniature: the experiment took {(time.monotonic() - start) / 60:.1f} min", flush=True)
     report(args.out, args.figures or args.out)
+    if DOCUMENTED_RESULTS.is_file():
+        try:
+            compare(args.out, DOCUMENTED_RESULTS)
+        except ValueError as err:
+            print(f"miniature: not compared with the documented run ({DOCUMENTED_RESULTS.name}): {err}", flush=True)
     return 0
 
 

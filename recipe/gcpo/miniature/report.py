@@ -95,12 +95,13 @@ def run_summary(folder: Path) -> dict:
 
 
 def collect(out: Path) -> dict[str, dict[int, dict]]:
-    """Every finished run under ``out/runs`` (``<arm>-seed<seed>`` with a ``done.json``), by arm and seed."""
+    """Every finished run under ``out/runs`` (``<arm>-seed<seed>`` with a ``done.json``), by arm and seed, with its
+    wall time, warm start and budget from ``done.json``."""
     runs: dict[str, dict[int, dict]] = defaultdict(dict)
     for done in sorted((out / "runs").glob("*/done.json")):
         record = json.loads(done.read_text())
-        runs[record["arm"]][int(record["seed"])] = run_summary(done.parent) | {"wall_s": record["wall_s"],
-                                                                               "warm_seed": record.get("warm_seed")}
+        runs[record["arm"]][int(record["seed"])] = run_summary(done.parent) | {
+            "wall_s": record["wall_s"], "warm_seed": record.get("warm_seed"), "spec": record.get("spec")}
     return dict(runs)
 
 
