@@ -133,3 +133,34 @@ def test_the_report_says_which_start_each_seed_trained_from():
     assert warm_starts_line(runs) == "Warm starts: seed 1 from start 1, seed 2 from start 2."
     runs["gcpo_batch"][2]["warm_seed"] = 0  # arms of one seed from different starts: both named
     assert warm_starts_line(runs) == "Warm starts: seed 1 from start 1, seed 2 from start 0/2."
+
+
+def test_a_finished_experiment_is_compared_with_the_documented_run_when_the_budgets_match(tmp_path, monkeypatch,
+                                                                                           capsys):
+    from dataclasses import asdict
+
+    import recipe.gcpo.miniature.runner as runner
+    from tests.recipe.gcpo.miniature.test_report import _write_run
+
+    _fake_warm_starts(monkeypatch)
+
+    def fake_train(arm, seed, spec, out, *args, warm_seed, **kwargs):
+        answers = [["tiger", "tiger"], ["tiger", "lion"], ["lion", "wolf"]][seed - 1]
+        _write_run(out, arm, seed, {0: {"animal": ["tiger", "x"]}, spec.steps: {"animal": answers}})
+        done = run_dir(out, arm, seed) / "done.json"
+        done.write_text(json.dumps(json.loads(done.read_text()) | {"warm_seed": warm_seed, "spec": asdict(spec)}))
+
+    monkeypatch.setattr(runner, "train", fake_train)
+    reference = tmp_path / "reference"
+    assert main(["run", "--out", str(reference), "--arms", "grpo", "--seeds", "3", "--steps", "4"]) == 0
+    monkeypatch.setattr(cli, "DOCUMENTED_RESULTS", reference / "results.json")
+    capsys.readouterr()
+
+    out = tmp_path / "out"
+    assert main(["run", "--out", str(out), "--arms", "grpo", "--seeds", "3", "--steps", "4"]) == 0
+    assert "Within the 95 % reproduction interval: 5 of 5" in (out / "reproduction.md").read_text()
+    assert (out / "reproduction.md").read_text() in capsys.readouterr().out
+    short = tmp_path / "short"  # a CI-sized run is a different budget: said, not compared, and no failure
+    assert main(["run", "--out", str(short), "--arms", "grpo", "--seeds", "1", "--steps", "2"]) == 0
+    assert "not compared with the documented run (results.json): the runs' budgets differ" in capsys.readouterr().out
+    assert not (short / "reproduction.md").exists()
