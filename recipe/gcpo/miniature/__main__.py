@@ -75,11 +75,16 @@ def report(out: Path, figures: Path | None) -> str:
 def compare(out: Path, reference: Path, step: int | None = None) -> str:
     """``out``'s finished runs against ``reference`` (a ``results.json``), cell by cell; also in
     ``out/reproduction.md``."""
-    from recipe.gcpo.miniature.report import collect
-    from recipe.gcpo.miniature.reproduce import compare as compare_runs, load_results
+    from recipe.gcpo.miniature.report import collect, paired_tests
+    from recipe.gcpo.miniature.reproduce import compare as compare_runs, load_results, pool
 
-    text, _ = compare_runs(load_results(reference), collect(out), step=step)
+    ref, runs = load_results(reference), collect(out)
+    text, summary = compare_runs(ref, runs, step=step)
     text = f"Against {reference}:\n\n{text}"
+    if "grpo" in ref or "grpo" in runs:
+        pooled = pool(ref, runs, step=summary["step"])
+        text += ("\n\nBoth experiments together (each arm and seed the mean of its runs in either), "
+                 f"against GRPO:\n\n{paired_tests(pooled, step=summary['step'])}")
     (out / "reproduction.md").write_text(text + "\n")
     print(text, flush=True)
     return text

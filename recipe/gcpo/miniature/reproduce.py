@@ -13,6 +13,10 @@ reference's mean and sd over ``n`` seeds and the new run's mean over ``m``:
 
 The start row (step 0) is left out: its runs share starts, so they are not independent draws; so is pass@1, which
 is accuracy again (unbiased pass@1 is the share correct) and would count each accuracy cell twice.
+
+The verdict is the criterion ``docs/miniature.md`` fixed before its reproduction ran: at most
+``MAX_CELLS_OUTSIDE`` cells outside the reproduction interval, and none of ``HEADLINE_CELLS``. A reproduction also
+adds data: ``pool`` averages each (arm, seed)'s runs, for paired tests over both experiments.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from scipy import stats
 from recipe.gcpo.miniature.report import TABLE_KEYS
 
 COMPARED_KEYS = tuple(k for k in TABLE_KEYS if k != "pass@1")
+# Each GCPO arm against GRPO in what GCPO claims to change: the diversity of correct answers.
+HEADLINE_CELLS = tuple((f"{arm} − grpo", key) for arm in ("gcpo_batch", "gcpo_group")
+                       for key in ("distinct_correct", "answer_entropy"))
+MAX_CELLS_OUTSIDE = 3
 
 
 def load_results(path: Path) -> dict[str, dict[int, dict]]:
@@ -142,7 +150,7 @@ def compare(reference: Mapping[str, Mapping[int, dict]], runs: Mapping[str, Mapp
     lines = [f"| row (step {step}) | metric | reference | this run | within ± sd | {level} reproduction interval "
              "| within |", "|---" * 7 + "|"]
     counted = within_sd = within_interval = 0
-    shares = []
+    shares, judged, outside = [], [], []
     for cell in (c for c in theirs if c in ours):
         ref, new = theirs[cell], ours[cell]
         if len(ref) < 2 or len(new) < 1:
@@ -154,6 +162,9 @@ def compare(reference: Mapping[str, Mapping[int, dict]], runs: Mapping[str, Mapp
         counted += 1
         within_sd += in_sd
         within_interval += in_interval
+        judged.append(cell)
+        if not in_interval:
+            outside.append(cell)
         shares.append(expected_share_within_sd(len(ref), len(new)))
         lines.append(f"| {cell[0]} | {cell[1]} | {ref_mean:+.3f} ± {ref_sd:.3f} ({len(ref)}) | {new_mean:+.3f} "
                      f"({len(new)}) | {'yes' if in_sd else 'no'} | [{low:+.3f}, {high:+.3f}] | "
@@ -161,8 +172,9 @@ def compare(reference: Mapping[str, Mapping[int, dict]], runs: Mapping[str, Mapp
     unmatched = sorted(set(ours) ^ set(theirs))
     summary = {"step": step, "cells": counted, "within_sd": within_sd, "within_interval": within_interval,
                "expected_within_sd": float(np.mean(shares)) if shares else float("nan"), "confidence": confidence,
-               "unmatched": [" ".join(c) for c in unmatched]}
-    text = "\n".join(lines) + "\n\n" + summary_line(summary)
+               "unmatched": [" ".join(c) for c in unmatched], "judged": judged, "outside": outside}
+    summary["verdict"] = verdict(summary)
+    text = "\n".join(lines) + "\n\n" + summary_line(summary) + "\n" + summary["verdict"]
     if unmatched:
         text += f"\nOnly one side has: {', '.join(summary['unmatched'])}."
     return text, summary
@@ -180,3 +192,34 @@ def summary_line(summary: Mapping) -> str:
     return (f"Within the reference's mean ± sd: {summary['within_sd']} of {cells} cells (about "
             f"{_percent(summary['expected_within_sd'])} are when both runs come from one distribution). Within the "
             f"{level} reproduction interval: {summary['within_interval']} of {cells} (about {level} are).")
+
+
+def verdict(summary: Mapping, headline: Iterable[tuple[str, str]] = HEADLINE_CELLS,
+            max_outside: int = MAX_CELLS_OUTSIDE) -> str:
+    """Does the run reproduce the reference under the documented criterion (``compare``'s summary: the cells judged
+    and those outside the reproduction interval)? Undecided unless every headline cell was judged."""
+    headline = list(headline)
+    missing = [" ".join(c) for c in headline if c not in summary["judged"]]
+    if missing:
+        return f"Reproduction: not judged, the criterion needs {', '.join(missing)}."
+    outside = [" ".join(c) for c in summary["outside"]]
+    headline_out = [" ".join(c) for c in headline if c in summary["outside"]]
+    held = len(outside) <= max_outside and not headline_out
+    named = f" ({', '.join(outside)})" if outside else ""
+    return (f"Reproduction: {'holds' if held else 'fails'}: {len(outside)} of {summary['cells']} cells outside the "
+            f"{_percent(summary['confidence'])} interval{named}, at most {max_outside} allowed; headline cells "
+            f"outside: {', '.join(headline_out) if headline_out else 'none'}.")
+
+
+def pool(*sides: Mapping[str, Mapping[int, dict]], step: int) -> dict[str, dict[int, dict]]:
+    """Each (arm, seed)'s evaluation at ``step`` averaged over the sides that ran it, as ``collect`` shapes runs
+    (``runs`` counts them), so that ``report.paired_tests`` pairs the starts over several experiments."""
+    pooled: dict[str, dict[int, dict]] = {}
+    for arm in sorted({a for side in sides for a in side}):
+        for seed in sorted({s for side in sides for s in side.get(arm, {})}):
+            evals = [side[arm][seed]["evals"][step] for side in sides if seed in side.get(arm, {})]
+            keys = set.intersection(*(set(e) for e in evals))
+            pooled.setdefault(arm, {})[seed] = {
+                "evals": {step: {k: float(np.mean([e[k] for e in evals])) for k in sorted(keys)}},
+                "runs": len(evals)}
+    return pooled

@@ -3,8 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from recipe.gcpo.miniature.reproduce import (compare, expected_share_within_sd, load_results, reproduction_interval,
-                                             table_cells)
+from recipe.gcpo.miniature.report import paired_tests
+from recipe.gcpo.miniature.reproduce import (HEADLINE_CELLS, compare, expected_share_within_sd, load_results, pool,
+                                             reproduction_interval, table_cells)
 
 SPEC = {"steps": 40, "lr": 0.001}
 
@@ -57,6 +58,58 @@ def test_a_run_like_the_reference_reproduces_it_and_a_shifted_arm_does_not():
     assert _row(shifted, "gcpo_batch", "distinct_correct").endswith("| no | [+1.487, +8.513] | **no** |")
     assert _row(shifted, "gcpo_batch − grpo", "distinct_correct").endswith("| **no** |")
     assert summary["within_interval"] == 4 and "Within the 95 % reproduction interval: 4 of 6" in shifted
+
+
+def _three_arms(shift=None, seeds=(1, 2, 3, 4, 5)):
+    """The documented table's arms and compared metrics, every value drawn around its arm's level; ``shift``
+    ``{(arm, key): delta}`` moves one cell of every seed."""
+    rng = np.random.default_rng(7)
+    keys = ("accuracy", "pass@4", "pass@16", "distinct_correct", "coverage", "correct_entropy", "answer_entropy")
+    level = {"grpo": 1.0, "gcpo_batch": 1.5, "gcpo_group": 2.0}
+    runs = {}
+    for arm in level:
+        for seed in seeds:
+            values = {k: level[arm] + rng.normal(0, 0.1) + (shift or {}).get((arm, k), 0.0) for k in keys}
+            runs.setdefault(arm, {})[seed] = {"evals": {0: dict(values), 40: values}, "warm_seed": seed,
+                                              "spec": SPEC}
+    return runs
+
+
+def test_the_verdict_applies_the_documented_criterion():
+    reference = _three_arms()
+    text, summary = compare(reference, reference)
+    assert summary["cells"] == 35 and summary["outside"] == []
+    assert "Reproduction: holds: 0 of 35 cells outside the 95 % interval, at most 3 allowed; headline cells " \
+           "outside: none." in text
+    # a headline cell alone fails it: GCPO's diversity lead over GRPO gone
+    _, summary = compare(reference, _three_arms(shift={("gcpo_group", "distinct_correct"): -5.0}))
+    assert ("gcpo_group − grpo", "distinct_correct") in summary["outside"] and len(summary["outside"]) == 2
+    assert summary["verdict"].startswith("Reproduction: fails: 2 of 35") and summary["verdict"].endswith(
+        "headline cells outside: gcpo_group − grpo distinct_correct.")
+    # three other cells outside hold it (every arm's pass@4: the differences stay), four fail it (one arm's pass@4
+    # and coverage, each with its difference from GRPO)
+    _, held = compare(reference, _three_arms(shift={(arm, "pass@4"): 5.0 for arm in reference}))
+    assert len(held["outside"]) == 3 and held["verdict"].startswith("Reproduction: holds: 3 of 35")
+    _, failed = compare(reference, _three_arms(shift={("gcpo_batch", "pass@4"): 5.0, ("gcpo_batch", "coverage"): 5.0}))
+    assert len(failed["outside"]) == 4 and failed["verdict"].startswith("Reproduction: fails: 4 of 35")
+    # without a GCPO arm the criterion cannot be applied
+    partial = {arm: reference[arm] for arm in ("grpo", "gcpo_batch")}
+    _, summary = compare(partial, partial)
+    assert summary["verdict"] == ("Reproduction: not judged, the criterion needs gcpo_group − grpo distinct_correct, "
+                                  "gcpo_group − grpo answer_entropy.")
+    assert len(HEADLINE_CELLS) == 4
+
+
+def test_pooling_averages_each_arm_and_seed_over_the_experiments_that_ran_it():
+    first = _runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_batch": {1: 5.0, 2: 6.0}})
+    second = _runs({"grpo": {1: 5.0, 3: 4.0}, "gcpo_batch": {1: 6.0, 3: 7.0}})
+    pooled = pool(first, second, step=40)
+    assert {s: r["runs"] for s, r in pooled["grpo"].items()} == {1: 2, 2: 1, 3: 1}
+    assert pooled["grpo"][1]["evals"][40]["distinct_correct"] == 4.0 and pooled["gcpo_batch"][1]["evals"][40][
+        "distinct_correct"] == 5.5
+    assert pool(second, first, step=40) == pooled
+    # seed 1 (pooled): +1.5, seed 2: +2, seed 3: +3
+    assert "| gcpo_batch | distinct_correct | 3 | +2.167 |" in paired_tests(pooled, step=40)
 
 
 def test_the_order_of_arms_and_seeds_changes_nothing():
@@ -117,5 +170,6 @@ def test_the_compare_command_writes_its_verdict_and_refuses_bad_input(tmp_path, 
     written = (tmp_path / "reproduction.md").read_text()
     assert written == capsys.readouterr().out
     assert "| grpo | distinct_correct | +1.333 ± 0.289 (3) | +1.333 (3) | yes |" in written  # 1, 1.5, 1.5
+    assert "Reproduction: not judged, the criterion needs gcpo_batch − grpo distinct_correct" in written
     assert main(["compare", "--out", str(tmp_path), "--reference", str(tmp_path / "absent.json")]) == 2
     assert "cannot compare: cannot read the reference results" in capsys.readouterr().err
