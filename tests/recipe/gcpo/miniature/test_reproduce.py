@@ -171,5 +171,6 @@ def test_the_compare_command_writes_its_verdict_and_refuses_bad_input(tmp_path, 
     assert written == capsys.readouterr().out
     assert "| grpo | distinct_correct | +1.333 ± 0.289 (3) | +1.333 (3) | yes |" in written  # 1, 1.5, 1.5
     assert "Reproduction: not judged, the criterion needs gcpo_batch − grpo distinct_correct" in written
+    assert "Both experiments together" in written and "| arm − grpo (step 3) | metric |" in written
     assert main(["compare", "--out", str(tmp_path), "--reference", str(tmp_path / "absent.json")]) == 2
     assert "cannot compare: cannot read the reference results" in capsys.readouterr().err
