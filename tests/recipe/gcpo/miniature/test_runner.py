@@ -132,11 +132,12 @@ def test_the_default_experiment_is_every_arm_on_four_seeds_each_from_its_own_sta
 
     built = _fake_warm_starts(monkeypatch)
     trained = []
-    monkeypatch.setattr(runner, "train", lambda arm, seed, spec, *a, warm_seed, **k: trained.append((arm, seed, warm_seed, spec)))
+    monkeypatch.setattr(runner, "train",
+                        lambda arm, seed, spec, *a, warm_seed, **k: trained.append((arm, seed, warm_seed, spec)))
     monkeypatch.setattr(cli, "report", lambda out, figures: "")
     monkeypatch.setattr(cli, "DOCUMENTED_RESULTS", tmp_path / "absent.json")
     assert main(["run", "--out", str(tmp_path / "out")]) == 0
-    assert [(arm, seed, start) for arm, seed, start, _ in trained] == [(arm, s, s) for s in (1, 2, 3, 4) for arm in ARMS]
+    assert [(arm, seed, start) for arm, seed, start, _ in trained] == [(a, s, s) for s in (1, 2, 3, 4) for a in ARMS]
     assert [spec.seed for spec in built] == [1, 2, 3, 4]
     assert {spec for *_, spec in trained} == {RunSpec()}  # the documented budget: 40 steps, evaluated every 10
 
