@@ -111,33 +111,35 @@ def _fake_warm_starts(monkeypatch):
     return built
 
 
-@pytest.mark.parametrize("warm_seed, starts", [([], {1: 1, 2: 2, 3: 3}), (["--warm-seed", "4"], {1: 4, 2: 4, 3: 4})])
-def test_each_seed_trains_from_its_own_warm_start_unless_one_is_named(tmp_path, monkeypatch, warm_seed, starts):
+def _record_training(monkeypatch):
+    """Warm starts built and runs trained as records, (spec, ...) and (arm, seed, warm_seed, run spec), no report."""
     import recipe.gcpo.miniature.runner as runner
 
-    built = _fake_warm_starts(monkeypatch)
-    trained = []
-    monkeypatch.setattr(runner, "train", lambda arm, seed, *a, warm_seed, **k: trained.append((arm, seed, warm_seed)))
+    built, trained = _fake_warm_starts(monkeypatch), []
+    monkeypatch.setattr(runner, "train",
+                        lambda arm, seed, spec, *a, warm_seed, **k: trained.append((arm, seed, warm_seed, spec)))
     monkeypatch.setattr(cli, "report", lambda out, figures: "")
+    return built, trained
+
+
+@pytest.mark.parametrize("warm_seed, starts", [([], {1: 1, 2: 2, 3: 3}), (["--warm-seed", "4"], {1: 4, 2: 4, 3: 4})])
+def test_each_seed_trains_from_its_own_warm_start_unless_one_is_named(tmp_path, monkeypatch, warm_seed, starts):
+    built, trained = _record_training(monkeypatch)
     out = tmp_path / "out"
     assert main(["run", "--out", str(out), "--arms", "grpo,gcpo_batch", "--seeds", "3", *warm_seed]) == 0
     assert sorted({spec.seed for spec in built}) == sorted(set(starts.values()))  # each start built once
-    assert trained == [(arm, seed, starts[seed]) for seed in (1, 2, 3) for arm in ("grpo", "gcpo_batch")]
+    assert [run[:3] for run in trained] == [(arm, seed, starts[seed]) for seed in (1, 2, 3)
+                                            for arm in ("grpo", "gcpo_batch")]
     assert all((policy_dir(out, start) / "warm_start.json").is_file() for start in starts.values())
 
 
 def test_the_default_experiment_is_every_arm_on_four_seeds_each_from_its_own_start(tmp_path, monkeypatch):
-    import recipe.gcpo.miniature.runner as runner
     from recipe.gcpo.miniature.arms import ARMS
 
-    built = _fake_warm_starts(monkeypatch)
-    trained = []
-    monkeypatch.setattr(runner, "train",
-                        lambda arm, seed, spec, *a, warm_seed, **k: trained.append((arm, seed, warm_seed, spec)))
-    monkeypatch.setattr(cli, "report", lambda out, figures: "")
+    built, trained = _record_training(monkeypatch)
     monkeypatch.setattr(cli, "DOCUMENTED_RESULTS", tmp_path / "absent.json")
     assert main(["run", "--out", str(tmp_path / "out")]) == 0
-    assert [(arm, seed, start) for arm, seed, start, _ in trained] == [(a, s, s) for s in (1, 2, 3, 4) for a in ARMS]
+    assert [run[:3] for run in trained] == [(arm, seed, seed) for seed in (1, 2, 3, 4) for arm in ARMS]
     assert [spec.seed for spec in built] == [1, 2, 3, 4]
     assert {spec for *_, spec in trained} == {RunSpec()}  # the documented budget: 40 steps, evaluated every 10
 
