@@ -27,10 +27,11 @@ def _shipped_functions(script: Path) -> dict[str, str]:
 
 
 def test_the_slurm_script_ships_self_contained_functions_that_pass_shellcheck(tmp_path):
-    """What runs on a node (address discovery, the wait for Ray) is a function sent with `declare -f`: it sees
-    none of the script's variables or functions, so it must use only its arguments, and pass shellcheck alone."""
+    """What runs on a node (address discovery, the wait for Ray, a node's Ray, the dead-node query) is a function
+    sent with `declare -f`: it sees none of the script's variables or functions, so it must use only its arguments,
+    and pass shellcheck alone."""
     shipped = _shipped_functions(ROOT / "docker/slurm_gcpo.sbatch")
-    assert set(shipped) == {"node_ip_candidates", "wait_for_ray_nodes"}
+    assert set(shipped) == {"node_ip_candidates", "wait_for_ray_nodes", "ray_node", "dead_ray_nodes"}
     defined = set(re.findall(r"^(\w+)\(\) {", (ROOT / "docker/slurm_gcpo.sbatch").read_text(), re.M))
     for name, body in shipped.items():
         script = tmp_path / f"{name}.sh"

@@ -4,6 +4,7 @@ import os
 import re
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,17 @@ NODE_INDEX = """$(( $(tr ' ' '\\n' <<< "$STUB_NODES" | grep -n "^$STUB_NODE$" | 
 STUBS = {
     "scontrol": """[ "$1 $2" = "show hostnames" ] && tr ' ' '\\n' <<< "$STUB_NODES" """,
     # srun: log (one line), drop its own options (-w takes a value), then run the command "on" that node
+    # srun: log (one line), drop its own options (-w takes a value), then run the command "on" that node, with the
+    # device variables Slurm's gpu gres sets in every step unless gres.conf has Flags=nvidia_gpu_env
     "srun": """echo "srun ${*//$'\\n'/ }" >> "$STUB_LOG"
 node=""
 while [ $# -gt 0 ]; do case "$1" in -w) node="$2"; shift 2;; -*) shift;; *) break;; esac; done
-STUB_NODE="${node:-$STUB_NODE}" exec "$@" """,
+export CUDA_VISIBLE_DEVICES=0 ROCR_VISIBLE_DEVICES=0 GPU_DEVICE_ORDINAL=0
+# the step in a process group of its own, which a signal to srun reaches whole (as Slurm signals a step)
+STUB_NODE="${node:-$STUB_NODE}" setsid "$@" & step=$!
+trap 'kill -TERM -- "-$step" 2>/dev/null' TERM
+while true; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done
+exit "$rc" """,
     "apptainer": """echo "apptainer ${*//$'\\n'/ }" >> "$STUB_LOG"
 shift; while [ $# -gt 0 ]; do case "$1" in --nv) shift;; --bind) shift 2;; *) break;; esac; done
 shift; exec "$@" """,
@@ -35,19 +43,40 @@ echo "3: $iface    inet 192.168.9.{NODE_INDEX}/24 brd x scope global $iface" """
     # python3, as the fallbacks use it: an interface's address by ioctl, or the default route's source address
     "python3": f"""[ -n "${{STUB_NO_PY:-}}" ] && exit 1
 case "$*" in *fcntl*) echo "192.168.9.{NODE_INDEX}";; *connect*) echo "10.1.0.{NODE_INDEX}";; *) exit 3;; esac""",
+    # Ray 2.60 as it behaves: `ray start --head` turns token auth on when RAY_AUTH_MODE is unset and
+    # $HOME/.ray/auth_token exists; a process that joins it (status, a worker's start) then fails with
+    # InvalidAuthToken unless it runs in token mode with the head's token (RAY_AUTH_TOKEN, else the file).
     # ray start --block: register the node (workers only when STUB_WORKERS_JOIN=1, after STUB_JOIN_DELAY s), then
-    # block until `ray stop` on that node ends it, as the real one does
-    "ray": """echo "ray $* node=$STUB_NODE nccl=${NCCL_SOCKET_IFNAME:-} tmp=${RAY_TMPDIR:-}" >> "$STUB_LOG"
+    # block until SIGTERM, which it answers by exiting 1 as the real one does (STUB_DIES=<node>: that node's Ray
+    # ends by itself with exit 1 after STUB_DIES_AFTER s). ray list nodes: STUB_DEAD_IP as a dead node.
+    "ray": """echo "ray $* node=$STUB_NODE nccl=${NCCL_SOCKET_IFNAME:-} tmp=${RAY_TMPDIR:-} auth=${RAY_AUTH_MODE:-unset} \
+rocr=${ROCR_VISIBLE_DEVICES:-unset} ordinal=${GPU_DEVICE_ORDINAL:-unset} cuda=${CUDA_VISIBLE_DEVICES:-unset}" >> "$STUB_LOG"
+token_of_caller() {
+  if [ "${RAY_AUTH_MODE:-}" = token ]; then echo "${RAY_AUTH_TOKEN:-$(cat "$HOME/.ray/auth_token" 2>/dev/null)}"
+  elif [ -z "${RAY_AUTH_MODE:-}" ] && [ "$1" = head ] && [ -f "$HOME/.ray/auth_token" ]; then cat "$HOME/.ray/auth_token"
+  fi
+}
+authenticated() {
+  local head; head="$(cat "$STUB_JOINED.token" 2>/dev/null)"
+  [ -z "$head" ] || [ "$head" = "$(token_of_caller)" ] && return 0
+  echo "ray.exceptions.AuthenticationError: RPC error: InvalidAuthToken: Authentication token is missing or incorrect." >&2
+  return 1
+}
 case "$1" in
-  start) if [[ "$*" == *--head* ]]; then echo "$STUB_NODE" >> "$STUB_JOINED"
+  start) if [[ "$*" == *--head* ]]; then echo "${STUB_HEAD_TOKEN:-$(token_of_caller head)}" > "$STUB_JOINED.token"
+           echo "$STUB_NODE" >> "$STUB_JOINED"
+         elif ! authenticated; then exit 1
          elif [[ "${STUB_WORKERS_JOIN:-1}" == 1 ]]; then
            sleep "${STUB_JOIN_DELAY:-0}"; echo "$STUB_NODE" >> "$STUB_JOINED"
          fi
-         echo "$$" >> "$STUB_JOINED.$STUB_NODE.pids"
-         exec sleep 60 > /dev/null;;
-  status) echo "Node status"; echo "Active:"; [ -f "$STUB_JOINED" ] && sed 's/^/ 1 node_/' "$STUB_JOINED"
+         trap 'kill "$sleeper"; echo "ray stopped node=$STUB_NODE" >> "$STUB_LOG"; exit 1' TERM
+         if [ "${STUB_DIES:-}" = "$STUB_NODE" ]; then sleep "${STUB_DIES_AFTER:-1}"; exit 1; fi
+         sleep 60 & sleeper=$!; wait;;
+  status) authenticated || exit 1
+          echo "Node status"; echo "Active:"; [ -f "$STUB_JOINED" ] && sed 's/^/ 1 node_/' "$STUB_JOINED"
           echo "Pending:"; echo " (no pending nodes)";;
-  stop) [ -f "$STUB_JOINED.$STUB_NODE.pids" ] && xargs kill < "$STUB_JOINED.$STUB_NODE.pids" 2>/dev/null;;
+  list) if [ -n "${STUB_DEAD_IP:-}" ]; then echo "-   node_id: x"; echo "    node_ip: $STUB_DEAD_IP"; echo "    state: DEAD"
+        else echo "No resource in the cluster"; fi;;
 esac""",
 }
 
@@ -63,11 +92,18 @@ def cluster(tmp_path):
     launcher = tmp_path / "launcher.sh"
     launcher.write_text('echo "launcher node=$STUB_NODE RAY_ADDRESS=$RAY_ADDRESS NNODES=$NNODES '
                         'GPUS_PER_NODE=$GPUS_PER_NODE NCCL=${NCCL_SOCKET_IFNAME:-} args=$*" >> "$STUB_LOG"\n'
-                        'echo "launcher tmp=${RAY_TMPDIR:-}" >> "$STUB_LOG"\n')
+                        'echo "launcher tmp=${RAY_TMPDIR:-}" >> "$STUB_LOG"\n'
+                        'echo "launcher auth=${RAY_AUTH_MODE:-unset} token=${RAY_AUTH_TOKEN:-} '
+                        'rocr=${ROCR_VISIBLE_DEVICES:-unset}" >> "$STUB_LOG"\n'
+                        'trap \'kill "$sleeper"; exit 143\' TERM\n'
+                        'sleep "${STUB_LAUNCHER_SECONDS:-0}" & sleeper=$!; wait "$sleeper"\n'
+                        'exit "${STUB_LAUNCHER_EXIT:-0}"\n')
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", STUB_LOG=str(tmp_path / "log"),
                STUB_JOINED=str(tmp_path / "joined"), STUB_NODES="gpu-a gpu-b gpu-c", SLURM_JOB_NODELIST="gpu-[a-c]",
                SLURM_CPUS_PER_TASK="48", SLURM_GPUS_PER_NODE="h100:4", RAY_POLL_INTERVAL="0.2",
-               RAY_TMPDIR=str(tmp_path / "ray-tmp"))
+               RAY_TMPDIR=str(tmp_path / "ray-tmp"), HOME=str(tmp_path / "home"))
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
+        env.pop(key, None)
 
     def run(*args, **extra):
         proc = subprocess.run(["bash", str(SBATCH), str(launcher), *args], capture_output=True, text=True,
@@ -78,7 +114,7 @@ def cluster(tmp_path):
     return run
 
 
-def test_head_then_workers_then_the_launcher_on_the_head(cluster):
+def test_head_then_workers_then_the_launcher_on_the_head(cluster, tmp_path):
     proc, log = cluster("trainer.total_training_steps=10")
     assert proc.returncode == 0, proc.stderr
     starts = [line for line in log if line.startswith("ray start")]
@@ -94,8 +130,15 @@ def test_head_then_workers_then_the_launcher_on_the_head(cluster):
     assert launched == ["launcher node=gpu-a RAY_ADDRESS=10.0.0.1:6379 NNODES=3 GPUS_PER_NODE=4 NCCL= "
                         "args=trainer.total_training_steps=10"]
     assert log.index(launched[0]) > max(log.index(s) for s in starts)
-    assert sum(line.startswith("ray stop") for line in log) == 3  # cleaned up on every node
-    assert any(re.match(r"apptainer exec --nv --bind \S+ gcpo-verl.sif env RAY_TMPDIR=\S+ ray start", line)
+    # cleaned up on every node: each node's Ray asked to stop (SIGTERM to its `ray start --block`), which exits 1,
+    # yet the job ends 0 with nothing that reads as a failure, and Ray's folder is gone
+    assert sorted(line for line in log if line.startswith("ray stopped")) == [
+        f"ray stopped node=gpu-{n}" for n in "abc"]
+    assert not any(line.startswith("ray stop ") for line in log)  # never `ray stop`: it stops every Ray it sees
+    assert "error" not in proc.stderr.lower() and "left the job" not in proc.stderr
+    assert not (tmp_path / "ray-tmp").exists()
+    assert any(re.match(r"apptainer exec --nv --bind \S+ gcpo-verl.sif env -u ROCR_VISIBLE_DEVICES "
+                        r"-u GPU_DEVICE_ORDINAL RAY_TMPDIR=\S+ RAY_AUTH_MODE=token bash -c .*ray start", line)
                for line in log)
 
 
@@ -171,9 +214,11 @@ def test_under_pyxis_every_container_shares_the_nodes_ray_directory(cluster, tmp
     in_containers = [line for line in log if line.startswith("srun") and "--container-image" in line]
     assert in_containers and all(f"--container-mounts=/data:/data,{ray_tmp}:{ray_tmp} " in line
                                  for line in in_containers)
-    assert ray_tmp.is_dir()  # made on every host before a container binds it
+    made = [i for i, line in enumerate(log) if line.startswith("srun") and f"mkdir -p {ray_tmp}" in line]
+    first_container = next(i for i, line in enumerate(log) if "--container-image" in line)
+    assert len(made) == 3 and max(made) < first_container  # made on every host before a container binds it
     starts = [line for line in log if line.startswith("ray start")]
-    assert len(starts) == 3 and all(line.endswith(f"tmp={ray_tmp}") for line in starts)
+    assert len(starts) == 3 and all(f" tmp={ray_tmp} " in line for line in starts)
     assert f"launcher tmp={ray_tmp}" in log
 
 
@@ -192,3 +237,115 @@ def test_apptainer_binds_the_mounts_and_rays_directory(cluster, tmp_path):
     in_containers = [line for line in log if line.startswith("apptainer")]
     assert in_containers and all(f"--bind /data:/data,{tmp_path / 'ray-tmp'} gcpo-verl.sif" in line
                                  for line in in_containers)
+
+
+# --- Ray's token authentication ------------------------------------------------------------------------------
+
+def _stale_token(tmp_path):
+    """~/.ray/auth_token, as any earlier local `ray.init()` leaves it."""
+    token = tmp_path / "home" / ".ray" / "auth_token"
+    token.parent.mkdir(parents=True)
+    token.write_text("f" * 64)
+    return token
+
+
+def test_a_token_left_by_an_earlier_local_ray_no_longer_hangs_the_job(cluster, tmp_path):
+    """Ray 2.60 turns token auth on for a head whose user has ~/.ray/auth_token, but not for the processes that join
+    it: `ray status` failed, its error went to /dev/null, and the job waited RAY_JOIN_TIMEOUT blaming the network.
+    Every Ray process and the driver now run in token mode with one token of the job's, off the command line."""
+    _stale_token(tmp_path)
+    proc, log = cluster(RAY_JOIN_TIMEOUT="20")
+    assert proc.returncode == 0, proc.stderr
+    rays = [line for line in log if line.startswith("ray start") or line.startswith("ray status")]
+    assert rays and all("auth=token" in line for line in rays)
+    launcher = next(line for line in log if line.startswith("launcher auth="))
+    token = launcher.split("token=")[1].split()[0]
+    assert launcher.startswith("launcher auth=token") and len(token) == 64 and token != "f" * 64
+    assert not any(token in line for line in log if line.startswith("srun") or line.startswith("apptainer"))
+    assert "Ray auth token" in proc.stdout
+
+
+def test_without_the_pinned_mode_the_stub_reproduces_the_hang(cluster, tmp_path):
+    """The stand-in behaves as Ray 2.60 did: with the mode unpinned, joining fails on the stale token."""
+    _stale_token(tmp_path)
+    stub = tmp_path / "bin" / "ray"
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", HOME=str(tmp_path / "home"),
+               STUB_LOG=str(tmp_path / "log"), STUB_JOINED=str(tmp_path / "joined"), STUB_NODE="gpu-a")
+    env.pop("RAY_AUTH_MODE", None)
+    (tmp_path / "joined.token").write_text("f" * 64)  # the head turned token auth on by itself, from the file
+    status = subprocess.run([str(stub), "status"], env=env, capture_output=True, text=True, timeout=10)
+    assert status.returncode == 1 and "InvalidAuthToken" in status.stderr
+
+
+def test_an_authentication_error_fails_the_join_at_once_and_says_why(cluster):
+    start = time.monotonic()
+    proc, log = cluster(RAY_JOIN_TIMEOUT="60", STUB_HEAD_TOKEN="0" * 64)  # a head with another token than the job's
+    assert proc.returncode != 0 and time.monotonic() - start < 30  # not RAY_JOIN_TIMEOUT
+    assert "cannot authenticate to the Ray head at 10.0.0.1:6379" in proc.stderr
+    assert "InvalidAuthToken" in proc.stderr and "RAY_AUTH_MODE and RAY_AUTH_TOKEN" in proc.stderr
+    assert "check RAY_NETWORK_INTERFACE" not in proc.stderr
+    assert not any(line.startswith("launcher") for line in log)
+
+
+def test_an_unknown_auth_mode_is_refused(cluster):
+    proc, _ = cluster(RAY_AUTH_MODE="tokens")
+    assert proc.returncode == 2 and "RAY_AUTH_MODE must be token or disabled, got 'tokens'" in proc.stderr
+
+
+def test_auth_disabled_runs_every_process_without_a_token(cluster, tmp_path):
+    _stale_token(tmp_path)
+    proc, log = cluster(RAY_AUTH_MODE="disabled", RAY_AUTH_TOKEN="leaked")
+    assert proc.returncode == 0, proc.stderr
+    assert all("auth=disabled" in line for line in log if line.startswith("ray start"))
+    assert "launcher auth=disabled token= " in next(line for line in log if line.startswith("launcher auth="))
+
+
+# --- device variables -----------------------------------------------------------------------------------------
+
+def test_slurms_rocr_and_ordinal_variables_never_reach_ray_or_the_driver(cluster):
+    """Slurm's gpu gres sets CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL in every step;
+    verl's workers die on ROCR_VISIBLE_DEVICES beside CUDA_VISIBLE_DEVICES. Ray sets CUDA_VISIBLE_DEVICES itself."""
+    proc, log = cluster()
+    assert proc.returncode == 0, proc.stderr
+    starts = [line for line in log if line.startswith("ray start")]
+    assert len(starts) == 3
+    assert all("rocr=unset" in line and "ordinal=unset" in line and "cuda=0" in line for line in starts)
+    assert "rocr=unset" in next(line for line in log if line.startswith("launcher auth="))
+
+
+# --- a node lost during the run -------------------------------------------------------------------------------
+
+def test_a_node_whose_ray_ends_mid_run_is_named_and_the_job_ends_in_bounded_time(cluster):
+    start = time.monotonic()
+    proc, log = cluster(STUB_DIES="gpu-b", STUB_DIES_AFTER="1", STUB_LAUNCHER_SECONDS="60",
+                        RAY_NODE_LOSS_GRACE="2", RAY_POLL_INTERVAL="0.5")
+    took = time.monotonic() - start
+    assert proc.returncode == 1 and took < 30  # not the driver's 60 s
+    named = [line for line in proc.stderr.splitlines() if "left the job" in line]
+    assert named == ["node gpu-b left the job: its Ray ended (exit 1) during the run; the run stops here (resubmit "
+                     "the job to resume from its last checkpoint)"]
+    assert "the driver did not stop within RAY_NODE_LOSS_GRACE=2 s of the node loss: stopping it" in proc.stderr
+    assert not any("-w gpu-b" in line and "touch" in line for line in log)  # a lost node is not waited for
+
+
+def test_a_node_ray_has_as_dead_is_named_when_the_driver_fails(cluster):
+    """A crashed host looks alive to srun until Slurm declares it down; Ray misses its heartbeats first, and the
+    driver fails on the actors it lost. The job asks Ray which node died and names it."""
+    proc, log = cluster(STUB_DEAD_IP="10.0.0.3", STUB_LAUNCHER_EXIT="1")
+    assert proc.returncode == 1
+    named = [line for line in proc.stderr.splitlines() if "left the job" in line]
+    assert named == ["node gpu-c left the job: Ray has its node (10.0.0.3) as dead; the run stops here (resubmit "
+                     "the job to resume from its last checkpoint)"]
+
+
+def test_a_failing_driver_without_a_lost_node_keeps_its_status(cluster):
+    proc, _ = cluster(STUB_LAUNCHER_EXIT="3")
+    assert proc.returncode == 3 and "left the job" not in proc.stderr
+
+
+def test_ray_is_asked_for_dead_nodes_while_the_driver_runs(cluster):
+    proc, log = cluster(STUB_DEAD_IP="10.0.0.2", STUB_LAUNCHER_SECONDS="60", RAY_HEALTH_INTERVAL="1",
+                        RAY_NODE_LOSS_GRACE="1", RAY_POLL_INTERVAL="0.5")
+    assert proc.returncode == 1
+    assert "node gpu-b left the job: Ray has its node (10.0.0.2) as dead" in proc.stderr
+    assert sum(line.startswith("ray list nodes") for line in log) >= 1
