@@ -304,23 +304,40 @@ now() { date +%s.%N; }
 bounded_run() {
   local label="$1" run_dir="$2" run="$3"
   shift 3
-  local start rc=0
-  echo "+ $*"
-  start_helpers "${run_dir}" "${run}" "${current_marker}"
-  start="$(now)"
-  GCPO_SMOKE_MARKER="${current_marker}" VERL_FILE_LOGGER_PATH="${run_dir}/metrics_run${run}.jsonl" \
-    timeout --kill-after=30 "${SMOKE_RUN_TIMEOUT}" "$@" 2>&1 | tee "${run_dir}/log_run${run}.txt" || rc=$?
-  awk -v a="${start}" -v b="$(now)" 'BEGIN { printf "%.1f\n", b - a }' > "${run_dir}/wall_run${run}.txt"
-  stop_helpers
-  "${PYTHON}" -m recipe.gcpo.smoke reap --marker "${current_marker}" || true
-  current_marker=""
+  local start rc=0 attempt marker="${current_marker}"
+  local log="${run_dir}/log_run${run}.txt" metrics="${run_dir}/metrics_run${run}.jsonl"
+  for attempt in 1 2; do
+    rc=0
+    current_marker="${marker}"
+    echo "+ $*"
+    start_helpers "${run_dir}" "${run}" "${marker}"
+    start="$(now)"
+    GCPO_SMOKE_MARKER="${marker}" VERL_FILE_LOGGER_PATH="${metrics}" \
+      timeout --kill-after=30 "${SMOKE_RUN_TIMEOUT}" "$@" 2>&1 | tee "${log}" || rc=$?
+    awk -v a="${start}" -v b="$(now)" 'BEGIN { printf "%.1f\n", b - a }' > "${run_dir}/wall_run${run}.txt"
+    stop_helpers
+    "${PYTHON}" -m recipe.gcpo.smoke reap --marker "${marker}" || true
+    current_marker=""
+    # vLLM picks a free port, frees it, then binds it: on a busy machine another process can take it in between.
+    # A run that died of that before its first step is run once more; anything else is a failure.
+    if [[ "${attempt}" == 1 && "${rc}" != 0 && "${rc}" != 124 && "${rc}" != 137 ]] \
+      && grep -q -E 'EADDRINUSE|Address already in use' "${log}" \
+      && ! grep -q '"training/global_step"' "${metrics}" 2> /dev/null; then
+      echo "smoke: ${label} died at start-up with EADDRINUSE (a port picked free was taken before it was bound," \
+        "as on a busy machine): running it once more; first log: ${log%.txt}.attempt1.txt" >&2
+      mv "${log}" "${log%.txt}.attempt1.txt"
+      rm -f "${metrics}"
+      continue
+    fi
+    break
+  done
   if [[ "${rc}" == "124" || "${rc}" == "137" ]]; then
     echo "[FAIL] ${label} did not finish in SMOKE_RUN_TIMEOUT=${SMOKE_RUN_TIMEOUT} s and was stopped;" \
-      "log: ${run_dir}/log_run${run}.txt"
+      "log: ${log}"
     return 1
   fi
   if [[ "${rc}" != "0" ]]; then
-    echo "[FAIL] ${label} exited ${rc}; log: ${run_dir}/log_run${run}.txt"
+    echo "[FAIL] ${label} exited ${rc}; log: ${log}"
     return 1
   fi
   echo "[PASS] ${label} exited 0"
@@ -418,17 +435,24 @@ launcher_smoke() {
     "actor_rollout_ref.rollout.agent.num_workers=2"
     "reward.num_workers=2"
   )
+  # A random policy never solves a real problem: on the math reward every group is all wrong, and every check of
+  # the credit (and dynamic sampling, COPO's blended loss) would run on zeros. So the smoke's three prompts train
+  # (an all-wrong, a mixed and an all-correct group every step) on the smoke reward. Its responses all run to the
+  # length limit, so DAPO's overlong shaping always costs the whole penalty: at the launchers' factor 1 a correct
+  # answer's reward is 0 and GCPO's quality 0 everywhere; at 0.5 a correct answer keeps 0.5, a wrong one -1.5.
+  echo "smoke: the smoke's prompts and reward stand in for the math data and reward (a random policy solves" \
+    "nothing), with half the overlong penalty (every response reaches the length limit)" >&2
+  args+=("reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward"
+         "reward.custom_reward_function.name=compute_score"
+         "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5")
   if [[ "${launcher}" == *group_contrastive* ]]; then args+=("data.train_files=${data_dir}/train_math.parquet"); fi
-  if grep -q "filter_groups.enable=true\|adv_estimator=copo" "scripts/${launcher}"; then
-    # a random policy never solves a real problem: on the math reward every group is all wrong, so dynamic
-    # sampling would drop and refill forever and COPO's blended loss would train on zero advantages; the smoke
-    # reward (about half correct) gives them mixed groups
-    echo "smoke: ${launcher} needs correct answers (dynamic sampling or COPO): the smoke reward stands in for the math reward" >&2
-    args+=("reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward"
-           "reward.custom_reward_function.name=compute_score")
+  if grep -q "adv_estimator=gcpo" "scripts/${launcher}"; then
+    args+=("algorithm.gcpo.dump.every_n_steps=1" "algorithm.gcpo.dump.max_groups=64"
+           "algorithm.gcpo.dump.directory=${run_dir}/gcpo_dumps")
   fi
   current_marker="gcpo-smoke-$$-launcher-${RANDOM}"
-  TMPDIR="${ray_dir}" MODEL_PATH="${SMOKE_DIR}/model" DATA_DIR="${data_dir}" NNODES=1 GPUS_PER_NODE=1 TRAIN_BATCH_SIZE=3 \
+  TMPDIR="${ray_dir}" MODEL_PATH="${SMOKE_DIR}/model" DATA_DIR="${data_dir}" TRAIN_FILE="${SMOKE_DIR}/data/train.parquet" \
+    NNODES=1 GPUS_PER_NODE=1 TRAIN_BATCH_SIZE=3 \
     MINI_BATCH_SIZE=3 N_RESP=4 MAX_PROMPT_LENGTH=1024 MAX_RESPONSE_LENGTH=64 OVERLONG_BUFFER=16 VAL_N=1 \
     VAL_SETS="aime24 amc23" TOTAL_STEPS="${steps}" GPU_MEM_UTIL="${SMOKE_GPU_MEM_UTIL}" CKPT_DIR="${run_dir}/ckpt" \
     bounded_run "${launcher} (${steps} steps)" "${run_dir}" 1 \

@@ -110,8 +110,8 @@ def test_the_composed_reward_gives_about_half_correct_and_every_kind_of_group(dr
 @pytest.fixture
 def stub(tmp_path):
     """A python3 stand-in: logs each call (arguments, file-logger path, dry-run flag, run marker, platform), finds
-    flash-attn when STUB_FLASH=1, fails a call whose arguments contain STUB_FAIL and sleeps in one that contains
-    STUB_HANG. The helpers the script starts beside a run (samplers, fault injector) and its clean-up calls
+    flash-attn when STUB_FLASH=1, fails a call whose arguments contain STUB_FAIL, sleeps in one that contains
+    STUB_HANG, and fails the first trainer run with EADDRINUSE when STUB_PORT_TAKEN_ONCE names a file to create. The helpers the script starts beside a run (samplers, fault injector) and its clean-up calls
     (``reap``) are left out of ``calls``: ``run.helpers`` has them."""
     log = tmp_path / "calls.log"
     script = tmp_path / "python"
@@ -125,6 +125,9 @@ def stub(tmp_path):
         "if [[ \"$1\" == \"-c\" ]]; then [[ \"${STUB_FLASH:-0}\" == 1 ]]; exit $?; fi\n"
         "if [[ -n \"${STUB_FAIL:-}\" && \"$*\" == *\"${STUB_FAIL}\"* ]]; then echo 'boom' >&2; exit 3; fi\n"
         "if [[ -n \"${STUB_HANG:-}\" && \"$*\" == *\"${STUB_HANG}\"* ]]; then sleep 60; fi\n"
+        # the first trainer run dies at start-up of a taken port (vLLM's engine on a busy machine)
+        "if [[ -n \"${STUB_PORT_TAKEN_ONCE:-}\" && \"$*\" == *main_gcpo* && ! -e \"$STUB_PORT_TAKEN_ONCE\" ]]; then\n"
+        "  touch \"$STUB_PORT_TAKEN_ONCE\"; echo 'OSError: [Errno 98] Address already in use'; exit 1; fi\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     helper_commands = (" reap ", " host-memory ", " gpu-memory ", " fault ")
@@ -360,7 +363,28 @@ def test_a_launcher_runs_its_own_config_small_with_the_devices_settings(stub, tm
     assert f"actor_rollout_ref.model.path={smoke_dir}/model" in training
     assert "data.train_batch_size=3" in training and "actor_rollout_ref.rollout.n=4" in training
     assert "trainer.total_training_steps=2" in training and training.split(" | ")[0].endswith("trainer.seed=3")
-    assert ("reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward" in training) == dynamic
+    # a random policy solves nothing: the smoke's prompts and reward, at half the overlong penalty, for every
+    # launcher, so that mixed and all-correct groups occur and correct answers keep a positive reward
+    assert "reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward" in training
+    assert "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5" in training
+    assert f"data.train_files={smoke_dir}/data/train.parquet" in training
+    run_dir = f"{smoke_dir}/launcher-{launcher[:-3]}"
+    assert (f"algorithm.gcpo.dump.directory={run_dir}/gcpo_dumps" in training) == ("gcpo" in launcher)
     assert "TMP=" + training.split("+ray_kwargs.ray_init._temp_dir=")[1].split()[0] in training
     assert any(f"check-launcher --run-dir {smoke_dir}/launcher-{launcher[:-3]} --launcher {launcher} --steps 2" in c
                for c in calls)
+
+
+def test_a_run_that_dies_at_start_up_of_a_taken_port_is_run_once_more(stub, tmp_path):
+    proc, calls, smoke_dir = stub(STUB_PORT_TAKEN_ONCE=str(tmp_path / "taken"))
+    assert proc.returncode == 0, proc.stderr
+    first, again, resumed = _trainings(calls)
+    assert first.split(" | ")[0] == again.split(" | ")[0]  # the same run, once more
+    assert "died at start-up with EADDRINUSE" in proc.stderr and "running it once more" in proc.stderr
+    assert "[FAIL]" not in proc.stdout and "[PASS] gcpo run 1 (to step 2) exited 0" in proc.stdout
+    assert (smoke_dir / "gcpo" / "log_run1.attempt1.txt").read_text().count("Address already in use") == 1
+
+
+def test_a_failure_that_is_not_a_taken_port_is_not_run_again(stub):
+    proc, calls, _ = stub(STUB_FAIL="trainer.total_training_steps=2")
+    assert proc.returncode == 1 and len(_trainings(calls)) == 1  # another failure: not retried

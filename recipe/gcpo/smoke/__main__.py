@@ -8,6 +8,8 @@
     python -m recipe.gcpo.smoke fault --target credit --after-step 1 --marker ID --metrics FILE --out FILE
     python -m recipe.gcpo.smoke reap --marker ID             # stops every process of one run
     python -m recipe.gcpo.smoke describe-host                # CPU model, cores, memory (the CPU smoke's device)
+    python -m recipe.gcpo.smoke cluster [--nodes 2] [--steps 2] [--kill-node-after S]  # scripts/smoke_cluster_cpu.sh
+    python -m recipe.gcpo.smoke ray-actors --out FILE --address URL   # Ray actors per node until SIGTERM
 
 A run directory holds what the two trainer runs (steps 1..S, then the resumed step S + 1) wrote:
 ``metrics_run{1,2}.jsonl`` (verl's file logger), ``ckpt/`` (checkpoints), ``gcpo_dumps/`` (credit dumps),
@@ -163,7 +165,7 @@ def check_launcher(args) -> int:
     text = launcher.read_text(encoding="utf-8") if launcher.is_file() else ""
     results = checks.check_launcher_run(root / "metrics_run1.jsonl", root / "log_run1.txt", root / "ckpt",
                                         steps=args.steps, gcpo="adv_estimator=gcpo" in text,
-                                        copo="adv_estimator=copo" in text)
+                                        copo="adv_estimator=copo" in text, dump_dir=root / "gcpo_dumps")
     metrics = checks.read_metrics(root / "metrics_run1.jsonl") if (root / "metrics_run1.jsonl").is_file() else {}
     ok = all(r.ok for r in results)
     print(f"\n## Launcher smoke: {args.launcher}\n")
@@ -250,6 +252,59 @@ def describe_host(args) -> int:
     return 0
 
 
+def ray_actors(args) -> int:
+    from recipe.gcpo.smoke.ray_actors import sample_until_stopped
+
+    sample_until_stopped(args.out, args.address, interval_s=args.interval, parent_pid=args.parent_pid)
+    return 0
+
+
+def _step(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be a step from 1, got {value!r}")
+    return int(value)
+
+
+def cluster(args) -> int:
+    from recipe.gcpo.smoke.cluster import ClusterError
+    from recipe.gcpo.smoke.cluster_run import Options, run
+
+    if os.geteuid() != 0:
+        print("error: the cluster smoke needs root (network namespaces, Slurm's and munge's daemons)", file=sys.stderr)
+        return 2
+    if args.nodes < 2:
+        print(f"error: --nodes must be 2 or more, got {args.nodes}", file=sys.stderr)
+        return 2
+    for name in ("kill_node_after", "kill_credit_actor_after"):
+        value = getattr(args, name)
+        if value is not None and value >= args.steps:
+            print(f"error: --{name.replace('_', '-')} must be a step from 1 to {args.steps - 1} (before the last of "
+                  f"--steps {args.steps}), got {value}", file=sys.stderr)
+            return 2
+    work_dir = args.work_dir.resolve()
+    if work_dir == Path("/tmp") or Path("/tmp") in work_dir.parents:
+        print(f"error: --work-dir {work_dir} is under /tmp, which each node has of its own: choose a folder every "
+              "node shares (the default is /var/tmp/gcpo-cluster-smoke)", file=sys.stderr)
+        return 2
+    if not (args.data_source / "aime24.jsonl").is_file() or not (args.data_source / "amc23.jsonl").is_file():
+        print(f"error: the launcher's validation sets need local copies of aime24 and amc23 in {args.data_source} "
+              "(scripts/prepare_data.py --local-dir); set GCPO_SHARED_DATA or --data-source", file=sys.stderr)
+        return 2
+    launcher = Path(__file__).resolve().parents[3] / "scripts" / args.launcher
+    if not launcher.is_file() or not launcher.name.startswith("run_"):
+        print(f"error: --launcher must be one of scripts/run_*.sh, got {args.launcher!r}", file=sys.stderr)
+        return 2
+    options = Options(work_dir=work_dir, python=sys.executable, data_source=args.data_source, nodes=args.nodes,
+                      steps=args.steps, launcher=args.launcher, kill_node_after=args.kill_node_after,
+                      kill_credit_actor_after=args.kill_credit_actor_after, job_timeout_s=args.job_timeout,
+                      node_loss_bound_s=args.node_loss_bound, overrides=tuple(args.overrides))
+    try:
+        return run(options)
+    except ClusterError as err:
+        print(f"error: cluster smoke: {err}", file=sys.stderr)
+        return 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipe.gcpo.smoke", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -309,6 +364,38 @@ def main(argv=None) -> int:
 
     p = commands.add_parser("describe-host", help="this machine's CPU and memory, one line")
     p.set_defaults(func=describe_host)
+
+    p = commands.add_parser("ray-actors", help="sample a Ray cluster's actors per node until SIGTERM")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--address", required=True, help="the dashboard's address, e.g. http://127.0.0.1:8265")
+    p.add_argument("--interval", type=float, default=10.0)
+    p.add_argument("--parent-pid", type=int, default=None, help="stop when this process is gone")
+    p.set_defaults(func=ray_actors)
+
+    p = commands.add_parser(
+        "cluster", help="docker/slurm_gcpo.sbatch end to end on a Slurm cluster of namespaces (root)",
+        description="A real Slurm cluster of --nodes nodes made of Linux namespaces on this machine "
+                    "(recipe/gcpo/smoke/cluster.py), docker/slurm_gcpo.sbatch run on it with a launcher's config on "
+                    "the CPU, a resumed job, the checks, and everything removed again.")
+    p.add_argument("--nodes", type=int, default=2)
+    p.add_argument("--steps", type=_step, default=2, help="steps of the first job (the resumed job adds one)")
+    p.add_argument("--kill-node-after", type=_step, default=None,
+                   help="crash the last node once this step is logged (a checkpoint every step): the job must end "
+                        "with one line naming it, and the resubmitted job resume from that step's checkpoint")
+    p.add_argument("--kill-credit-actor-after", type=_step, default=None,
+                   help="SIGKILL the credit actors once this step is logged (first job), as in the CPU smoke")
+    p.add_argument("--launcher", default="run_qwen3_4b_gcpo.sh")
+    p.add_argument("--work-dir", type=Path, default=Path(os.environ.get("CLUSTER_SMOKE_DIR",
+                                                                        "/var/tmp/gcpo-cluster-smoke")))
+    p.add_argument("--data-source", type=Path,
+                   default=Path(os.environ.get("GCPO_SHARED_DATA")
+                                or Path(__file__).resolve().parents[3].parent / "shared" / "data"),
+                   help="local copies of the public math sets (the launcher's validation sets)")
+    p.add_argument("--job-timeout", type=int, default=1500, help="seconds a job may take before it is cancelled")
+    p.add_argument("--node-loss-bound", type=int, default=300,
+                   help="seconds within which a job that lost a node must have ended")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides for every job (they win)")
+    p.set_defaults(func=cluster)
 
     args = parser.parse_args(argv)
     return args.func(args)

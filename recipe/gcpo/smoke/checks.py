@@ -189,14 +189,20 @@ def read_validation_steps(path: str | os.PathLike) -> list[int]:
     return steps
 
 
-def check_clean_log(log: str | os.PathLike) -> Check:
-    """No traceback or killed worker anywhere in the run's output."""
+# what a Slurm job that went well must not print either: a step or a Ray node that ended badly
+UNCLEAN_JOB_MARKERS = UNCLEAN_MARKERS + ("srun: error", "slurmstepd: error", " ERR ", "\tERR ", "exited unexpectedly",
+                                         "left the job")
+
+
+def check_clean_log(log: str | os.PathLike, markers: Sequence[str] = UNCLEAN_MARKERS) -> Check:
+    """No line with one of ``markers`` (a traceback, a killed worker, ...) anywhere in the run's output."""
     try:
         lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as err:
         return Check("clean output", False, str(err))
-    bad = [line.strip()[:160] for line in lines if any(marker in line for marker in UNCLEAN_MARKERS)]
-    return Check("clean output", not bad, f"{len(bad)} line(s) like: {bad[0]}" if bad else "no traceback, no killed worker")
+    bad = [line.strip()[:160] for line in lines if any(marker in line for marker in markers)]
+    return Check(f"clean output ({Path(log).name})", not bad,
+                 f"{len(bad)} line(s) like: {bad[0]}" if bad else "no line that reads as a failure")
 
 
 COPO_LOSS_METRICS = ("copo/local_adv_abs", "copo/global_adv_abs", "actor/copo_global_pg_loss")
@@ -215,10 +221,11 @@ def check_copo_loss(metrics: Mapping[int, Mapping[str, float]], steps: Sequence[
 
 
 def check_launcher_run(metrics_path: str | os.PathLike, log: str | os.PathLike, checkpoint_dir: str | os.PathLike,
-                       steps: int, gcpo: bool, copo: bool = False) -> list[Check]:
+                       steps: int, gcpo: bool, copo: bool = False,
+                       dump_dir: str | os.PathLike | None = None) -> list[Check]:
     """A launcher's short run: every step logged (with GCPO's metrics under GCPO, COPO's blended loss under COPO),
-    validation before training and after the last step, the last step's checkpoint, and an output without
-    tracebacks."""
+    validation before training and after the last step, the last step's checkpoint, an output without tracebacks,
+    and under GCPO (with ``dump_dir``, its credit dumps) non-zero credit in mixed and all-correct groups."""
     try:
         metrics = read_metrics(metrics_path)
         validation = read_validation_steps(metrics_path)
@@ -231,6 +238,8 @@ def check_launcher_run(metrics_path: str | os.PathLike, log: str | os.PathLike, 
                          f"validation logged at steps {validation}, expected 0 and {steps}"))
     checkpoint = Path(checkpoint_dir) / f"global_step_{steps}" / "actor"
     results.append(Check("checkpoint saved", checkpoint.is_dir(), str(checkpoint)))
+    if gcpo and dump_dir is not None:
+        results += check_credit_signal(dump_dir, range(1, steps + 1))
     results.append(check_clean_log(log))
     return results
 
@@ -267,3 +276,88 @@ def check_fault(target: str, record: Mapping | None, first_run: Mapping[int, Map
                              "; ".join(f"step {s}: {n:g} rollouts lost (padding rows)" for s, n in partial.items())
                              if partial else f"steps {sorted(lost)}: no rollout lost"))
     return results
+
+
+def check_credit_signal(dump_dir: str | os.PathLike, steps: Iterable[int]) -> list[Check]:
+    """GCPO's credit pushed something: some mixed group and some all-correct group got a non-zero advantage on a
+    correct rollout, and correct rollouts got positive Shapley credit (a run whose qualities are all 0, e.g.
+    every correct answer cancelled by a length penalty, passes every other check on zeros)."""
+    pushed = {"mixed": 0, "all_correct": 0}
+    seen = {"mixed": 0, "all_correct": 0}
+    positive_credit = correct = 0
+    for step in steps:
+        path = Path(dump_dir) / f"credit_step{int(step):06d}.jsonl"
+        if not path.is_file():
+            continue
+        for record in read_credit_dump(path):
+            quality = record.get("quality") or [1.0 if r > 0 else 0.0 for r in record["rewards"]]
+            kind = group_kind(quality)
+            if kind == "all_wrong":
+                continue
+            seen[kind] += 1
+            right = [i for i, q in enumerate(quality) if q > 0]
+            correct += len(right)
+            positive_credit += sum(record["shapley"][i] > ZERO_TOLERANCE for i in right)
+            if any(abs(record["advantage"][i]) > ZERO_TOLERANCE for i in right):
+                pushed[kind] += 1
+    return [
+        Check("non-zero credit: mixed groups", pushed["mixed"] > 0,
+              f"{pushed['mixed']} of {seen['mixed']} mixed groups with a non-zero advantage on a correct rollout"),
+        Check("non-zero credit: all-correct groups", pushed["all_correct"] > 0,
+              f"{pushed['all_correct']} of {seen['all_correct']} all-correct groups with a non-zero advantage"),
+        Check("positive Shapley credit of correct rollouts", correct > 0 and positive_credit == correct,
+              f"{positive_credit} of {correct} correct rollouts"),
+    ]
+
+
+def check_checkpoint_ranks(checkpoint_dir: str | os.PathLike, step: int, world_size: int) -> Check:
+    """The checkpoint of ``step`` holds the model, optimiser and extra state of every FSDP rank."""
+    actor = Path(checkpoint_dir) / f"global_step_{step}" / "actor"
+    missing = [f"{kind}_world_size_{world_size}_rank_{rank}.pt" for rank in range(world_size)
+               for kind in ("model", "optim", "extra_state")
+               if not (actor / f"{kind}_world_size_{world_size}_rank_{rank}.pt").is_file()]
+    return Check(f"checkpoint of step {step} holds every rank", not missing,
+                 f"missing {missing} in {actor}" if missing else f"{world_size} ranks' shards in {actor}")
+
+
+def check_job(name: str, state: str, exit_code: str) -> Check:
+    """A Slurm job that ended well: COMPLETED with exit code 0:0."""
+    return Check(f"{name} job", state == "COMPLETED" and exit_code == "0:0", f"{state} {exit_code}".strip())
+
+
+# the roles that must run on every node of a multi-node run (recipe/gcpo/smoke/ray_actors.py names them)
+PLACED_ON_EVERY_NODE = ("FSDP ranks", "vLLM replicas", "credit-actor shards")
+
+
+def check_actor_placement(peak: Mapping[str, Mapping[str, int]], node_names_by_ip: Mapping[str, str],
+                          last_error: str = "") -> list[Check]:
+    """FSDP ranks, vLLM replicas and credit-actor shards alive on every node at some point of the run."""
+    if not peak:
+        return [Check("actor placement", False, f"Ray's state API gave no sample ({last_error or 'no record'})")]
+    results = []
+    for role in PLACED_ON_EVERY_NODE:
+        by_ip = peak.get(role, {})
+        on = sorted(node_names_by_ip.get(ip, ip) for ip in by_ip)
+        absent = sorted(set(node_names_by_ip.values()) - set(on))
+        results.append(Check(f"{role} on every node", not absent,
+                             ", ".join(f"{node_names_by_ip.get(ip, ip)}: {n}" for ip, n in sorted(by_ip.items()))
+                             + (f"; none on {absent}" if absent else "")))
+    return results
+
+
+def check_node_loss(state: str, ended_at: float, kill: Mapping, log: str | os.PathLike, bound_s: float) -> list[Check]:
+    """A job that lost a node ended (not COMPLETED) within ``bound_s`` of the crash, with exactly one line naming
+    the lost node."""
+    node = kill["node"]
+    waited = ended_at - float(kill["time"]) if ended_at else float("inf")
+    try:
+        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    naming = [line.strip() for line in lines if f"node {node} " in line and "left the job" in line]
+    return [
+        Check("node loss ends the job", state != "COMPLETED" and waited <= bound_s,
+              f"{state}, {waited:.1f} s after {node} crashed (bound {bound_s:.0f} s)"),
+        Check("node loss named in one line", len(naming) == 1,
+              naming[0][:200] if len(naming) == 1 else f"{len(naming)} lines name {node} as lost"),
+    ]

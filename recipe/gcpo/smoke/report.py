@@ -154,3 +154,24 @@ def host_memory_table(host_memory: Mapping[str, Mapping]) -> str:
         for kind, gib in summary.get("peak_by_kind_gib", {}).items():
             rows.append([run, kind, str(counts.get(kind, "—")), _cell(gib)])
     return _table(["run", "process", "processes", "peak GiB"], rows)
+
+
+def job_table(jobs: Sequence[tuple]) -> str:
+    """One row per Slurm job: ``(name, job id, state, exit code, wall s, metrics by step, attempts)``; the mean
+    step time leaves out each job's first step (lazy initialisation)."""
+    rows = []
+    for name, job_id, state, exit_code, wall, metrics, attempts in jobs:
+        times = step_times(metrics)
+        steady = [t for s, t in sorted(times.items())[1:]]
+        rows.append([name, job_id or "—", state, exit_code or "—", _cell(wall),
+                     ", ".join(map(str, sorted(metrics))) or "—",
+                     _cell(sum(steady) / len(steady) if steady else None), str(attempts)])
+    return _table(["job", "id", "state", "exit", "wall (s)", "steps", "mean step (s), first left out",
+                   "submissions"], rows)
+
+
+def placement_table(peak: Mapping[str, Mapping[str, int]]) -> str:
+    """Actors of each role per node (``{role: {node: count}}``)."""
+    nodes = sorted({node for by_node in peak.values() for node in by_node})
+    rows = [[role, *(str(peak[role].get(node, 0)) for node in nodes)] for role in sorted(peak)]
+    return _table(["role", *nodes], rows)

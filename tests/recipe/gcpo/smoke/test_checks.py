@@ -284,7 +284,11 @@ def test_a_reward_fault_needs_finite_scores_after_it():
         "scores after the fault"]
 
 
-def launcher_run(root, monkeypatch, steps=2, validation=(0, 2), log="done\n", gcpo=True):
+def launcher_run(root, monkeypatch, steps=2, validation=(0, 2), log="done\n", gcpo=True, minilm=None, penalty=0.5):
+    """A launcher smoke's run folder; with ``minilm``, the credit dumps of the smoke's prompts under ``penalty``."""
+    if minilm is not None:
+        for step in range(1, steps + 1):
+            write_penalised_dump(root / "gcpo_dumps", step, minilm, penalty)
     records = {}
     for step in validation:
         records.setdefault(step, {})["val-core/aime24/acc/mean@1"] = 0.0
@@ -300,13 +304,22 @@ def launcher_run(root, monkeypatch, steps=2, validation=(0, 2), log="done\n", gc
     (root / "ckpt" / f"global_step_{steps}" / "actor").mkdir(parents=True)
 
 
-def test_a_launcher_run_with_validation_checkpoint_and_clean_output_passes(tmp_path, monkeypatch, capsys):
-    launcher_run(tmp_path, monkeypatch)
+def test_a_launcher_run_with_validation_checkpoint_and_clean_output_passes(tmp_path, monkeypatch, capsys, minilm):
+    launcher_run(tmp_path, monkeypatch, minilm=minilm)
     assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_gcpo.sh",
                  "--steps", "2"]) == 0
     out = capsys.readouterr().out
     assert "launcher smoke run_qwen3_4b_gcpo.sh: PASSED" in out and "step 2 gcpo metrics" in out
+    assert "[PASS] non-zero credit: all-correct groups" in out
     assert json.loads((tmp_path / "summary.json").read_text())["ok"]
+
+
+def test_a_gcpo_launcher_run_whose_credit_is_all_zero_fails(tmp_path, monkeypatch, capsys, minilm):
+    """The launcher smoke at the launchers' full overlong penalty: every correct answer scored 0."""
+    launcher_run(tmp_path, monkeypatch, minilm=minilm, penalty=1.0)
+    assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_gcpo.sh",
+                 "--steps", "2"]) == 1
+    assert "[FAIL] non-zero credit: mixed groups: 0 of" in capsys.readouterr().out
 
 
 def test_a_launcher_run_without_final_validation_or_with_a_traceback_fails(tmp_path, monkeypatch, capsys):
@@ -367,3 +380,97 @@ def test_a_later_fault_is_not_blamed_on_an_earlier_one():
     credit = checks.check_fault("credit", fault_record("credit", after=1), run, 3, gcpo=True, log="x",
                                 next_fault_after=2)
     assert not failed(credit) and "steps [2]: no rollout lost" in credit[-1].detail
+
+
+# --- non-zero credit (the launcher and cluster smokes) -------------------------------------------------------
+
+def write_penalised_dump(dump_dir, step, minilm, penalty):
+    """A step of the smoke's three prompts as DAPO's reward manager scores them when every response reaches the
+    length limit: the smoke reward's +1 / -1 minus the whole overlong penalty."""
+    texts, rewards, uids = [], [], []
+    for g, rate in enumerate((0.0, 0.5, 1.0)):
+        for text in group_texts(f"prompt{g}"):
+            texts.append(text)
+            score = compute_score("gcpo_smoke", text, "540", extra_info={"smoke_correct_rate": rate})["score"]
+            rewards.append(score - penalty)
+            uids.append(f"prompt{g}")
+    result = credit_rollouts(texts, rewards, uids, minilm, CreditConfig(), expected_group_size=N_RESP, seed=0)
+    return write_credit_dump(dump_dir, step, texts, rewards, uids, [True] * len(texts), result, max_groups=64)
+
+
+def test_credit_that_pushes_mixed_and_all_correct_groups_passes(tmp_path, minilm):
+    write_penalised_dump(tmp_path, 1, minilm, penalty=0.5)  # the smokes' penalty: correct answers keep 0.5
+    results = checks.check_credit_signal(tmp_path, [1])
+    assert not failed(results), results
+    assert results[1].detail.startswith("1 of 1 all-correct groups")
+
+
+def test_credit_on_zeros_fails(tmp_path, minilm):
+    """The launchers' full penalty: a correct answer's reward is 1 - 1 = 0, every quality 0, every credit 0 --
+    what the launcher smoke checked before, and passed."""
+    write_penalised_dump(tmp_path, 1, minilm, penalty=1.0)
+    assert not failed(checks.check_credit_dumps(tmp_path, [1])[:1])  # the older checks still pass on zeros
+    bad = failed(checks.check_credit_signal(tmp_path, [1]))
+    assert [r.name for r in bad] == ["non-zero credit: mixed groups", "non-zero credit: all-correct groups",
+                                     "positive Shapley credit of correct rollouts"]
+
+
+def test_no_dump_is_no_credit(tmp_path):
+    assert len(failed(checks.check_credit_signal(tmp_path, [1, 2]))) == 3
+
+
+# --- the cluster smoke's checks -----------------------------------------------------------------------------
+
+def test_a_checkpoint_needs_every_ranks_shards(tmp_path):
+    actor = tmp_path / "global_step_2" / "actor"
+    actor.mkdir(parents=True)
+    for kind in ("model", "optim", "extra_state"):
+        (actor / f"{kind}_world_size_2_rank_0.pt").write_bytes(b"x")
+    bad = checks.check_checkpoint_ranks(tmp_path, 2, 2)
+    assert not bad.ok and "model_world_size_2_rank_1.pt" in bad.detail
+    for kind in ("model", "optim", "extra_state"):
+        (actor / f"{kind}_world_size_2_rank_1.pt").write_bytes(b"x")
+    assert checks.check_checkpoint_ranks(tmp_path, 2, 2).ok
+    assert not checks.check_checkpoint_ranks(tmp_path, 3, 2).ok
+
+
+@pytest.mark.parametrize("state, exit_code, ok", [("COMPLETED", "0:0", True), ("FAILED", "1:0", False),
+                                                  ("COMPLETED", "0:9", False), ("CANCELLED", "0:15", False)])
+def test_a_job_passes_only_completed_with_exit_zero(state, exit_code, ok):
+    assert checks.check_job("train", state, exit_code).ok is ok
+
+
+def test_actors_must_run_on_every_node():
+    names = {"10.0.0.1": "n1", "10.0.0.2": "n2"}
+    everywhere = {role: {"10.0.0.1": 1, "10.0.0.2": 1} for role in checks.PLACED_ON_EVERY_NODE}
+    assert not failed(checks.check_actor_placement(everywhere, names))
+    one_node = {**everywhere, "credit-actor shards": {"10.0.0.1": 2}}
+    bad = failed(checks.check_actor_placement(one_node, names))
+    assert [r.name for r in bad] == ["credit-actor shards on every node"] and "none on ['n2']" in bad[0].detail
+    (nothing,) = checks.check_actor_placement({}, names, "ServerUnavailable: no dashboard")
+    assert not nothing.ok and "no dashboard" in nothing.detail
+
+
+def test_a_node_loss_must_end_the_job_in_time_with_one_line_naming_the_node(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text("step:1 ...\nnode gcpo-n2 left the job: Ray has its node (10.0.0.2) as dead; the run stops here\n"
+                   "Traceback (most recent call last):\n")
+    kill = {"node": "gcpo-n2", "time": 1000.0}
+    assert not failed(checks.check_node_loss("FAILED", 1077.6, kill, log, bound_s=300))
+    late, _ = checks.check_node_loss("FAILED", 1400.0, kill, log, bound_s=300)
+    assert not late.ok and "400.0 s after gcpo-n2 crashed" in late.detail
+    assert not checks.check_node_loss("COMPLETED", 1010.0, kill, log, bound_s=300)[0].ok
+    log.write_text("the job went on\n")
+    assert not checks.check_node_loss("FAILED", 1010.0, kill, log, bound_s=300)[1].ok
+    assert not checks.check_node_loss("RUNNING", 0.0, kill, log, bound_s=300)[0].ok  # never ended
+
+
+@pytest.mark.parametrize("line", ["srun: error: gcpo-n2: task 0: Exited with exit code 1",
+                                  "2026-11-26 04:31:28,083\tERR scripts.py:1315 -- Remaining processes will be killed.",
+                                  "slurmstepd: error: *** STEP 3.2 CANCELLED ***",
+                                  "node gcpo-n2 left the job: its Ray ended (exit 1) during the run"])
+def test_a_job_log_with_a_line_that_reads_as_a_failure_is_not_clean(tmp_path, line):
+    log = tmp_path / "job.log"
+    log.write_text(f"all nodes joined\n{line}\n")
+    assert not checks.check_clean_log(log, markers=checks.UNCLEAN_JOB_MARKERS).ok
+    assert checks.check_clean_log(log).ok  # a one-node run's log does not have them
