@@ -37,6 +37,28 @@ PLATFORM_NAME = "cpu"
 PLATFORM_ENV = "VERL_PLATFORM"
 
 
+def cpu_overrides(ray_dir: Optional[str | os.PathLike] = None, ray_cpus: int = 24) -> list[str]:
+    """The Hydra overrides of a training run on this platform (the same list as ``scripts/smoke.sh``'s
+    ``device_args``): FSDP2 (FSDP1 moves the model to CUDA), float32 throughout (a CPU without bf16 instructions
+    emulates bfloat16 about ten times slower), no torch.compile, no sleep mode (vLLM's CPU build has none); and, for
+    a run that starts its own Ray in ``ray_dir``, more logical CPUs than cores (verl's actors each ask for one) and
+    one logical GPU for the one "device". ``ray_dir`` None: a driver joining a running Ray cluster (the cluster's
+    nodes declare their resources themselves), without ``ray_kwargs.ray_init.*``."""
+    args = [
+        "trainer.device=cpu",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "+actor_rollout_ref.rollout.enable_sleep_mode=false",
+    ]
+    if ray_dir is not None:
+        args += [f"ray_kwargs.ray_init.num_cpus={ray_cpus}", "+ray_kwargs.ray_init.num_gpus=1",
+                 f"+ray_kwargs.ray_init._temp_dir={ray_dir}"]
+    return args
+
+
 def requested() -> bool:
     """Whether this process runs with verl's platform override set to the CPU platform."""
     return os.environ.get(PLATFORM_ENV, "").strip().lower() == PLATFORM_NAME

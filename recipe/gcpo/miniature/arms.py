@@ -17,27 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipe.gcpo.cpu_platform import cpu_overrides
+
 ARMS: dict[str, tuple[str, ...]] = {
     "grpo": ("algorithm.adv_estimator=grpo",),
     "gcpo_group": ("algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.all_correct_scale=group"),
     "gcpo_batch": ("algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.all_correct_scale=batch"),
 }
-
-
-def cpu_overrides(ray_dir: str | Path, ray_cpus: int = 24) -> list[str]:
-    """What a training run on the CPU platform needs (the same list as ``scripts/smoke.sh``'s ``device_args``)."""
-    return [
-        "trainer.device=cpu",
-        "actor_rollout_ref.actor.strategy=fsdp2",
-        "actor_rollout_ref.ref.strategy=fsdp2",
-        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
-        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
-        "actor_rollout_ref.rollout.dtype=float32",
-        "+actor_rollout_ref.rollout.enable_sleep_mode=false",
-        f"ray_kwargs.ray_init.num_cpus={ray_cpus}",
-        "+ray_kwargs.ray_init.num_gpus=1",
-        f"+ray_kwargs.ray_init._temp_dir={ray_dir}",
-    ]
 
 
 @dataclass(frozen=True)

@@ -286,15 +286,11 @@ def cluster(args) -> int:
         print(f"error: --work-dir {work_dir} is under /tmp, which each node has of its own: choose a folder every "
               "node shares (the default is /var/tmp/gcpo-cluster-smoke)", file=sys.stderr)
         return 2
-    if not (args.data_source / "aime24.jsonl").is_file() or not (args.data_source / "amc23.jsonl").is_file():
-        print(f"error: the launcher's validation sets need local copies of aime24 and amc23 in {args.data_source} "
-              "(scripts/prepare_data.py --local-dir); set GCPO_SHARED_DATA or --data-source", file=sys.stderr)
-        return 2
     launcher = Path(__file__).resolve().parents[3] / "scripts" / args.launcher
     if not launcher.is_file() or not launcher.name.startswith("run_"):
         print(f"error: --launcher must be one of scripts/run_*.sh, got {args.launcher!r}", file=sys.stderr)
         return 2
-    options = Options(work_dir=work_dir, python=sys.executable, data_source=args.data_source, nodes=args.nodes,
+    options = Options(work_dir=work_dir, python=sys.executable, nodes=args.nodes,
                       steps=args.steps, launcher=args.launcher, kill_node_after=args.kill_node_after,
                       kill_credit_actor_after=args.kill_credit_actor_after, job_timeout_s=args.job_timeout,
                       node_loss_bound_s=args.node_loss_bound, overrides=tuple(args.overrides))
@@ -387,10 +383,6 @@ def main(argv=None) -> int:
     p.add_argument("--launcher", default="run_qwen3_4b_gcpo.sh")
     p.add_argument("--work-dir", type=Path, default=Path(os.environ.get("CLUSTER_SMOKE_DIR",
                                                                         "/var/tmp/gcpo-cluster-smoke")))
-    p.add_argument("--data-source", type=Path,
-                   default=Path(os.environ.get("GCPO_SHARED_DATA")
-                                or Path(__file__).resolve().parents[3].parent / "shared" / "data"),
-                   help="local copies of the public math sets (the launcher's validation sets)")
     p.add_argument("--job-timeout", type=int, default=1500, help="seconds a job may take before it is cancelled")
     p.add_argument("--node-loss-bound", type=int, default=300,
                    help="seconds within which a job that lost a node must have ended")

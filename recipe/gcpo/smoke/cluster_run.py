@@ -3,8 +3,8 @@
 
 Each job is ``sbatch --nodes=N --gpus-per-node=1 --cpus-per-task=24 docker/slurm_gcpo.sbatch scripts/<launcher>``
 with ``CONTAINER_RUNTIME=none``, the CPU platform's variables and the launcher smoke's sizes (the tiny policy, the
-smoke's three prompts, which give an all-wrong, a mixed and an all-correct group every step, the real validation
-sets, the smoke reward), and a ``HOME`` whose ``~/.ray/auth_token`` is left from an earlier local Ray, as on a
+smoke's three prompts, which give an all-wrong, a mixed and an all-correct group every step, for training and
+validation, the smoke reward), and a ``HOME`` whose ``~/.ray/auth_token`` is left from an earlier local Ray, as on a
 user's machine (Ray then turns token authentication on for the head only, unless the job pins it):
 
 1. **train**: steps 1..S, a checkpoint of every FSDP rank at S, validation before and after. With
@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from recipe.gcpo.cpu_platform import cpu_overrides
 from recipe.gcpo.smoke import checks, report
 from recipe.gcpo.smoke.cluster import ROOT, NamespaceCluster
 from recipe.gcpo.smoke.processes import logged_steps, reap
@@ -46,9 +47,10 @@ ADDRESS_IN_USE = ("EADDRINUSE", "Address already in use")
 # the launcher smoke's sizes (scripts/smoke.sh --launcher), with the tiny policy and the smoke's prompts
 LAUNCHER_SIZES = {
     "TRAIN_BATCH_SIZE": "3", "MINI_BATCH_SIZE": "3", "N_RESP": "4", "MAX_PROMPT_LENGTH": "1024",
-    "MAX_RESPONSE_LENGTH": "64", "OVERLONG_BUFFER": "16", "VAL_N": "1", "VAL_SETS": "aime24 amc23",
-    "GPU_MEM_UTIL": "0.15",
+    "MAX_RESPONSE_LENGTH": "64", "OVERLONG_BUFFER": "16", "VAL_N": "1", "GPU_MEM_UTIL": "0.15",
 }
+# the launcher validates on $DATA_DIR/val_<set>.parquet: the smoke's prompts, written there as this set
+VALIDATION_SET = "smoke"
 # Every response of the random policy runs to the length limit, so DAPO's overlong shaping always costs it the
 # whole penalty: at the launchers' factor 1.0 a correct answer's reward is 1 - 1 = 0, GCPO's quality is 0
 # everywhere and the credit path is checked on zeros. At 0.5 a correct answer keeps 0.5 and a wrong one has -1.5.
@@ -59,7 +61,6 @@ OVERLONG_PENALTY = "0.5"
 class Options:
     work_dir: Path
     python: str
-    data_source: Path
     nodes: int = 2
     steps: int = 2
     launcher: str = "run_qwen3_4b_gcpo.sh"
@@ -135,28 +136,17 @@ class Paths:
 
 
 # ---- what a job runs -------------------------------------------------------------------------------------------
-def cpu_overrides() -> list[str]:
-    """The CPU platform's overrides of the CPU smoke (``scripts/smoke.sh`` ``device_args``) without its
-    ``ray_kwargs.ray_init.*``, which a driver joining a running cluster must not pass, and its attention (padded
-    batches through SDPA: no flash-attn on the CPU)."""
-    return [
-        "trainer.device=cpu",
-        "actor_rollout_ref.actor.strategy=fsdp2",
-        "actor_rollout_ref.ref.strategy=fsdp2",
-        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
-        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
-        "actor_rollout_ref.rollout.dtype=float32",
-        "+actor_rollout_ref.rollout.enable_sleep_mode=false",
-        "actor_rollout_ref.model.use_remove_padding=false",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    ]
+# padded batches through PyTorch's SDPA: vLLM's CPU wheel brings no flash-attn (the CPU smoke's SMOKE_ATTN=auto)
+SDPA_OVERRIDES = ("actor_rollout_ref.model.use_remove_padding=false",
+                  "+actor_rollout_ref.model.override_config.attn_implementation=sdpa")
 
 
 def job_overrides(paths: Paths, total_steps: int, save_freq: int, gcpo: bool, extra: Sequence[str]) -> list[str]:
     """The Hydra overrides after the launcher's own: the CPU settings, small worker counts, one TransferQueue
     storage unit (verl's 8 cost about 0.4 GiB each), the smoke reward with a penalty that keeps correct answers
     positive, the file logger, checkpoints and credit dumps in the run folder; then the command line's."""
-    args = cpu_overrides() + [
+    # the CPU smoke's device overrides without ray_kwargs.ray_init.*: this driver joins the job's Ray cluster
+    args = cpu_overrides() + list(SDPA_OVERRIDES) + [
         'trainer.logger=["console","file"]',
         f"trainer.total_training_steps={total_steps}",
         f"trainer.save_freq={save_freq}",
@@ -198,6 +188,7 @@ def job_environment(paths: Paths, job: str, marker: str, token: str, cluster_env
         "DATA_DIR": str(paths.launcher_data),
         "TRAIN_FILE": str(paths.smoke_data / "train.parquet"),
         "CKPT_DIR": str(paths.checkpoints),
+        "VAL_SETS": VALIDATION_SET,
         **LAUNCHER_SIZES,
     })
     return env
@@ -360,18 +351,13 @@ class JobRunner:
 
 # ---- preparing the work folder ---------------------------------------------------------------------------------
 def prepare(paths: Paths, options: Options) -> None:
-    """The tiny policy, the smoke prompts, the launcher's validation sets (from local copies of the public sets),
-    and a HOME with a Ray token left from an earlier local run."""
-    module = [options.python, "-m", "recipe.gcpo.smoke"]
-    subprocess.run([*module, "build", "--out", str(paths.root)], cwd=ROOT, check=True)
-    if not (paths.launcher_data / ".complete").is_file():
-        staged = paths.root / "staged"
-        staged.mkdir(parents=True, exist_ok=True)
-        for source in sorted(options.data_source.glob("*.jsonl")):
-            (staged / source.name).write_bytes(source.read_bytes())
-        subprocess.run([options.python, "scripts/prepare_data.py", "--local-dir", str(staged),
-                        "--out-dir", str(paths.launcher_data), "--datasets", "aime24,amc23"], cwd=ROOT, check=True)
-        (paths.launcher_data / ".complete").touch()
+    """The tiny policy, the smoke's prompts (training, and validation as the launcher's only validation set, so that
+    the command needs no data from outside the project), and a HOME with a Ray token left from an earlier local
+    run."""
+    subprocess.run([options.python, "-m", "recipe.gcpo.smoke", "build", "--out", str(paths.root)], cwd=ROOT,
+                   check=True)
+    paths.launcher_data.mkdir(parents=True, exist_ok=True)
+    (paths.launcher_data / f"val_{VALIDATION_SET}.parquet").write_bytes((paths.smoke_data / "val.parquet").read_bytes())
     token = paths.home / ".ray" / "auth_token"
     token.parent.mkdir(parents=True, exist_ok=True)
     token.write_text(secrets.token_hex(32))

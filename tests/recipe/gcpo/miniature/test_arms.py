@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from recipe.gcpo.miniature.arms import ARMS, RunSpec, cpu_overrides, run_overrides
+from recipe.gcpo.cpu_platform import cpu_overrides
+from recipe.gcpo.miniature.arms import ARMS, RunSpec, run_overrides
 
 ROOT = Path(__file__).resolve().parents[4]
 

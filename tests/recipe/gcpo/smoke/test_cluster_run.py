@@ -33,7 +33,7 @@ def test_a_job_composes_the_launchers_config_at_the_smokes_sizes_on_two_nodes():
     assert (config["trainer"]["nnodes"], config["trainer"]["n_gpus_per_node"]) == (2, 1)
     assert config["algorithm"]["adv_estimator"] == "gcpo" and config["trainer"]["device"] == "cpu"
     assert config["data"]["train_files"] == str(PATHS.smoke_data / "train.parquet")  # a group of every kind each step
-    assert config["data"]["val_files"] == [str(PATHS.launcher_data / f"val_{s}.parquet") for s in ("aime24", "amc23")]
+    assert config["data"]["val_files"] == [str(PATHS.launcher_data / "val_smoke.parquet")]  # no outside data
     assert config["data"]["train_batch_size"] == 3 and config["actor_rollout_ref"]["rollout"]["n"] == 4
     reward = config["reward"]
     assert reward["custom_reward_function"]["path"] == "pkg://recipe.gcpo.smoke.reward"
@@ -95,15 +95,13 @@ def test_only_a_first_start_up_death_by_a_taken_port_is_submitted_again(state, t
     (["--work-dir", "/tmp/somewhere"], "is under /tmp, which each node has of its own"),
     (["--launcher", "run_nothing.sh", "--work-dir", "/var/tmp/x"], "--launcher must be one of scripts/run_*.sh"),
 ])
-def test_the_command_refuses_bad_options_in_one_line(argv, message, capsys, shared_data):
-    assert main(["cluster", "--data-source", str(shared_data), *argv]) == 2
+def test_the_command_refuses_bad_options_in_one_line(argv, message, capsys):
+    assert main(["cluster", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_the_command_needs_root_and_the_validation_sets(capsys, monkeypatch, tmp_path):
-    assert main(["cluster", "--data-source", str(tmp_path), "--work-dir", "/var/tmp/x"]) == 2
-    assert "need local copies of aime24 and amc23" in capsys.readouterr().err
+def test_the_command_needs_root(capsys, monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["cluster"]) == 2
     assert "needs root" in capsys.readouterr().err
