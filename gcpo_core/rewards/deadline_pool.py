@@ -49,10 +49,12 @@ _CPU_MARGIN_S = 2
 
 @dataclass(frozen=True)
 class Outcome:
-    """One item's result, or ``timed_out`` when its worker missed the deadline (or died on it)."""
+    """One item's result, or ``timed_out`` when its worker missed the deadline (or died on it) on every try;
+    ``retried``: a try before the last missed it (a busy machine, not a pathological item)."""
 
     value: Any = None
     timed_out: bool = False
+    retried: bool = False
 
 
 class WorkerError(RuntimeError):
@@ -168,12 +170,16 @@ class DeadlinePool:
         self._live: set[_Worker] = set()
         weakref.finalize(self, _stop_all, self._live)
         self._lock = threading.Lock()
-        self.timeouts = 0  # items timed out since the pool started
+        self.timeouts = 0  # items timed out (on every try) since the pool started
+        self.retries = 0  # items tried again after missing their deadline
         self.restarts = 0  # workers replaced after a timeout or a death
 
-    def map(self, items: Sequence[Any], timeout_s: float) -> list[Outcome]:
+    def map(self, items: Sequence[Any], timeout_s: float, retries: int = 1) -> list[Outcome]:
         """``function(item)`` for each item, in order; an item not done within ``timeout_s`` seconds of wall time
-        (counted from when its worker starts on it) is ``Outcome(timed_out=True)``.
+        (counted from when its worker starts on it, after the worker's start-up and initializer) is tried again on a
+        fresh worker, up to ``retries`` times, and then is ``Outcome(timed_out=True)``: the deadline bounds a
+        pathological item (at ``retries + 1`` deadlines), while an item that missed it because the machine was busy
+        gets another chance.
 
         Raises:
             WorkerError: ``function`` raised on an item (after the other items are done).
@@ -181,6 +187,8 @@ class DeadlinePool:
         """
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
         items = list(items)
         if not items:
             return []
@@ -189,6 +197,7 @@ class DeadlinePool:
         if os.getpid() != self._pid:
             raise RuntimeError("a DeadlinePool cannot be used in a forked child process: create one there")
         outcomes: list[Optional[Outcome]] = [None] * len(items)
+        missed = [0] * len(items)  # deadlines each item has missed
         errors: list[str] = []
         slot = self._slots.get()
         try:
@@ -210,19 +219,25 @@ class DeadlinePool:
                         break
                     ok, value = message
                     if ok:
-                        outcomes[index] = Outcome(value)
+                        outcomes[index] = Outcome(value, retried=missed[index] > 0)
                     else:
-                        outcomes[index] = Outcome()
+                        outcomes[index] = Outcome(retried=missed[index] > 0)
                         errors.append(f"item {index}: {value}")
                     index += 1
                 if index < len(items):  # the worker missed the deadline on this item, or died on it
-                    outcomes[index] = Outcome(timed_out=True)
                     worker.stop(kill=True)
                     slot[0] = self._spawn()  # its replacement starts up while we go on
+                    missed[index] += 1
+                    gave_up = missed[index] > retries
                     with self._lock:
-                        self.timeouts += 1
                         self.restarts += 1
-                    index += 1
+                        if gave_up:
+                            self.timeouts += 1
+                        else:
+                            self.retries += 1
+                    if gave_up:
+                        outcomes[index] = Outcome(timed_out=True, retried=retries > 0)
+                        index += 1
                 start = index
         finally:
             if self._closed and slot[0] is not None:

@@ -91,11 +91,13 @@ _ANSWER_IS = re.compile(r"\banswer\s+is\s*[:：]?\s*", re.IGNORECASE)
 @dataclass(frozen=True)
 class Verdict:
     """A response's grade: ``correct``; ``answer``, its final answer as math-verify read it ('' when none);
-    ``timed_out`` when the check missed its deadline (then ``correct`` is False)."""
+    ``timed_out`` when the check missed its deadline on both tries (then ``correct`` is False); ``retried`` when
+    the first try missed it (on a busy machine the second usually does not)."""
 
     correct: bool
     answer: str = ""
     timed_out: bool = False
+    retried: bool = False
 
 
 def final_answer_region(text: str) -> str:
@@ -297,11 +299,11 @@ def score_answers(
         outcomes = pool.map([(str(pairs[i][0]), str(pairs[i][1])) for i in batch], timeout_s)
         for index, outcome in zip(batch, outcomes):
             if outcome.timed_out:
-                verdicts[index] = Verdict(False, "", True)
-                logger.warning("an answer missed its %g s bound and is scored wrong (%d in this process); it ends "
-                               "with %r", timeout_s, pool.timeouts, str(pairs[index][0])[-160:])
+                verdicts[index] = Verdict(False, "", True, outcome.retried)
+                logger.warning("an answer missed its %g s bound on both tries and is scored wrong (%d in this "
+                               "process); it ends with %r", timeout_s, pool.timeouts, str(pairs[index][0])[-160:])
             else:
-                verdicts[index] = Verdict(*outcome.value)
+                verdicts[index] = Verdict(*outcome.value, retried=outcome.retried)
 
     if len(batches) <= 1:
         for batch in batches:

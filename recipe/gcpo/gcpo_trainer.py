@@ -50,20 +50,23 @@ GLOBAL_POOL = "global_pool"
 
 def reward_timeout_metrics(batch: KVBatchMeta) -> dict[str, float]:
     """``gcpo/reward/timeouts`` and ``gcpo/reward/timeout_frac``: how many of the step's responses had an answer
-    check that ran out of time (scored wrong), from the ``timeout`` key the recipe's reward function
-    (recipe/gcpo/reward.py) writes into each row's ``reward_extra_info``. Empty when no row reports it (another
-    reward function); padding rows are left out."""
+    check that ran out of time on both tries (scored wrong), and ``gcpo/reward/timeout_retries``: how many needed
+    the second try (the first missed its deadline: a busy machine), from the ``timeout`` and ``timeout_retried``
+    keys the recipe's reward function (recipe/gcpo/reward.py) writes into each row's ``reward_extra_info``. Empty
+    when no row reports them (another reward function); padding rows are left out."""
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
     if "extra_fields" not in data.keys():
         return {}
-    flags = []
+    flags, retried = [], 0
     for tag, extra in zip(batch.tags, data["extra_fields"]):
         info = extra.get("reward_extra_info") if isinstance(extra, dict) else None
         if not tag.get("is_padding", False) and isinstance(info, dict) and info.get("timeout") is not None:
             flags.append(float(info["timeout"]) > 0)
+            retried += float(info.get("timeout_retried") or 0.0) > 0
     if not flags:
         return {}
-    return {"gcpo/reward/timeouts": float(sum(flags)), "gcpo/reward/timeout_frac": sum(flags) / len(flags)}
+    return {"gcpo/reward/timeouts": float(sum(flags)), "gcpo/reward/timeout_frac": sum(flags) / len(flags),
+            "gcpo/reward/timeout_retries": float(retried)}
 
 
 class GCPOTrainer(PPOTrainerSync):

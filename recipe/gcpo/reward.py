@@ -5,8 +5,9 @@ Use as ``reward.custom_reward_function.path=<this file>`` and ``reward.custom_re
 
 * ``acc``: 1.0 / 0.0, for verl's validation metrics (``val-core/<data_source>/acc/mean@k``);
 * ``pred``: the final answer as math-verify read it (for ``maj@k``);
-* ``timeout``: 1.0 when the check missed its deadline (``timeout_s`` per answer, then the answer is wrong), so a
-  pathological answer costs a bounded time and shows in verl's reward metrics instead of hanging the step;
+* ``timeout``: 1.0 when the check missed its deadline on both tries (``timeout_s`` per try, then the answer is
+  wrong), so a pathological answer costs a bounded time and shows in verl's reward metrics instead of hanging the
+  step; ``timeout_retried``: 1.0 when the first try missed it (a busy machine: the second try graded it);
 * ``gcpo_signal``: a DAPO group-filter metric for GCPO (``algorithm.filter_groups.metric=gcpo_signal``): 0
   for a wrong response, 1 + a tiny text fingerprint for a correct one, so a group is constant on it, and
   dropped by the filter, exactly when it has no GCPO signal: all wrong, or all correct with identical texts.
@@ -54,5 +55,6 @@ def compute_score(
         "acc": 1.0 if correct else 0.0,
         "pred": verdict.answer,
         "timeout": 1.0 if verdict.timed_out else 0.0,
+        "timeout_retried": 1.0 if verdict.retried else 0.0,
         "gcpo_signal": 1.0 + FINGERPRINT_SCALE * text_fingerprint(solution_str or "") if correct else 0.0,
     }

@@ -36,8 +36,41 @@ def test_an_item_past_its_deadline_is_timed_out_and_the_rest_still_run(sleep_poo
     outcomes = sleep_pool.map([0.0, 60.0, 0.0, 0.01], timeout_s=0.5)
     assert time.monotonic() - start < 20
     assert [o.timed_out for o in outcomes] == [False, True, False, False]
-    assert sleep_pool.timeouts == 1 and sleep_pool.restarts == 1
+    assert outcomes[1].retried and not outcomes[2].retried
+    # tried twice (the default retries=1), each try on its own worker
+    assert (sleep_pool.timeouts, sleep_pool.retries, sleep_pool.restarts) == (1, 1, 2)
     assert [o.timed_out for o in sleep_pool.map([0.0], timeout_s=5)] == [False]  # a fresh worker took over
+
+
+def test_without_retries_one_missed_deadline_times_an_item_out(sleep_pool):
+    outcomes = sleep_pool.map([60.0, 0.0], timeout_s=0.5, retries=0)
+    assert [o.timed_out for o in outcomes] == [True, False] and not outcomes[0].retried
+    assert (sleep_pool.timeouts, sleep_pool.retries, sleep_pool.restarts) == (1, 0, 1)
+    with pytest.raises(ValueError, match="retries must be an integer >= 0"):
+        sleep_pool.map([0.0], timeout_s=1, retries=-1)
+
+
+def test_an_item_that_missed_its_deadline_once_is_graded_on_the_retry(tmp_path):
+    """What a busy machine does to a grade: the first try is slow (here: the first try of each item sleeps past
+    the deadline), the second is not. The item is graded, not scored as timed out."""
+    module = tmp_path / "slow_first_try.py"
+    module.write_text(textwrap.dedent(f"""
+        import os, time
+        def grade(name):
+            marker = os.path.join({str(tmp_path)!r}, name)
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                time.sleep(30)
+            return name.upper()
+    """))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with DeadlinePool("slow_first_try:grade", workers=1, startup_timeout_s=60) as pool:
+            outcomes = pool.map(["a", "b"], timeout_s=1.0)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert [(o.value, o.timed_out, o.retried) for o in outcomes] == [("A", False, True), ("B", False, True)]
+    assert (pool.timeouts, pool.retries) == (0, 2)
 
 
 def test_a_worker_holding_the_gil_neither_blocks_the_caller_nor_outlives_its_deadline():

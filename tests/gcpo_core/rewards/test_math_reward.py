@@ -277,3 +277,24 @@ def test_never_rejects_what_math_verify_accepts_on_the_comparison_cases(shared_d
     assert "gcpo rejects what math-verify accepts: 0 of " in proc.stdout, proc.stdout[-4000:]
     rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
     assert {"boxed/gold-percent/bare", "answer-line-sentence/as-is", "rollouts/gsm8k-gpt3"} <= set(rows)
+
+
+def test_a_busy_machine_does_not_score_a_correct_answer_wrong(monkeypatch):
+    """The README's test command once failed in a fresh clone with the machine loaded (load average 5-8 on 2 cores):
+    an answer of this table missed its 5-s deadline and was scored wrong, as a correct rollout would be in training
+    beside busy reward workers. Here the machine is loaded by busy processes started and stopped by the test, on a
+    fresh scoring pool: a worker's start-up and imports happen before any deadline runs, and an answer whose first
+    try misses the deadline is tried again before it counts."""
+    from gcpo_core.rewards import math_reward
+
+    monkeypatch.setattr(math_reward, "_pool", None)  # a pool of its own: its workers start under the load
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3 * (os.cpu_count() or 1))]
+    try:
+        verdicts = score_answers([(response, gold) for gold, response, _ in GRADING_TABLE], batch_size=5)
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+        math_reward.scoring_pool().close()
+    assert [v.correct for v in verdicts] == [expected for _, _, expected in GRADING_TABLE]
+    assert not any(v.timed_out for v in verdicts)
