@@ -14,7 +14,7 @@ setup(
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["gcpo_core", "gcpo_core.*", "recipe", "recipe.*"]),
     include_package_data=True,
-    package_data={"gcpo_core": ["data/*.jsonl", "data/*.md"], "recipe.gcpo": ["config/*.yaml", "REQUIRED_VERL.txt"]},
+    package_data={"gcpo_core": ["data/*.jsonl", "data/*.md"], "recipe.gcpo": ["config/*.yaml", "config/*/*.yaml", "REQUIRED_VERL.txt"]},
     install_requires=[
         "torch>=2.4",
         "numpy>=1.24",

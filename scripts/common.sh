@@ -156,12 +156,42 @@ gcpo_uses_reference() {
   [[ "${kl_loss,,}" == "true" || "${kl_reward,,}" == "true" ]]
 }
 
+# The settings given as environment variables are numbers: one line naming a variable that is not (bash's own
+# message for MAX_RESPONSE_LENGTH=8k is an arithmetic error, Hydra's for N_RESP=abc a bare TypeError).
+gcpo_check_numbers() {
+  local name value
+  for name in NNODES GPUS_PER_NODE TRAIN_BATCH_SIZE N_RESP MINI_BATCH_SIZE MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH \
+      TOTAL_STEPS VAL_N TP_SIZE INFLIGHT_GEN_BATCHES; do
+    value="${!name}"
+    if [[ ! "${value}" =~ ^[1-9][0-9]*$ ]]; then
+      echo "error: ${name} must be a positive integer, got '${value}'" >&2
+      return 1
+    fi
+  done
+  if [[ ! "${OVERLONG_BUFFER}" =~ ^[0-9]+$ ]]; then
+    echo "error: OVERLONG_BUFFER must be an integer >= 0, got '${OVERLONG_BUFFER}'" >&2
+    return 1
+  fi
+  if [[ -n "${RAY_NUM_CPUS:-}" && ! "${RAY_NUM_CPUS}" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: RAY_NUM_CPUS must be a positive integer, got '${RAY_NUM_CPUS}'" >&2
+    return 1
+  fi
+  for name in LR GPU_MEM_UTIL; do
+    value="${!name}"
+    if [[ ! "${value}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] || [[ "${value}" =~ ^[0.]+([eE].*)?$ ]]; then
+      echo "error: ${name} must be a number > 0, got '${value}'" >&2
+      return 1
+    fi
+  done
+}
+
 gcpo_launch() {
   local args=()
   local arg
   for arg in "$@"; do
     if [[ "${arg}" == "--dry-run" ]]; then DRY_RUN=1; else args+=("${arg}"); fi
   done
+  gcpo_check_numbers || exit 2
   gcpo_check_model_path ${args[@]+"${args[@]}"} || exit 2
 
   local seq_len=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))

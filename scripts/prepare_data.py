@@ -16,13 +16,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from recipe.gcpo.data import DATASETS, INSTRUCTIONS, PrepareReport, load_source, prepare, summary_table, write_parquet
+from recipe.gcpo.data import (DATASETS, INSTRUCTIONS, PrepareReport, load_source, output_name, prepare, summary_table,
+                              write_parquet)
 
 
 def output_path(out_dir: Path, name: str, split: str) -> Path:
-    if split == "train":
-        return out_dir / ("train.parquet" if name == "dapo_math_17k" else f"train_{name}.parquet")
-    return out_dir / f"val_{name}.parquet"
+    return out_dir / output_name(name, split)
 
 
 def main(argv=None) -> int:

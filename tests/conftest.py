@@ -9,6 +9,9 @@ from hypothesis import HealthCheck, settings
 # The encoder and every model in the tests are local: never reach a hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# verl's default trainer.logger has wandb, which the entry point refuses without an API key unless W&B is offline
+# (recipe/gcpo/preflight.py): the tests log nowhere; the logger checks pass their own environment
+os.environ.setdefault("WANDB_MODE", "offline")
 
 # Everything the tests and what they start write to the temporary folder (Ray's session folders, verl's checkpoint
 # locks, vLLM's and TransferQueue's sockets, pytest's own tmp_path) goes into one folder of this session, removed

@@ -5,7 +5,8 @@ instead of "embedding" (embedded with the configured encoder); all lines use the
 both is refused. "group" is a string or an integer (verl's uids may be either): rollouts of one prompt share it.
 Other keys are kept. The file is UTF-8 (a byte-order mark is skipped); blank lines are skipped.
 
-Output: the same lines in the same order with "quality", "shapley" and "advantage" added. An empty input
+Output: the same lines in the same order with "quality", "shapley" and "advantage" added. --dump DIR also writes
+the credit as a dump that `gcpo report DIR` turns into a report, as it does the trainer's. An empty input
 (no rollouts) gives an empty output and exit status 0. A bad line or flag stops the command with one line
 naming it, exit status 2, before anything is written. -o writes a file atomically (through a symlink to its
 target; a new file gets the umask's mode), writes devices and pipes straight through, and '-' is stdout.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 from gcpo_core.cli.common import (
     CREDIT_DEFAULTS,
@@ -47,6 +49,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("input", metavar="IN.jsonl", help="rollouts, one JSON object per line ('-' for stdin)")
     parser.add_argument("-o", "--output", metavar="OUT.jsonl", help="where to write (default: stdout)")
+    parser.add_argument("--dump", metavar="DIR", type=Path, default=None,
+                        help="also write every group as a credit dump, DIR/credit_step<N>.jsonl, for `gcpo report DIR`")
+    parser.add_argument("--dump-step", type=int, default=0, metavar="N",
+                        help="the step number the dump carries (default %(default)s)")
     add_credit_arguments(parser)
     add_encoder_arguments(parser)
     add_config_argument(parser)
@@ -61,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.output, "")
         print(f"gcpo credit: no rollouts in {args.input}; the output is empty", file=sys.stderr)
         return 0
-    columns, metrics = _credit(rollouts, config, args)
+    columns, metrics, result = _credit(rollouts, config, args)
     _refuse_non_finite(columns, rollouts, args)
     lines = []
     for row, record in enumerate(rollouts.records):
@@ -70,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         lines.append(json_text(record))
     write_output(args.output, "\n".join(lines) + "\n")
     rollout_count, group_count = len(rollouts.records), int(metrics["gcpo/groups"])
+    if args.dump is not None:
+        _write_dump(args, rollouts, result, group_count)
     print(
         f"gcpo credit: {_count(rollout_count, 'rollout')} in {_count(group_count, 'group')}; method {config.method}; "
         f"mean team value {metrics['gcpo/team_value/mean']:.4f}; "
@@ -83,22 +91,29 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _credit(rollouts: "ParsedRollouts", config, args) -> tuple[dict, dict]:
+def _credit(rollouts: "ParsedRollouts", config, args) -> tuple[dict, dict, "RolloutCredit"]:
+    """The added columns, the batch metrics and the whole result (what a dump needs: every per-rollout field and
+    the embeddings)."""
+    import numpy as np
     import torch
 
     from gcpo_core.credit.compute import compute_credit
+    from gcpo_core.encoding.pipeline import PER_ROLLOUT_FIELDS, RolloutCredit
 
     try:
         if rollouts.texts is not None:
             from gcpo_core.encoding.pipeline import credit_rollouts
 
             encoder = load_encoder(args)
-            result = credit_rollouts(rollouts.texts, rollouts.rewards, rollouts.groups, encoder, config)
+            result = credit_rollouts(rollouts.texts, rollouts.rewards, rollouts.groups, encoder, config,
+                                     return_embeddings=args.dump is not None)
             _report_embedding(result, rollouts, args)
-            return {name: getattr(result, name).tolist() for name in ADDED_FIELDS}, result.metrics
-        embeddings = torch.tensor(rollouts.embeddings, dtype=torch.float64)
-        result = compute_credit(rollouts.rewards, embeddings, rollouts.groups, config)
-        return {name: getattr(result, name).tolist() for name in ADDED_FIELDS}, result.metrics()
+        else:
+            embeddings = torch.tensor(rollouts.embeddings, dtype=torch.float64)
+            credit = compute_credit(rollouts.rewards, embeddings, rollouts.groups, config)
+            result = RolloutCredit(**{name: getattr(credit, name).numpy() for name in PER_ROLLOUT_FIELDS},
+                                   metrics=credit.metrics(), embeddings=np.asarray(rollouts.embeddings, np.float32))
+        return {name: getattr(result, name).tolist() for name in ADDED_FIELDS}, result.metrics, result
     except ValueError as err:
         raise CommandError(f"{args.input}: {one_line(err)}") from None
     except torch.linalg.LinAlgError as err:
@@ -106,6 +121,20 @@ def _credit(rollouts: "ParsedRollouts", config, args) -> tuple[dict, dict]:
             f"{args.input}: the credit engine's linear algebra failed ({one_line(err)}) with {_settings(args)}; "
             "extreme values can do that, else it is a bug: please report it"
         ) from None
+
+
+def _write_dump(args: argparse.Namespace, rollouts: "ParsedRollouts", result, groups: int) -> None:
+    """Every group as the trainer's credit dump (gcpo_core/evaluation/dump.py), for ``gcpo report``. Lines given as
+    embeddings have no text: the report shows their input line instead."""
+    from gcpo_core.evaluation.dump import write_credit_dump
+
+    texts = rollouts.texts or [f"(line {n} of {args.input}: given as an embedding)" for n in rollouts.line_numbers]
+    try:
+        path = write_credit_dump(args.dump, args.dump_step, texts, rollouts.rewards, rollouts.groups,
+                                 [True] * len(texts), result, max_groups=max(groups, 1))
+    except OSError as err:
+        raise CommandError(f"--dump {args.dump}: {err.strerror or err}") from None
+    print(f"gcpo credit: dump for `gcpo report {args.dump}`: {path}", file=sys.stderr)
 
 
 def _settings(args: argparse.Namespace) -> str:

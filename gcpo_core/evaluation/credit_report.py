@@ -64,8 +64,11 @@ def build_report(records: Iterable[dict], out_dir: str | Path, title: str = "GCP
         rewards = record["rewards"]
         grpo = grpo_advantages(rewards)
         labels = [f"{i}: r={r:+.2g}" for i, r in enumerate(rewards)]
+        quality = record.get("quality") or [1.0 if r > 0 else 0.0 for r in rewards]
+        all_wrong = not any(q > 0 for q in quality)
         picture = group_credit(group_kernel(record), labels, record["shapley"], record["advantage"], grpo,
-                               f"step {step}, prompt {record['uid']}", out_dir / f"group_{n:03d}.png")
+                               f"step {step}, prompt {record['uid']}", out_dir / f"group_{n:03d}.png",
+                               all_wrong=all_wrong)
         rows = []
         for i, text in enumerate(record["texts"]):
             rows.append(
@@ -75,7 +78,8 @@ def build_report(records: Iterable[dict], out_dir: str | Path, title: str = "GCP
                 f"</details></td></tr>"
             )
         sections.append(
-            f"<section><h2>Step {step} · prompt <code>{html.escape(str(record['uid']))}</code></h2>"
+            f"<section><h2>Step {step} · prompt <code>{html.escape(str(record['uid']))}</code>"
+            f"{' · all wrong: no credit' if all_wrong else ''}</h2>"
             f"{_png_tag(picture, 'kernel, credit and advantages')}"
             "<table><tr><th>#</th><th>reward</th><th>Shapley</th><th>GRPO adv.</th><th>GCPO adv.</th>"
             f"<th>response</th></tr>{''.join(rows)}</table></section>"

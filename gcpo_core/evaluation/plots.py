@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:
@@ -30,9 +31,11 @@ def pass_at_k_curves(results: Mapping[str, Mapping[str, Mapping[str, float]]], b
         ks = sorted(int(key.split("@")[1]) for key in metrics if key.startswith("pass@"))
         ax.plot(ks, [100 * metrics[f"pass@{k}"] for k in ks], marker="o", label=run)
     ax.set_xscale("log", base=2)
-    largest = max((int(key.split("@")[1]) for m in results.values() for key in m.get(benchmark, {})
-                   if key.startswith("pass@")), default=1)
-    ticks = sorted({2**i for i in range(int(math.log2(largest)) + 1)} | {largest})
+    every_k = sorted({int(key.split("@")[1]) for m in results.values() for key in m.get(benchmark, {})
+                      if key.startswith("pass@")}) or [1]
+    largest = every_k[-1]
+    # every k while there are few (k = 3 of three samples has a tick), else the powers of two and the largest
+    ticks = every_k if len(every_k) <= 8 else sorted({2**i for i in range(int(math.log2(largest)) + 1)} | {largest})
     ax.set_xticks(ticks, [str(k) for k in ticks])
     ax.set_xlabel("k")
     ax.set_ylabel("pass@k (%)")
@@ -64,8 +67,10 @@ def accuracy_vs_diversity(results: Mapping[str, Mapping[str, Mapping[str, float]
 
 
 def group_credit(kernel: np.ndarray, labels: Sequence[str], shapley: Sequence[float], gcpo: Sequence[float],
-                 grpo: Sequence[float], title: str, path: Path) -> Path:
-    """A group's kernel heatmap beside its Shapley credit and the GCPO vs GRPO advantages of each rollout."""
+                 grpo: Sequence[float], title: str, path: Path, all_wrong: bool = False) -> Path:
+    """A group's kernel heatmap beside its Shapley credit and the GCPO vs GRPO advantages of each rollout. A zero
+    advantage is drawn as a marker on the axis (a bar of length 0 would not show); an all-wrong group's credit and
+    advantage panels say so instead of standing empty."""
     n = len(labels)
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(13, 0.35 * n + 2.5),
                                               gridspec_kw={"width_ratios": [1.1, 1, 1]}, constrained_layout=True)
@@ -86,11 +91,20 @@ def group_credit(kernel: np.ndarray, labels: Sequence[str], shapley: Sequence[fl
     middle.set_title("Shapley credit (nats)")
     right.barh(y - 0.2, grpo, height=0.4, color="C7", label="GRPO")
     right.barh(y + 0.2, gcpo, height=0.4, color="C0", label="GCPO")
+    # the bars' ends as markers, so that an advantage of 0 (every GRPO bar of an all-correct group) still shows
+    right.scatter(grpo, y - 0.2, marker="o", s=16, color="C7", zorder=3)
+    right.scatter(gcpo, y + 0.2, marker="o", s=16, color="C0", zorder=3)
     right.axvline(0, color="black", linewidth=0.6)
     right.set_yticks(y, [str(i) for i in range(n)], fontsize=7)
     right.invert_yaxis()
     right.set_title("advantage")
     right.legend(fontsize=7)
+    if all_wrong:
+        for ax in (middle, right):
+            ax.text(0.5, 0.5, "all wrong: no credit", transform=ax.transAxes, ha="center", va="center", fontsize=10,
+                    color="0.3")
+    elif n and not np.any(np.asarray(grpo, dtype=float)):
+        right.text(0.02, 0.02, "GRPO: 0 for every rollout", transform=right.transAxes, fontsize=7, color="C7")
     fig.suptitle(title, fontsize=9)
     return _save(fig, path)
 
@@ -104,6 +118,7 @@ def metrics_over_steps(series: Mapping[str, Mapping[int, float]], path: Path, ti
     for ax, name in zip(axes.flat, names):
         steps = sorted(series[name])
         ax.plot(steps, [series[name][s] for s in steps], marker="o", markersize=3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_title(name, fontsize=8)
         ax.set_xlabel("step", fontsize=8)
         ax.grid(alpha=0.3)

@@ -68,6 +68,18 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
+def output_name(name: str, split: str) -> str:
+    """The file ``scripts/prepare_data.py`` writes a set to (the launchers read these names under ``DATA_DIR``)."""
+    if split == "train":
+        return "train.parquet" if name == "dapo_math_17k" else f"train_{name}.parquet"
+    return f"val_{name}.parquet"
+
+
+def prepared_file_names() -> frozenset[str]:
+    """Every file name ``scripts/prepare_data.py`` can write."""
+    return frozenset(output_name(spec.name, spec.split) for spec in DATASETS.values())
+
+
 @dataclass
 class PrepareReport:
     """What preparing one set did (one row of the summary table)."""

@@ -56,6 +56,16 @@ from recipe.gcpo.baselines.copo import validate_copo_config
 from recipe.gcpo.baselines.div_r1 import validate_div_r1_config
 from recipe.gcpo.baselines.diver import validate_diver_config
 
+from recipe.gcpo.preflight import (
+    check_encoder,
+    check_loggers,
+    check_reward_function,
+    local_gpu,
+    memory_lines,
+    migrate_legacy_reward,
+    missing_data_hint,
+    startup_lines,
+)
 from recipe.gcpo.settings import (
     SYNC_TRAINER_MODE,
     validate_gcpo_config,
@@ -190,15 +200,19 @@ def validate(config) -> None:
     if not config.trainer.get("use_v1", True):
         raise ValueError("trainer.use_v1=false selects verl's legacy trainer, which this entry point does not run: "
                          "use verl's own `python -m verl.trainer.main_ppo` for it")
-    validate_gcpo_config(config)
+    settings = validate_gcpo_config(config)
     validate_diver_config(config)
     validate_div_r1_config(config)
     validate_copo_config(config)
     MCGRPOSettings.from_algorithm_config(config.algorithm)
     validate_group_contrastive(config)
     validate_reward_kwargs(config)
+    check_reward_function(config)
     validate_custom_reward_kwargs(config)
     validate_filter_signal(config)
+    if settings is not None:  # an estimator that embeds the responses
+        check_encoder(settings.encoder.model)
+    check_loggers(config)
     check_numeric_keys(config)
     for key in ("nnodes", "n_gpus_per_node"):  # untyped in verl's config: verl multiplies them as they come
         value = config.trainer[key]
@@ -313,14 +327,31 @@ def check_overrides(overrides: list[str]) -> DictConfig:
         fail(describe_override_error(error), error)
 
 
-def accept_run(config) -> None:
-    """Every check a run must pass before anything is started or written: the config's, this machine's, the data
-    files'. Stops with one line (exit 2) at the first that fails."""
+def adapt(config) -> list[str]:
+    """What the entry point changes in a composed config before anything reads it: verl's device auto-detection, and
+    verl's own migration of the legacy reward keys, which verl's V1 entry point does not run (so that they are
+    honoured, not ignored); returns a line per migrated block."""
     auto_set_device(config)
     try:
+        return migrate_legacy_reward(config)
+    except ValueError as error:
+        fail(one_line(error), error)
+
+
+def accept_run(config) -> None:
+    """Every check a run must pass before anything is started or written: the config's, this machine's, the data
+    files'. Stops with one line (exit 2) at the first that fails; then says what will run."""
+    migrated = adapt(config)
+    try:
         validate(config)
+        settings = validate_gcpo_config(config)
     except Exception as error:  # the checks only read the config: whatever they raise is the config's
         fail(one_line(error), error)
+    lines = migrated + startup_lines(config, settings)
+    if settings is not None:  # the credit actor's GPU memory beside vLLM's share, computed from the config
+        lines += memory_lines(settings, config, *local_gpu())
+    for line in lines:
+        print(f"gcpo: {line}", flush=True)
     if dry_run_requested():
         return
     problem = accelerator_problem(config)
@@ -328,8 +359,7 @@ def accept_run(config) -> None:
         fail(problem)
     missing = missing_data_files(config)
     if missing:
-        fail(f"{missing[0]} does not exist (data.train_files / data.val_files): write it with "
-             "scripts/prepare_data.py, or point the key at your file"
+        fail(f"{missing[0]} does not exist (data.train_files / data.val_files): {missing_data_hint(missing[0])}"
              + (f" ({len(missing) - 1} more missing)" if len(missing) > 1 else ""))
 
 
@@ -343,7 +373,7 @@ _accepted = False  # set by cli() once the composed config passed accept_run, be
 @hydra.main(config_path="config", config_name=CONFIG_NAME, version_base=None)
 def main(config) -> None:
     if _accepted:
-        auto_set_device(config)
+        adapt(config)  # Hydra composed it again: the same changes, said once already
     else:
         accept_run(config)
     if dry_run_requested():
@@ -352,7 +382,7 @@ def main(config) -> None:
         print(DRY_RUN_MARKER)
         print(OmegaConf.to_yaml(config, resolve=True))
         for path in missing_data_files(config):
-            print(f"# warning: {path} does not exist here (scripts/prepare_data.py writes it)")
+            print(f"# warning: {path} does not exist here ({missing_data_hint(path)})")
         print(DRY_RUN_DONE.format(estimator=f"adv_estimator={config.algorithm.adv_estimator}"))
         return
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(GCPOTaskRunner))
@@ -368,9 +398,63 @@ def cli() -> None:
         raise SystemExit(130) from None
 
 
+# Hydra's flags that choose the primary config (long and short forms)
+CONFIG_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name", "--config-dir": "dir",
+                "-cd": "dir"}
+RECIPE_KEYS = "+gcpo_keys=recipe"  # config/gcpo_keys/recipe.yaml: algorithm.gcpo and the baselines' blocks
+
+
+def config_flags(argv: list[str]) -> dict[str, str]:
+    """The primary-config flags on a command line: {"path": ..., "name": ..., "dir": ...} for those given."""
+    flags = {}
+    for index, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        if flag in CONFIG_FLAGS:
+            if not value and index + 1 < len(argv):
+                value = argv[index + 1]
+            flags[CONFIG_FLAGS[flag]] = value
+    return flags
+
+
+def recipe_keys_for_own_config(argv: list[str]) -> list[str]:
+    """The arguments that add the recipe's keys (``algorithm.gcpo`` and the baselines' blocks) to a config of the
+    user's own (``--config-name my_ppo``, defaults ``ppo_trainer``) that lacks them, so that
+    ``algorithm.gcpo.credit.method=mc`` is an override like any other there; empty when the config is the recipe's,
+    already has the keys, cannot be composed here (Hydra then reports), or names a ``--config-dir`` of its own
+    (the recipe's folder cannot be added beside it: the message says what to do)."""
+    from hydra import compose, initialize_config_dir
+
+    flags = config_flags(argv)
+    if flags.get("name", CONFIG_NAME) == CONFIG_NAME and "path" not in flags:
+        return []
+    path = Path(flags.get("path") or CONFIG_DIR)
+    if not path.is_absolute():  # Hydra reads --config-path relative to the file that declares hydra.main
+        path = Path(__file__).resolve().parent / path
+    try:
+        with initialize_config_dir(config_dir=str(path), version_base=None):
+            own = compose(config_name=flags.get("name", CONFIG_NAME))
+    except Exception:
+        return []
+    if OmegaConf.select(own, "algorithm.gcpo") is not None:
+        return []
+    if "dir" in flags:
+        print(f"gcpo: your config ({flags.get('name')}) has no algorithm.gcpo, and --config-dir is taken: add "
+              f"`- gcpo_keys: recipe` to its defaults with {CONFIG_DIR} on its hydra.searchpath, or set GCPO keys "
+              "with a leading + (+algorithm.gcpo.credit.method=mc)", file=sys.stderr, flush=True)
+        return []
+    print(f"gcpo: your config ({flags.get('name')}) has no algorithm.gcpo: the recipe's keys are added "
+          f"({RECIPE_KEYS}, from {CONFIG_DIR}/gcpo_keys/recipe.yaml)", flush=True)
+    return [f"--config-dir={CONFIG_DIR}", RECIPE_KEYS]
+
+
 def _cli() -> None:
     overrides = sys.argv[1:]
     global _accepted
+    if any(arg.partition("=")[0] in CONFIG_FLAGS for arg in overrides):
+        added = recipe_keys_for_own_config(overrides)
+        if added:  # the flag before every other argument, the override after the others (argparse wants them so)
+            flag, override = added
+            sys.argv[1:] = [flag, *overrides, override]
     if not any(arg.startswith("-") for arg in overrides):  # Hydra's own flags (--cfg, -m, ...): Hydra reports
         config = check_overrides(overrides)
         if not dry_run_requested():

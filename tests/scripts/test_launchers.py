@@ -149,3 +149,26 @@ def test_wandb_is_used_when_a_key_is_set(stub_python):
                TRANSFORMERS_OFFLINE="0")
     out = subprocess.run(["bash", str(ROOT / "scripts/run_qwen3_4b_gcpo.sh")], capture_output=True, text=True, env=env).stdout
     assert 'trainer.logger=["console","wandb"]' in out
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("N_RESP", "abc", "error: N_RESP must be a positive integer, got 'abc'"),
+    ("MAX_RESPONSE_LENGTH", "8k", "error: MAX_RESPONSE_LENGTH must be a positive integer, got '8k'"),
+    ("TRAIN_BATCH_SIZE", "0", "error: TRAIN_BATCH_SIZE must be a positive integer, got '0'"),
+    ("OVERLONG_BUFFER", "-1", "error: OVERLONG_BUFFER must be an integer >= 0, got '-1'"),
+    ("LR", "fast", "error: LR must be a number > 0, got 'fast'"),
+    ("GPU_MEM_UTIL", "0", "error: GPU_MEM_UTIL must be a number > 0, got '0'"),
+    ("RAY_NUM_CPUS", "lots", "error: RAY_NUM_CPUS must be a positive integer, got 'lots'"),
+])
+def test_a_setting_that_is_not_a_number_is_named_in_one_line(variable, value, message):
+    """Before: N_RESP=abc ended in a bare TypeError from Hydra, MAX_RESPONSE_LENGTH=8k in a bash arithmetic error."""
+    proc = _run("run_qwen3_4b_gcpo.sh", "--dry-run", env={variable: value})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [message]
+
+
+def test_numbers_as_people_write_them_pass():
+    config = _composed(_run("run_qwen3_4b_gcpo.sh", "--dry-run",
+                            env={"LR": "3.0e-7", "GPU_MEM_UTIL": ".55", "OVERLONG_BUFFER": "16"}))
+    assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 3.0e-7
+    assert config["actor_rollout_ref"]["rollout"]["gpu_memory_utilization"] == 0.55

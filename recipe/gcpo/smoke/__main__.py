@@ -107,6 +107,8 @@ def check(args) -> int:
     first, last = args.steps, args.steps + args.resumed_steps
     both = {**runs[1], **runs[2]}
     results += checks.check_metrics(both, list(range(1, last + 1)), gcpo=gcpo, groups_per_step=args.groups_per_step)
+    if gcpo:
+        results.append(checks.check_metric_glossary(both))
     results += checks.check_resume(runs[1], runs[2], run.checkpoints, saved_step=first, resumed_steps=args.resumed_steps)
     if gcpo:
         results += checks.check_credit_dumps(run.dumps, range(1, last + 1))

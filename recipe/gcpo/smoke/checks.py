@@ -240,6 +240,8 @@ def check_launcher_run(metrics_path: str | os.PathLike, log: str | os.PathLike, 
     results.append(Check("checkpoint saved", checkpoint.is_dir(), str(checkpoint)))
     if gcpo and dump_dir is not None:
         results += check_credit_signal(dump_dir, range(1, steps + 1))
+    if gcpo:
+        results.append(check_metric_glossary(metrics))
     results.append(check_clean_log(log))
     return results
 
@@ -361,3 +363,29 @@ def check_node_loss(state: str, ended_at: float, kill: Mapping, log: str | os.Pa
         Check("node loss named in one line", len(naming) == 1,
               naming[0][:200] if len(naming) == 1 else f"{len(naming)} lines name {node} as lost"),
     ]
+
+
+# the glossary of the gcpo/* metrics (docs/metrics.md): each metric's name in backticks in a table row
+GLOSSARY = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
+GLOSSARY_PREFIXES = ("gcpo/", "timing_s/gcpo_")
+
+
+def glossary_metrics(path: str | os.PathLike = GLOSSARY) -> set[str]:
+    """The metric names docs/metrics.md describes (backticked names in the first cell of its table rows)."""
+    import re
+
+    names = set()
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith("| `"):
+            names.update(re.findall(r"`([^`]+)`", line.split(" | ")[0]))
+    return names
+
+
+def check_metric_glossary(metrics: Mapping[int, Mapping[str, float]], path: str | os.PathLike = GLOSSARY) -> Check:
+    """Every ``gcpo/*`` and ``timing_s/gcpo_*`` metric the run logged is described in docs/metrics.md."""
+    logged = {key for data in metrics.values() for key in data if key.startswith(GLOSSARY_PREFIXES)}
+    if not Path(path).is_file():
+        return Check("metrics in the glossary", True, f"{path} not here (an install without docs): not checked")
+    missing = sorted(logged - glossary_metrics(path))
+    return Check("metrics in the glossary", not missing,
+                 f"not in docs/metrics.md: {missing}" if missing else f"{len(logged)} gcpo metrics, each described")

@@ -455,6 +455,7 @@ def evaluate(paths: Paths, options: Options, cluster: NamespaceCluster, jobs: li
         results.append(checks.check_clean_log(paths.job_file("train", "log"), markers=checks.UNCLEAN_JOB_MARKERS))
     if gcpo:
         results += checks.check_credit_signal(paths.dumps, range(1, last_step + 1))
+        results.append(checks.check_metric_glossary({**metrics.get("train", {}), **metrics.get("resume", {})}))
     return results
 
 

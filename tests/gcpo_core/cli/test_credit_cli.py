@@ -244,3 +244,33 @@ def test_text_input_is_embedded_with_the_configured_encoder(tmp_path, capsys, ve
     assert credited[2]["shapley"] == 0.0
     # transformers' weight-loading progress bar only with -v
     assert ("Loading weights" in capsys.readouterr().err) == verbose
+
+
+def test_credit_writes_a_dump_that_report_turns_into_a_report(tmp_path, capsys):
+    """`gcpo report` without a training run: `gcpo credit --dump DIR` writes what the trainer's dumps hold."""
+    from gcpo_core.evaluation.dump import read_credit_dump
+
+    src = _write(tmp_path / "in.jsonl", ROLLOUTS)
+    out, dump = tmp_path / "out.jsonl", tmp_path / "dump"
+    assert main(["credit", str(src), "-o", str(out), "--dump", str(dump), "--dump-step", "7"]) == 0
+    credited = [json.loads(line) for line in out.read_text().splitlines()]
+    records = {r["uid"]: r for r in read_credit_dump(dump)}
+    assert sorted(records) == ["p1", "p2"] and all(r["step"] == 7 for r in records.values())
+    p1 = records["p1"]
+    assert p1["shapley"] == pytest.approx([credited[i]["shapley"] for i in (0, 2, 3, 4)])
+    assert p1["advantage"] == pytest.approx([credited[i]["advantage"] for i in (0, 2, 3, 4)])
+    assert p1["rewards"] == [1.0, 1.0, 1.0, 0.0] and len(p1["embeddings"]) == 4
+    assert p1["texts"][0] == f"(line 1 of {src}: given as an embedding)"
+    assert f"dump for `gcpo report {dump}`" in capsys.readouterr().err
+    assert main(["report", str(dump), "-o", str(tmp_path / "report")]) == 0
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "prompt <code>p1</code>" in page and "prompt <code>p2</code>" in page
+
+
+def test_a_dump_of_texts_carries_them(tmp_path, minilm):
+    rows = [{"group": "g", "reward": 1, "text": "Add 2 and 3 to get 5."}, {"group": "g", "reward": 1, "text": "5."},
+            {"group": "g", "reward": -1, "text": "It is 6."}]
+    assert main(["credit", str(_write(tmp_path / "in.jsonl", rows)), "-o", str(tmp_path / "o.jsonl"),
+                 "--dump", str(tmp_path / "dump")]) == 0
+    (record,) = json.loads((tmp_path / "dump" / "credit_step000000.jsonl").read_text().splitlines()[0]),
+    assert record["texts"] == [r["text"] for r in rows] and len(record["embeddings"][0]) == 384

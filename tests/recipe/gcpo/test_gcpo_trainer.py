@@ -22,6 +22,7 @@ from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.grouping import layout_groups
 from gcpo_core.encoding.pipeline import credit_rollouts
 from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions
+from recipe.gcpo.smoke import checks
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
 from tests.recipe.gcpo.conftest import compose_gcpo
 
@@ -67,9 +68,9 @@ def _rollouts():
     return out
 
 
-def _put_batch(tokenizer, step_seed=0, timed_out=None):
+def _put_batch(tokenizer, step_seed=0, timed_out=None, retried=frozenset()):
     """``timed_out``: rows whose reward function reported ``timeout`` (set: every row reports the key, as the
-    recipe's reward does; None: no row carries reward extra info)."""
+    recipe's reward does; None: no row carries reward extra info); ``retried``: rows graded on the second try."""
     rng = np.random.default_rng(step_seed)
     keys, fields, tags = [], [], []
     for row, (uid, session, text, reward) in enumerate(_rollouts()):
@@ -89,6 +90,7 @@ def _put_batch(tokenizer, step_seed=0, timed_out=None):
         })
         if timed_out is not None:
             fields[-1]["extra_fields"] = {"reward_extra_info": {"score": reward, "timeout": float(row in timed_out),
+                                                                "timeout_retried": float(row in retried),
                                                                 "acc": reward > 0, "pred": text.split()[-1]}}
         key = f"{uid}-{step_seed}"
         keys.append(f"{key}_{session}_0")
@@ -170,12 +172,17 @@ def test_answers_whose_check_timed_out_are_counted_in_the_steps_metrics(
 ):
     config = compose_gcpo([*BASE_OVERRIDES, f"algorithm.adv_estimator={estimator}"])
     # row 0 timed out; verl's padding row is a copy of row 0 and must not count
-    batch = _put_batch(tiny_tokenizer, step_seed=11, timed_out={0})
+    batch = _put_batch(tiny_tokenizer, step_seed=11, timed_out={0}, retried={0, 3, 5})
     assert sum(t.get("is_padding", False) for t in batch.tags) == 1
     metrics = {}
     _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor)._compute_advantage(batch, metrics)
     assert metrics["gcpo/reward/timeouts"] == 1.0
     assert metrics["gcpo/reward/timeout_frac"] == pytest.approx(1 / 11)
+    assert metrics["gcpo/reward/timeout_retries"] == 3.0  # graded on the second try (row 0: in vain)
+    # every metric the step computes is described in the glossary (docs/metrics.md)
+    glossary = checks.check_metric_glossary({1: metrics})
+    assert glossary.ok, glossary.detail
+    assert sum(key.startswith("gcpo/") for key in metrics) >= (30 if estimator == "gcpo" else 3)
 
 
 def test_responses_are_handed_to_the_actor_after_balancing_and_not_embedded_again(

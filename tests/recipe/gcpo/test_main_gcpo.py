@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
+from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 VALID = [
@@ -63,7 +65,16 @@ def test_dry_run_validates_and_prints_the_config_without_starting_anything(tmp_p
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "permutations: 128" in proc.stdout and "trainer_mode: sync" in proc.stdout
     assert "nothing was started" in proc.stdout
-    assert "# warning: /data/train.parquet does not exist here (scripts/prepare_data.py writes it)" in proc.stdout
+    # the launchers' own file names are written by prepare_data.py; a file of the user's own is theirs to fix
+    assert ("# warning: /data/train.parquet does not exist here (scripts/prepare_data.py writes it (--out-dir: the "
+            "launchers' DATA_DIR))") in proc.stdout
+    assert ("# warning: /data/val.parquet does not exist here (point data.train_files / data.val_files at a file "
+            "that exists on this machine)") in proc.stdout
+    # what will run, before the config
+    head = proc.stdout.split(DRY_RUN_MARKER)[0]
+    assert "gcpo: estimator: algorithm.adv_estimator=gcpo: Shapley credit" in head
+    assert "gcpo: reward: manager naive (register); function pkg://recipe.gcpo.reward:compute_score" in head
+    assert "gcpo: scale: 1 node(s) x 8" in head
     assert list(tmp_path.iterdir()) == []  # no outputs/<date>/<time>/ from Hydra
 
 
@@ -238,9 +249,16 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
                  "trainer.n_gpus_per_node=1", "trainer.device=cpu", f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
     proc = _entry_point(*overrides, cwd=tmp_path, dry_run=False, VERL_PLATFORM="cpu",
                         VERL_USE_EXTERNAL_MODULES="recipe.gcpo.cpu_platform", RAY_TMPDIR=str(tmp_path))
-    _assert_one_line_error(proc, f"error: {absent} does not exist (data.train_files / data.val_files): write it with "
-                                 "scripts/prepare_data.py, or point the key at your file")
+    _assert_one_line_error(proc, f"error: {absent} does not exist (data.train_files / data.val_files): point "
+                                 "data.train_files / data.val_files at a file that exists on this machine")
     assert "ray init kwargs" not in proc.stdout
+    # a file of the launchers' own is written by prepare_data.py, and the message says so
+    launchers = tmp_path / "val_aime24.parquet"
+    overrides[2] = f"data.val_files={launchers}"
+    proc = _entry_point(*overrides, cwd=tmp_path, dry_run=False, VERL_PLATFORM="cpu",
+                        VERL_USE_EXTERNAL_MODULES="recipe.gcpo.cpu_platform", RAY_TMPDIR=str(tmp_path))
+    _assert_one_line_error(proc, f"error: {launchers} does not exist (data.train_files / data.val_files): "
+                                 "scripts/prepare_data.py writes it (--out-dir: the launchers' DATA_DIR)")
 
 
 @pytest.mark.parametrize("extra, reason", [
@@ -287,3 +305,38 @@ def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
     with pytest.raises(SystemExit) as stop:
         main_gcpo.cli()
     assert stop.value.code == 130 and capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
+
+
+def _own_config(tmp_path, body="trainer:\n  project_name: mine\n"):
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    (folder / "my_ppo.yaml").write_text("hydra:\n  searchpath:\n    - pkg://verl.trainer.config\n"
+                                        f"defaults:\n  - ppo_trainer\n  - _self_\n{body}")
+    return folder
+
+
+def test_a_users_own_config_gets_the_gcpo_keys_and_keeps_its_own_reward(tmp_path):
+    """A config of the user's own (defaults: verl's ppo_trainer) lacks algorithm.gcpo: the override used to fail
+    with Hydra's 6-line 'Key gcpo is not in struct'. The recipe's keys are added, the user's reward stays."""
+    folder = _own_config(tmp_path)
+    proc = _entry_point("--config-path", str(folder), "--config-name", "my_ppo", *VALID,
+                        "algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.method=mc", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gcpo: your config (my_ppo) has no algorithm.gcpo: the recipe's keys are added" in proc.stdout
+    config = yaml.safe_load(proc.stdout.split(DRY_RUN_MARKER, 1)[1].rsplit("# dry run (", 1)[0])
+    assert config["algorithm"]["gcpo"]["credit"]["method"] == "mc"
+    assert config["algorithm"]["gcpo"]["credit"]["permutations"] == 64  # the whole block, with its defaults
+    assert config["algorithm"]["diver"]["metric"] == "equation"  # the baselines' blocks come with it
+    assert config["trainer"]["project_name"] == "mine"
+    assert config["reward"]["custom_reward_function"]["path"] is None  # verl's data_source dispatch, as before
+    assert "function verl's data_source dispatch" in proc.stdout
+
+
+def test_a_users_config_with_its_own_gcpo_block_is_left_as_it_is(tmp_path):
+    folder = _own_config(tmp_path, body="algorithm:\n  adv_estimator: gcpo\n  gcpo:\n    credit:\n      method: loo\n")
+    proc = _entry_point("--config-path", str(folder), "--config-name", "my_ppo", *VALID, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "the recipe's keys are added" not in proc.stdout
+    config = yaml.safe_load(proc.stdout.split(DRY_RUN_MARKER, 1)[1].rsplit("# dry run (", 1)[0])
+    assert config["algorithm"]["gcpo"] == {"credit": {"method": "loo"}}  # its own block: the rest are defaults
+    assert "method loo" in proc.stdout

@@ -474,3 +474,16 @@ def test_a_job_log_with_a_line_that_reads_as_a_failure_is_not_clean(tmp_path, li
     log.write_text(f"all nodes joined\n{line}\n")
     assert not checks.check_clean_log(log, markers=checks.UNCLEAN_JOB_MARKERS).ok
     assert checks.check_clean_log(log).ok  # a one-node run's log does not have them
+
+
+def test_a_logged_gcpo_metric_missing_from_the_glossary_fails(tmp_path):
+    glossary = tmp_path / "metrics.md"
+    glossary.write_text("| metric | what |\n|---|---|\n| `gcpo/groups` | prompts |\n"
+                        "| `gcpo/team_value/mean`, `gcpo/team_value/max` | V |\n")
+    assert checks.glossary_metrics(glossary) == {"gcpo/groups", "gcpo/team_value/mean", "gcpo/team_value/max"}
+    logged = {1: {"gcpo/groups": 3.0, "gcpo/team_value/max": 1.0, "actor/pg_loss": 0.1}}
+    assert checks.check_metric_glossary(logged, glossary).ok
+    logged[2] = {"gcpo/new_thing": 1.0, "timing_s/gcpo_new": 0.5}
+    result = checks.check_metric_glossary(logged, glossary)
+    assert not result.ok and "['gcpo/new_thing', 'timing_s/gcpo_new']" in result.detail
+    assert checks.GLOSSARY.is_file()  # the real one, docs/metrics.md

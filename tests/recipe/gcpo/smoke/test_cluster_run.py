@@ -112,7 +112,8 @@ def test_the_wrapper_refuses_non_root_before_installing_anything():
     import subprocess
 
     root = Path(cluster_run.__file__).resolve().parents[3]
-    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash",
-                           str(root / "scripts" / "smoke_cluster_cpu.sh"), "--steps", "2"],
-                          capture_output=True, text=True, timeout=60)
+    script = (root / "scripts" / "smoke_cluster_cpu.sh").read_text()
+    # the script on standard input: the checkout may be in a folder only root can read
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-s", "--",
+                           "--steps", "2"], input=script, capture_output=True, text=True, timeout=60, cwd="/")
     assert proc.returncode == 2 and "needs root" in proc.stderr and "installing" not in proc.stderr

@@ -1,0 +1,286 @@
+"""The entry point's whole-config start-up checks and start-up lines: the legacy reward keys migrated as verl migrates
+them, the reward function, the encoder, the loggers, the data-file hint, what will run."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from recipe.gcpo import preflight
+from recipe.gcpo.main_gcpo import validate
+from recipe.gcpo.settings import validate_gcpo_config
+from tests.recipe.gcpo.conftest import compose_gcpo
+
+ROOT = Path(__file__).resolve().parents[3]
+BASE = ["actor_rollout_ref.model.path=/models/m", "data.train_files=/d/train.parquet",
+        "data.val_files=/d/val_aime24.parquet", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"]
+
+
+def _reward_file(tmp_path, body="def my_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                "    return 1.0\n"):
+    path = tmp_path / "my_reward.py"
+    path.write_text(body)
+    return path
+
+
+# --- verl's legacy reward keys ------------------------------------------------------------------------------
+
+def test_a_classic_custom_reward_function_is_migrated_not_ignored(tmp_path):
+    """verl's V1 trainer reads only reward.*: a launcher's top-level custom_reward_function used to be dropped and the
+    recipe's math reward ran instead, with exit 0."""
+    path = _reward_file(tmp_path)
+    config = compose_gcpo(BASE + [f"custom_reward_function.path={path}", "custom_reward_function.name=my_score"])
+    lines = preflight.migrate_legacy_reward(config)
+    assert config.reward.custom_reward_function.path == str(path)
+    assert config.reward.custom_reward_function.name == "my_score"
+    assert "custom_reward_function" not in config  # deleted, as verl's migration deletes it
+    assert lines == [f"custom_reward_function (verl's legacy key) -> reward.custom_reward_function: {path}:my_score, "
+                     "moved as verl's migrate_legacy_reward_impl moves it"]
+    assert f"function {path}:my_score;" in preflight.describe_reward(config)
+
+
+def test_a_legacy_path_without_a_name_gets_verls_default_name(tmp_path):
+    path = _reward_file(tmp_path, "def compute_score(data_source, solution_str, ground_truth, extra_info):\n    return 0\n")
+    config = compose_gcpo(BASE + [f"custom_reward_function.path={path}"])
+    preflight.migrate_legacy_reward(config)
+    assert config.reward.custom_reward_function.name == "compute_score"
+    preflight.check_reward_function(config)
+
+
+def test_legacy_reward_model_keys_move_with_verls_migration():
+    config = compose_gcpo(BASE + ["reward_model.reward_manager=dapo", "reward_model.num_workers=3"])
+    lines = preflight.migrate_legacy_reward(config)
+    assert config.reward.reward_manager.name == "dapo" and config.reward.num_workers == 3
+    assert lines == ["reward_model (verl's legacy keys) -> reward.reward_model, moved as verl's "
+                     "migrate_legacy_reward_impl moves them"]
+
+
+def test_both_a_legacy_and_a_new_reward_function_are_refused(tmp_path):
+    path = _reward_file(tmp_path)
+    config = compose_gcpo(BASE + [f"custom_reward_function.path={path}", "custom_reward_function.name=my_score",
+                                  "reward.custom_reward_function.path=/other/reward.py"])
+    with pytest.raises(ValueError, match=r"are both set: keep one, reward.custom_reward_function.path"):
+        preflight.migrate_legacy_reward(config)
+
+
+def test_nothing_legacy_changes_nothing():
+    config = compose_gcpo(BASE)
+    before = OmegaConf.to_container(config)
+    assert preflight.migrate_legacy_reward(config) == []
+    assert OmegaConf.to_container(config) == before
+
+
+def test_a_launcher_with_a_classic_reward_block_trains_on_that_function(tmp_path):
+    """The whole path, as the launcher's run would take it: the entry point in its own process, a dry run."""
+    path = _reward_file(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "recipe.gcpo.main_gcpo", *BASE, f"custom_reward_function.path={path}",
+                           "custom_reward_function.name=my_score"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "GCPO_DRY_RUN": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    composed = proc.stdout.split("# composed config (dry run)")[1]
+    assert f"path: {path}" in composed and "name: my_score" in composed and "pkg://recipe.gcpo.reward" not in composed
+    assert f"gcpo: reward: manager naive (register); function {path}:my_score; overlong shaping off" in proc.stdout
+    assert "gcpo: custom_reward_function (verl's legacy key) -> reward.custom_reward_function" in proc.stdout
+
+
+# --- the reward function ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, overrides, message", [
+    (None, ["reward.custom_reward_function.path=/nowhere/reward.py"], "/nowhere/reward.py does not exist"),
+    (None, ["reward.custom_reward_function.path=pkg://no_such_module"], "no module no_such_module is importable"),
+    ("def other(**kw):\n    return 0\n", ["reward.custom_reward_function.name=my_score"], "defines no 'my_score'"),
+    ("my_score = 3\n", ["reward.custom_reward_function.name=my_score"], "is not a function"),
+    ("import no_such_dependency\n", ["reward.custom_reward_function.name=my_score"],
+     "fails to load here: ModuleNotFoundError"),
+    ("def my_score(response, answer):\n    return 0\n", ["reward.custom_reward_function.name=my_score"],
+     "cannot take data_source, solution_str, ground_truth, extra_info"),
+    ("def my_score(data_source, solution_str, ground_truth, extra_info, scale):\n    return 0\n",
+     ["reward.custom_reward_function.name=my_score"], "requires scale, which verl does not pass"),
+])
+def test_a_reward_function_that_would_fail_in_the_workers_is_refused(tmp_path, body, overrides, message):
+    extra = [] if body is None else [f"reward.custom_reward_function.path={_reward_file(tmp_path, body)}"]
+    config = compose_gcpo(BASE + extra + overrides)
+    with pytest.raises(ValueError, match=message):
+        validate(config)
+
+
+@pytest.mark.parametrize("body", [
+    "def my_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0\n",
+    "def my_score(**kwargs):\n    return 0\n",
+    "async def my_score(data_source, solution_str, ground_truth, extra_info):\n    return 0\n",
+    "def my_score(data_source, solution_str, ground_truth, extra_info, scale):\n    return 0\n",  # scale given below
+])
+def test_reward_functions_verl_can_call_pass(tmp_path, body):
+    path = _reward_file(tmp_path, body)
+    config = compose_gcpo(BASE + [f"reward.custom_reward_function.path={path}", "reward.custom_reward_function.name=my_score",
+                                  "+reward.custom_reward_function.reward_kwargs={scale:2}"])
+    preflight.check_reward_function(config)
+
+
+def test_the_reward_line_names_the_recipes_default_and_the_shaping():
+    config = compose_gcpo(BASE + ["reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_resp_len=8192",
+                                  "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+                                  "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
+                                  "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+                                  "+reward.reward_kwargs.overlong_buffer_cfg.log=false"])
+    line = preflight.describe_reward(config)
+    assert line.startswith("reward: manager dapo (register); function pkg://recipe.gcpo.reward:compute_score (the "
+                           "recipe's math-verify reward")
+    assert "or to null for verl's data_source dispatch" in line
+    assert line.endswith("overlong shaping on (max_resp_len 8192, buffer 4096, penalty factor 1.0)")
+    dispatch = compose_gcpo(BASE + ["reward.custom_reward_function.path=null"])
+    assert "function verl's data_source dispatch (verl.utils.reward_score.default_compute_score)" in \
+        preflight.describe_reward(dispatch)
+
+
+# --- the encoder --------------------------------------------------------------------------------------------
+
+def test_the_bundled_encoder_and_a_local_model_folder_pass(tmp_path):
+    validate(compose_gcpo(BASE))
+    folder = tmp_path / "encoder"
+    folder.mkdir()
+    (folder / "modules.json").write_text("[]")
+    validate(compose_gcpo(BASE + [f"algorithm.gcpo.encoder.model={folder}"]))
+
+
+@pytest.mark.parametrize("model, message", [
+    ("/no/such/encoder", "algorithm.gcpo.encoder.model=/no/such/encoder is not a folder"),
+    ("EMPTY", r"holds no model \(no modules.json or config.json\)"),
+    ("someone/not-cached-encoder", "is not in the Hugging Face cache and the hub is off"),
+])
+def test_an_encoder_the_credit_actors_could_not_load_is_refused(tmp_path, monkeypatch, model, message):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    if model == "EMPTY":
+        (tmp_path / "empty").mkdir()
+        model = str(tmp_path / "empty")
+    config = compose_gcpo(BASE + [f"algorithm.gcpo.encoder.model={model}"])
+    with pytest.raises(ValueError, match=message):
+        validate(config)
+
+
+def test_a_grpo_run_does_not_check_an_encoder_it_never_loads():
+    validate(compose_gcpo(BASE + ["algorithm.adv_estimator=grpo", "algorithm.gcpo.encoder.model=/no/such/encoder"]))
+
+
+# --- the loggers --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("loggers, environ, message", [
+    ('["console","tensorbord"]', {}, r"'tensorbord' is not a backend verl knows \(did you mean tensorboard\?\)"),
+    ('["console","wandb"]', {"HOME": "/nonexistent"}, "W&B has no API key here"),
+])
+def test_a_logger_verl_would_fail_on_is_refused(loggers, environ, message):
+    config = compose_gcpo(BASE + [f"trainer.logger={loggers}"])
+    with pytest.raises(ValueError, match=message):
+        preflight.check_loggers(config, environ=environ)
+
+
+@pytest.mark.parametrize("environ", [{"WANDB_API_KEY": "k"}, {"WANDB_MODE": "offline"}, {"WANDB_MODE": "disabled"}])
+def test_wandb_with_a_key_or_offline_passes(environ):
+    preflight.check_loggers(compose_gcpo(BASE + ['trainer.logger=["console","wandb"]']), environ=environ)
+
+
+def test_wandb_logged_in_through_netrc_passes(tmp_path):
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password k\n")
+    preflight.check_loggers(compose_gcpo(BASE + ['trainer.logger=["wandb"]']), environ={"HOME": str(tmp_path)})
+
+
+def test_a_logger_whose_package_is_missing_is_refused(monkeypatch):
+    monkeypatch.setitem(preflight.LOGGER_MODULES, "tensorboard", "no_such_tensorboard_package")
+    config = compose_gcpo(BASE + ['trainer.logger=["console","tensorboard"]'])
+    with pytest.raises(ValueError, match="tensorboard needs the no_such_tensorboard_package package"):
+        preflight.check_loggers(config, environ={})
+
+
+# --- data files and the start-up lines ----------------------------------------------------------------------
+
+def test_only_the_launchers_own_files_point_at_prepare_data():
+    assert "scripts/prepare_data.py" in preflight.missing_data_hint("/data/gcpo/val_aime24.parquet")
+    assert "scripts/prepare_data.py" in preflight.missing_data_hint("~/data/gcpo/train.parquet")
+    assert "scripts/prepare_data.py" not in preflight.missing_data_hint("/mine/my_train.parquet")
+
+
+def test_startup_says_what_will_run():
+    config = compose_gcpo(BASE + ["algorithm.gcpo.credit.method=mc"])
+    estimator, reward, scale = preflight.startup_lines(config, validate_gcpo_config(config))
+    assert estimator.startswith("estimator: algorithm.adv_estimator=gcpo: Shapley credit")
+    assert "method mc" in estimator and "encoder sentence-transformers/all-MiniLM-L6-v2" in estimator
+    assert reward.startswith("reward: ")
+    assert scale.startswith("scale: 1 node(s) x 8") and "4 rollouts a step" in scale
+    grpo = compose_gcpo(BASE + ["algorithm.adv_estimator=grpo"])
+    assert preflight.startup_lines(grpo)[0] == "estimator: algorithm.adv_estimator=grpo (verl's own estimator, unchanged)"
+
+
+# --- the credit actor's GPU memory --------------------------------------------------------------------------
+
+def test_the_encoders_parameters_are_counted_from_its_files():
+    from sentence_transformers import SentenceTransformer
+
+    from gcpo_core.encoding.encoder import DEFAULT_MODEL, resolve_model_path
+
+    memory = preflight.encoder_memory(DEFAULT_MODEL)
+    model = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
+    parameters = sum(p.numel() for p in model.parameters())
+    # the file also holds the position ids (a buffer of max_position_embeddings values), which transformers no
+    # longer loads as a parameter
+    assert memory.parameters - parameters in (0, model[0].auto_model.config.max_position_embeddings)
+    assert memory.weights_gib == pytest.approx(memory.parameters * 2 / 1024**3)  # float16 on a GPU
+    # one forward pass of 262,144 tokens: (384 + 2 x 1536) values a token in float16 plus the float32 pooling copy
+    assert memory.activations_gib == pytest.approx((262144 * 3456 * 2 + 262144 * 384 * 4) / 1024**3)
+    smaller = preflight.encoder_memory(DEFAULT_MODEL, batch_tokens=65536)
+    assert smaller.activations_gib == pytest.approx(memory.activations_gib / 4)
+
+
+def test_the_computed_activations_bound_a_real_forward_pass(tmp_path):
+    """The encoder on the CPU (float32) at 65,536 tokens a pass: the rise of the process's peak resident memory over
+    one call lies between 70 % of the feed-forward estimate and the bound with the attention scores."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import resource, psutil, torch\n"
+        "from gcpo_core.encoding.encoder import RolloutEncoder, EncoderConfig\n"
+        "encoder = RolloutEncoder(EncoderConfig(device='cpu', batch_tokens=65536))\n"
+        "texts = [('word ' * 253) + str(i) for i in range(512)]\n"  # 256 tokens each: full passes
+        "encoder.encode(texts[:4])\n"
+        "now = psutil.Process().memory_info().rss\n"
+        "encoder.encode(texts)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - now) / 1024 ** 3)\n")
+    proc = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rise = float(proc.stdout.strip().splitlines()[-1])
+    estimate = preflight.encoder_memory("sentence-transformers/all-MiniLM-L6-v2", "float32", 65536)
+    assert 0.7 * estimate.activations_gib <= rise <= estimate.with_scores_gib, (rise, estimate)
+
+
+def _gcpo(overrides=()):
+    config = compose_gcpo(BASE + list(overrides))
+    return config, validate_gcpo_config(config)
+
+
+def test_the_memory_line_warns_when_vllm_and_the_encoder_leave_too_little():
+    config, settings = _gcpo(["actor_rollout_ref.rollout.gpu_memory_utilization=0.7"])
+    (line,) = preflight.memory_lines(settings, config, gpu_gib=80.0, gpu_name="H100")
+    assert line.startswith("credit actor memory, on each GPU with a shard: at most 5.60 GiB")
+    assert "7.0 % of this H100 (80 GiB) beside vLLM's 0.7" in line
+    line, warning = preflight.memory_lines(settings, config, gpu_gib=24.0)
+    assert warning.startswith("warning: vLLM's gpu_memory_utilization 0.7 plus the credit actor's 23.4 %")
+    (line,) = preflight.memory_lines(settings, config)
+    assert line.endswith("this machine has no GPU to compare it with")
+    config, settings = _gcpo(["algorithm.gcpo.encoder.batch_tokens=32768"])
+    assert len(preflight.memory_lines(settings, config, gpu_gib=24.0)) == 1  # a smaller pass fits
+
+
+@pytest.mark.parametrize("script", ["run_qwen3_4b_gcpo.sh", "run_qwen3_4b_dqo.sh", "run_qwen3_4b_dra_grpo.sh",
+                                    "run_qwen3_4b_gcpo_dynamic.sh", "run_qwen3_1.7b_gcpo.sh"])
+def test_the_launchers_fit_an_80_and_a_40_gib_gpu(script):
+    from tests.scripts.launch import launcher_overrides
+
+    config = compose_gcpo(launcher_overrides(script))
+    settings = validate_gcpo_config(config)
+    for gib in (80.0, 40.0):
+        lines = preflight.memory_lines(settings, config, gpu_gib=gib)
+        assert not any(line.startswith("warning") for line in lines), lines
