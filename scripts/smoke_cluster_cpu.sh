@@ -11,8 +11,8 @@
 #   python -m recipe.gcpo.smoke cluster --help lists every option
 # Root only (network namespaces, Slurm's daemons); installs Debian's slurmctld, slurmd, slurm-client and munge when
 # absent. Shares the CPU smoke's environment (.venv-cpu) and its machine-wide lock: one CPU run at a time.
-# Environment: GCPO_CPU_VENV, CLUSTER_SMOKE_DIR (/var/tmp/gcpo-cluster-smoke: not under /tmp, which each node has
-#   of its own). Needs no data from outside the project: the smoke's prompts train and validate.
+# Environment: GCPO_CPU_VENV, CLUSTER_SMOKE_DIR (/var/tmp/gcpo-cluster-smoke: what every node shares: the policy,
+#   data, checkpoints, logs). Needs no data from outside the project: the smoke's prompts train and validate.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 : "${GCPO_CPU_VENV:=${ROOT}/.venv-cpu}"

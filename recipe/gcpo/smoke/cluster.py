@@ -5,8 +5,10 @@ Each node is a set of Linux namespaces, made and removed here (root only):
 * network: a veth pair whose outer end is on a bridge of its own, and one address in a private /24 that exists
   only between the namespaces made here (no default route, no NAT: a node reaches the other nodes and nothing
   else); ``gcpo-n1`` is ``<subnet>.1``, ``gcpo-n2`` ``<subnet>.2``, ...;
-* host name (UTS), mounts (its own ``/etc/hosts`` naming every node, ``/tmp`` and ``/dev/shm``, as separate hosts
-  have) and process IDs. The PID namespace matters: the sbatch's and Ray's clean-ups kill every Ray process they
+* host name (UTS), mounts (its own ``/etc/hosts`` naming every node, its own ``/dev/shm``, and a folder of its own
+  at :data:`NODE_PRIVATE`, where the jobs put ``RAY_TMPDIR``, so that each node's Ray has its own sockets and
+  session as on separate hosts; ``/tmp`` stays shared, since the checkout, its environments and a CI's work
+  folder may live there) and process IDs. The PID namespace matters: the sbatch's and Ray's clean-ups kill every Ray process they
   can see, and a node must not see another's. It also makes a crashed node: SIGKILL to the namespace's first
   process ends every process in it, as when a host dies.
 
@@ -42,6 +44,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[3]
 NODE_PREFIX = "gcpo-n"
+# each node's own folder, at the same path on every node (short: Ray's socket paths end at 107 characters)
+NODE_PRIVATE = Path("/run/gcpo-node")
 # private /24s tried in order; the first that no route of this machine overlaps is used
 CANDIDATE_SUBNETS = tuple(f"10.213.{third}.0/24" for third in range(47, 60))
 DEBIAN_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "iproute2", "util-linux")
@@ -184,11 +188,12 @@ class NamespaceCluster:
 
     def _write_files(self) -> None:
         for sub in ("etc", "state", "run", "log", "munge", *(f"spool/{n.name}" for n in self.nodes),
-                    *(f"nodes/{n.name}/tmp" for n in self.nodes)):
+                    *(f"nodes/{n.name}/private" for n in self.nodes)):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "munge").chmod(0o755)  # munged asks that its socket's folder be reachable by every user
         for node in self.nodes:
-            (self.root / "nodes" / node.name / "tmp").chmod(0o1777)
+            (self.root / "nodes" / node.name / "private").chmod(0o1777)
+        NODE_PRIVATE.mkdir(parents=True, exist_ok=True)  # the mount point (empty on this machine itself)
         names, addresses = [n.name for n in self.nodes], [n.address for n in self.nodes]
         self.conf.write_text(slurm_conf(names, addresses, self.root, self.cpus_per_node, self.slurmd_timeout_s))
         (self.root / "etc" / "gres.conf").write_text("Name=gpu File=/dev/null\n")
@@ -225,7 +230,8 @@ class NamespaceCluster:
         spec = {
             "name": node.name,
             "hosts": str(self.root / "etc" / "hosts"),
-            "tmp": str(self.root / "nodes" / node.name / "tmp"),
+            "private": str(self.root / "nodes" / node.name / "private"),
+            "private_at": str(NODE_PRIVATE),
             "conf": str(self.conf),
             "controller": node is self.nodes[0],
             "log": str(self.root / "log" / f"{node.name}.out"),
@@ -389,7 +395,7 @@ def node_main(spec_path: str) -> int:
 
     socket.sethostname(spec["name"])
     for args in (["mount", "--bind", spec["hosts"], "/etc/hosts"],
-                 ["mount", "--bind", spec["tmp"], "/tmp"],
+                 ["mount", "--bind", spec["private"], spec["private_at"]],
                  ["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm"]):
         subprocess.run(args, check=True)
     daemons = [subprocess.Popen(["slurmd", "-D", "-N", spec["name"], "-f", spec["conf"]])]

@@ -35,7 +35,7 @@ from typing import Optional, Sequence
 
 from recipe.gcpo.cpu_platform import cpu_overrides
 from recipe.gcpo.smoke import checks, report
-from recipe.gcpo.smoke.cluster import ROOT, NamespaceCluster
+from recipe.gcpo.smoke.cluster import NODE_PRIVATE, ROOT, NamespaceCluster
 from recipe.gcpo.smoke.processes import logged_steps, reap
 
 SBATCH = ROOT / "docker" / "slurm_gcpo.sbatch"
@@ -167,9 +167,12 @@ def job_overrides(paths: Paths, total_steps: int, save_freq: int, gcpo: bool, ex
 
 def job_environment(paths: Paths, job: str, marker: str, token: str, cluster_env: dict) -> dict[str, str]:
     """The environment sbatch hands to the job (``--export=ALL``, Slurm's default), as a user's shell would have it."""
-    env = {key: value for key, value in cluster_env.items() if key not in ("TMPDIR", "RAY_ADDRESS", "RAY_TMPDIR")}
+    env = {key: value for key, value in cluster_env.items() if key not in ("RAY_ADDRESS", "RAY_TMPDIR")}
     env.update({
         "CONTAINER_RUNTIME": "none",
+        # Ray's sockets and session in each node's own folder (the sbatch's default is under /tmp, which the
+        # nodes of this machine share)
+        "RAY_TMPDIR": str(NODE_PRIVATE / f"ray-{job}"),
         "HOME": str(paths.home),
         "RAY_AUTH_TOKEN": token,  # the sbatch would make one; given, so that the state-API sampler can read
         "RAY_JOIN_TIMEOUT": "300",
@@ -455,7 +458,10 @@ def evaluate(paths: Paths, options: Options, cluster: NamespaceCluster, jobs: li
         results.append(checks.check_clean_log(paths.job_file("train", "log"), markers=checks.UNCLEAN_JOB_MARKERS))
     if gcpo:
         results += checks.check_credit_signal(paths.dumps, range(1, last_step + 1))
-        results.append(checks.check_metric_glossary({**metrics.get("train", {}), **metrics.get("resume", {})}))
+        every = {**metrics.get("train", {}), **metrics.get("resume", {})}
+        results.append(checks.check_metric_glossary(every))
+        results.append(checks.check_all_correct_push(every, checks.run_config_value(
+            paths.checkpoints, "algorithm.gcpo.credit.all_correct_scale")))
     return results
 
 

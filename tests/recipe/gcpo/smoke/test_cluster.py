@@ -57,21 +57,23 @@ REAL = os.geteuid() == 0 and not cluster_module.missing_programs()
 @pytest.mark.skipif(not REAL, reason="needs root and Debian's slurmctld, slurmd, slurm-client and munge "
                                      "(bash scripts/smoke_cluster_cpu.sh installs them)")
 def test_a_real_two_node_cluster(tmp_path_factory):
-    """Both nodes take a job step with their own host name, address, /tmp and process IDs; a crashed node's
+    """Both nodes take a job step with their own host name, address, private folder and process IDs; a crashed node's
     processes are all gone; a restored one takes steps again; nothing is left after stop."""
-    root = Path("/var/tmp") / f"gcpo-cluster-test-{os.getpid()}"  # not under /tmp: the nodes mount their own
+    root = tmp_path_factory.mktemp("cluster")
+    root.chmod(0o755)  # the nodes' slurmd reads its config there
     cluster = NamespaceCluster(root, count=2, python=sys.executable)
+    private = cluster_module.NODE_PRIVATE
     try:
         cluster.start()
-        script = ('touch "/tmp/from-$(hostname)"; sleep 1; '
-                  'echo "$(hostname) $(hostname --ip-address) $$ $(cd /tmp && echo from-*)"')
+        script = (f'touch "{private}/from-$(hostname)"; sleep 1; '
+                  f'echo "$(hostname) $(hostname --ip-address) $$ $(cd {private} && echo from-*)"')
         step = cluster.command(["srun", "--nodes=2", "--ntasks=2", "bash", "-c", script], timeout=120)
         lines = sorted(step.stdout.split("\n")[:2])
         (n1, a1, pid1, tmp1), (n2, a2, pid2, tmp2) = (line.split() for line in lines)
         assert (n1, n2) == ("gcpo-n1", "gcpo-n2") and [a1, a2] == [n.address for n in cluster.nodes]
         assert int(pid1) < 1000 and int(pid2) < 1000  # numbered inside each node's PID namespace
-        assert (tmp1, tmp2) == ("from-gcpo-n1", "from-gcpo-n2")  # each node sees only its own /tmp
-        assert not list(Path("/tmp").glob("from-gcpo-n*"))
+        assert (tmp1, tmp2) == ("from-gcpo-n1", "from-gcpo-n2")  # each node sees only its own folder there
+        assert not list(private.glob("from-gcpo-n*"))  # and this machine sees neither
         assert cluster.node_pids("gcpo-n2")
         record = cluster.kill_node("gcpo-n2")
         assert record["node"] == "gcpo-n2" and record["processes"] >= 2 and not cluster.node_pids("gcpo-n2")
@@ -82,7 +84,6 @@ def test_a_real_two_node_cluster(tmp_path_factory):
         cluster.stop()
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        shutil.rmtree(root, ignore_errors=True)
     assert all(node.netns not in netns and node.veth not in links for node in cluster.nodes)
     assert cluster.bridge not in links
     assert cluster.munged.poll() is not None and all(node.process.poll() is not None for node in cluster.nodes)
