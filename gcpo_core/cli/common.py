@@ -16,7 +16,7 @@ from typing import Any
 CREDIT_DEFAULTS: dict[str, Any] = {
     "kernel": "cosine", "rbf_bandwidth": None, "quality": "clip", "method": "auto", "exact_max_contributors": 16,
     "permutations": 64, "antithetic": True, "stratified": True, "seed": 0, "advantage": "shapley", "mix_coef": 1.0,
-    "norm_by_std": True, "all_correct_scale": "batch", "epsilon": 1e-6, "std_floor": 0.0, "max_group_size": 128,
+    "norm_by_std": True, "all_correct_scale": "group", "epsilon": 1e-6, "std_floor": 0.0, "max_group_size": 128,
 }
 # dataclasses.asdict(EncoderConfig())
 ENCODER_DEFAULTS: dict[str, Any] = {

@@ -31,8 +31,9 @@ How to read it:
              group sum to its team value (log 2 = 0.693 per correct solution unlike any other).
   GCPO adv   the credit normalised per group. Groups with right and wrong answers are normalised like GRPO's
              rewards (a single correct solution gets exactly GRPO's advantage); all-correct groups, where GRPO
-             has nothing to say, are scaled by the batch's right-vs-wrong spread, so a credit spread of a few
-             hundredths of a nat is a push of a few hundredths, not +-1.
+             has nothing to say, are normalised by their own credit spread, as GRPO normalises rewards: the most
+             distinctive correct solutions get pushes of GRPO's size (--all-correct-scale batch scales them by
+             the batch's right-vs-wrong spread instead: pushes of a few hundredths).
   effective distinct solutions
              exp(entropy of L's eigenvalues): k correct solutions the encoder sees as unrelated count k, any
              number of copies of one count 1. Near 1: the encoder sees the group's solutions as nearly the same.

@@ -4,15 +4,18 @@ A credit score per rollout (``shapley``: phi itself; ``mix``: ``r + lambda * phi
 ``r / (1 + sum of similarities to the rest of the group)``) is centred per group and scaled
 (:func:`normalize_credit`):
 
-* groups whose rewards differ (where GRPO has a signal) are divided by their own score std, like GRPO's
-  rewards, with GRPO's epsilon applied in reward units: a group with exactly one correct rollout gets GRPO's
-  advantage of its rewards to rounding (1e-15), whatever the reward convention (0/1 or +-1);
-* groups whose rewards are all equal (all correct: GRPO gives them nothing) are divided, with
-  ``all_correct_scale: batch`` (the default), by one batch-level scale -- the root-mean-square score std of
-  the batch's reward-mixed groups -- so their advantages measure how much diversity is at stake against how
-  much right-vs-wrong is at stake in the same batch, instead of blowing a 2 % credit spread (and its numerical
-  noise) up to unit size; ``all_correct_scale: group`` divides them by their own std (GRPO's normalisation of
-  the credit, the other defensible reading of the paper);
+* ``all_correct_scale: group`` (the default): every group is divided by its own score std, GRPO's epsilon added:
+  GRPO's normalisation applied to the credit, the paper's reading of GCPO as a drop-in replacement of the
+  reward. Groups whose rewards are all equal (all correct: GRPO gives them nothing) then get pushes of GRPO's
+  size: the rollouts that add a distinct route up, the redundant ones down. A group with exactly one correct
+  rollout gets GRPO's advantage of its rewards up to epsilon's effect (within 2e-5 of it at every group size up
+  to 128: epsilon is added to the credit's std, which is not the rewards');
+* ``all_correct_scale: batch``: groups whose rewards differ are divided by their own score std with GRPO's
+  epsilon applied in reward units (one correct rollout: GRPO's advantage to rounding, 1e-15, whatever the reward
+  convention), and groups whose rewards are all equal by one batch-level scale -- the root-mean-square score
+  std of the batch's reward-mixed groups -- so their advantages measure how much diversity is at stake against
+  how much right-vs-wrong is at stake in the same batch (a push 20-30x smaller on real rollouts, and less of
+  the encoder's rounding in it);
 * no group is scaled by less than ``NOISE_FLOOR`` times its largest Monte-Carlo standard error (a difference
   of one standard error becomes an advantage of at most 1 / NOISE_FLOOR), nor by less than ``std_floor``;
 * a group whose scores are all equal (all wrong) gets exactly 0; a group of one gets verl's convention
@@ -83,7 +86,7 @@ def normalize_credit(
     norm_by_std: bool = True,
     epsilon: float = 1e-6,
     std_floor: float = 0.0,
-    all_correct_scale: str = "batch",
+    all_correct_scale: str = "group",
     stderr: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Group-normalised advantages of credit scores (see the module docstring for the rules).
@@ -122,7 +125,7 @@ def normalize_credit(
     equal = ~mixed & (count > 1)
     noise = NOISE_FLOOR * _masked_max(stderr, mask) if stderr is not None else torch.zeros_like(std)
     floor = torch.maximum(noise, torch.full_like(noise, float(std_floor)))
-    if all_correct_scale == "group":  # today's normalisation: every group by its own std, epsilon added
+    if all_correct_scale == "group":  # GRPO's normalisation of the score: every group by its own std, epsilon added
         scale = torch.maximum(std, floor) + epsilon
     else:
         # epsilon in reward units: (s - mean) / std * std_r / (std_r + eps), GRPO's exactly when s is affine in r
@@ -211,7 +214,7 @@ def credit_advantages(
     epsilon: float = 1e-6,
     std_floor: float = 0.0,
     kernel: Optional[torch.Tensor] = None,
-    all_correct_scale: str = "batch",
+    all_correct_scale: str = "group",
     stderr: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Credit score and its group-normalised advantage (:func:`normalize_credit`).

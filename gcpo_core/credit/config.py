@@ -38,9 +38,10 @@ class CreditConfig:
         advantage: ``shapley`` (normalise phi) or ``mix`` (normalise ``r + mix_coef * phi``).
         mix_coef: lambda of the ``mix`` mode.
         norm_by_std: scale by a std (GRPO) or only centre (Dr.GRPO).
-        all_correct_scale: how groups whose rewards are all equal (all correct) are scaled: ``batch`` (by the
-            root-mean-square score std of the batch's reward-mixed groups: their advantages measure how much
-            diversity is at stake) or ``group`` (by their own std: GRPO's normalisation of the credit).
+        all_correct_scale: how groups whose rewards are all equal (all correct) are scaled: ``group`` (by their
+            own std: GRPO's normalisation applied to the credit, the paper's drop-in reading; the default) or
+            ``batch`` (by the root-mean-square score std of the batch's reward-mixed groups: their advantages
+            measure how much diversity is at stake against right-vs-wrong, a push far smaller than GRPO's).
         epsilon: keeps the normalisation finite when a group's scores barely differ (> 0).
         std_floor: no group is scaled by less than this (score units); 0 = no floor.
         max_group_size: larger groups are rejected (they signal a grouping bug, and bound memory).
@@ -58,7 +59,7 @@ class CreditConfig:
     advantage: str = "shapley"
     mix_coef: float = 1.0
     norm_by_std: bool = True
-    all_correct_scale: str = "batch"
+    all_correct_scale: str = "group"
     epsilon: float = 1e-6
     std_floor: float = 0.0
     max_group_size: int = 128

@@ -184,11 +184,47 @@ def _has_math(reading: list) -> bool:
     return any(not isinstance(item, str) for item in reading)
 
 
+# math delimiters a data set may wrap a gold answer in (longest first: "$$" before "$")
+_GOLD_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+
+
+def unwrap_gold(gold: str) -> str:
+    """A gold answer without the math delimiters or box a data set wrapped it in (``$28\\%$``, ``$$x$$``,
+    ``\\(x\\)``, ``\\[x\\]``, ``\\boxed{x}``, nested), so that every form of one answer is read alike: inside
+    ``$...$`` a percent sign, read as a box's content, matched nothing. A gold that is not wrapped as a whole
+    (``$1$ and $2$``) is left as it is."""
+    text = gold.strip()
+    while True:
+        for left, right in _GOLD_DELIMITERS:
+            inner = text[len(left):-len(right)] if len(text) > len(left) + len(right) else ""
+            if text.startswith(left) and text.endswith(right) and inner.strip() and "$" not in inner:
+                text = inner.strip()
+                break
+        else:
+            if text.startswith("\\boxed{") and text.endswith("}") and _closing_brace(text, len("\\boxed")) == len(text) - 1:
+                text = text[len("\\boxed{"):-1].strip()
+                continue
+            return text
+
+
+def _closing_brace(text: str, opening: int) -> int:
+    """The index of the brace that closes the one at ``opening`` (-1 when none does)."""
+    depth = 0
+    for index in range(opening, len(text)):
+        if text[index] == "{" and (index == 0 or text[index - 1] != "\\"):
+            depth += 1
+        elif text[index] == "}" and (index == 0 or text[index - 1] != "\\"):
+            depth -= 1
+            if depth == 0:
+                return index
+    return -1
+
+
 @lru_cache(maxsize=4096)  # a group's responses share one gold answer
 def _gold_reading(gold: str) -> tuple:
     from math_verify import parse
 
-    text = _without_percent(_normalise(gold.strip()))
+    text = _without_percent(_normalise(unwrap_gold(gold)))
     reading = parse(f"\\boxed{{{text}}}", parsing_timeout=None) + parse(f"${text}$", parsing_timeout=None)
     if _DECIMAL_COMMA.match(text):  # "1,22": also the decimal math-verify reads in plain text
         reading += parse(text, parsing_timeout=None)

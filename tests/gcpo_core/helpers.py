@@ -39,6 +39,17 @@ def clustered_embeddings(rng: np.random.Generator, groups: int, size: int, dim: 
     return emb / np.linalg.norm(emb, axis=-1, keepdims=True)
 
 
+def one_cluster_embeddings(rng: np.random.Generator, groups: int, size: int, dim: int = 384, cosine: float = 0.85):
+    """Unit embeddings of a group whose rollouts all sit in one tight cluster: a shared centre plus independent
+    noise sized for a mean pairwise cosine of ``cosine`` (every rollout a near-duplicate of the others; no outlier,
+    no exact copy)."""
+    sigma = np.sqrt((1.0 / cosine - 1.0) / dim)
+    centre = rng.normal(size=(groups, 1, dim))
+    centre /= np.linalg.norm(centre, axis=-1, keepdims=True)
+    emb = centre + rng.normal(size=(groups, size, dim)) * sigma
+    return emb / np.linalg.norm(emb, axis=-1, keepdims=True)
+
+
 def real_like_embeddings(rng: np.random.Generator, groups: int, size: int, dim: int = 64):
     """Unit embeddings like a group of real rollouts of one problem (mean pairwise cosine about 0.88): two or
     three tight clusters around a shared centre, a near-duplicate of the first rollout, and one outlier."""

@@ -40,8 +40,8 @@ def test_the_credit_benchmarks_coverage_and_memory_sections_run():
 def test_the_signal_benchmark_runs_on_the_shared_rollouts(shared_data):
     out = _run(ROOT / "scripts" / "bench_signal.py", "--data-dir", shared_data, "--groups", "3", "--dtypes", "float32",
                "float16", "--noise-seeds", "1", "--with-reference")
-    assert "## model responses: default, all_correct_scale=batch" in out
-    assert "## model responses + reference solutions: all_correct_scale=group (GRPO's reading)" in out
+    assert "## model responses: default, all_correct_scale=group" in out
+    assert "## model responses + reference solutions: all_correct_scale=batch (all-correct groups scaled" in out
     assert "| float16 |" in out and "| float32 + N(0, 0.001) per coordinate, seed 0 |" in out
     assert "PASS  model responses, float16" in out
 

@@ -4,10 +4,10 @@ Every arm trains the same warm start on the same prompts, shaped reward (+1 / -1
 number of steps; only the advantage differs:
 
 * ``grpo``: verl's GRPO;
-* ``gcpo_group``: GCPO as the paper describes it, a reward shaping inside GRPO: every group, all-correct ones
-  included, normalised by its own spread (``algorithm.gcpo.credit.all_correct_scale=group``);
-* ``gcpo_batch``: GCPO with the project's default (``all_correct_scale=batch``: all-correct groups scaled by the
-  batch's right-vs-wrong spread, a push about 20-30x smaller).
+* ``gcpo_group``: GCPO as the paper describes it and the project's default, a reward shaping inside GRPO: every
+  group, all-correct ones included, normalised by its own spread (``algorithm.gcpo.credit.all_correct_scale=group``);
+* ``gcpo_batch``: GCPO with ``all_correct_scale=batch`` (the default until 2026-11-26): all-correct groups scaled
+  by the batch's right-vs-wrong spread, a push about 20-30x smaller.
 
 The device settings are the CPU smoke's (``scripts/smoke.sh``'s ``device_args``; a test keeps the two equal).
 """

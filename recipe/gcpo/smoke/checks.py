@@ -242,6 +242,8 @@ def check_launcher_run(metrics_path: str | os.PathLike, log: str | os.PathLike, 
         results += check_credit_signal(dump_dir, range(1, steps + 1))
     if gcpo:
         results.append(check_metric_glossary(metrics))
+        results.append(check_all_correct_push(metrics, run_config_value(checkpoint_dir,
+                                                                        "algorithm.gcpo.credit.all_correct_scale")))
     results.append(check_clean_log(log))
     return results
 
@@ -389,3 +391,42 @@ def check_metric_glossary(metrics: Mapping[int, Mapping[str, float]], path: str 
     missing = sorted(logged - glossary_metrics(path))
     return Check("metrics in the glossary", not missing,
                  f"not in docs/metrics.md: {missing}" if missing else f"{len(logged)} gcpo metrics, each described")
+
+
+# GCPO's push in all-correct groups against the correctness push in mixed groups: under the default
+# all_correct_scale=group both are normalised by their group's own spread, so they are of the same order (about 1
+# to 1 on real rollouts); batch scales the first by the batch's right-vs-wrong spread (20-30x smaller)
+SAME_ORDER = 0.25
+
+
+def run_config_value(checkpoint_dir: str | os.PathLike, key: str):
+    """A key of the composed config the run used, from Hydra's record beside its checkpoints
+    (``<default_local_dir>/hydra/<time>/.hydra/config.yaml``, the latest run's); None when there is none."""
+    import yaml
+
+    records = sorted(Path(checkpoint_dir).glob("hydra/*/.hydra/config.yaml"))
+    if not records:
+        return None
+    node = yaml.safe_load(records[-1].read_text(encoding="utf-8"))
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def check_all_correct_push(metrics: Mapping[int, Mapping[str, float]], scale: str | None) -> Check:
+    """Under ``all_correct_scale=group`` (the default) all-correct groups carry a push of the same order as mixed
+    ones: mean ``gcpo/all_correct_adv_abs`` over the steps that had both kinds of group is at least
+    ``SAME_ORDER`` of mean ``gcpo/mixed_adv_abs``. Under ``batch`` the balance is only reported."""
+    both = [s for s, d in metrics.items()
+            if (d.get("gcpo/all_correct_adv_abs") or 0) > 0 and (d.get("gcpo/mixed_adv_abs") or 0) > 0]
+    if not both:
+        return Check("all-correct push", False, "no step had both an all-correct and a mixed group with advantages")
+    pushed = sum(metrics[s]["gcpo/all_correct_adv_abs"] for s in both) / len(both)
+    mixed = sum(metrics[s]["gcpo/mixed_adv_abs"] for s in both) / len(both)
+    detail = (f"mean |advantage| {pushed:.3f} in all-correct groups, {mixed:.3f} in mixed ones ({pushed / mixed:.2f}) "
+              f"at steps {both}; all_correct_scale={scale}")
+    if scale == "batch":
+        return Check("all-correct push", True, detail + " (scaled by the batch's spread: not required)")
+    return Check("all-correct push", pushed >= SAME_ORDER * mixed, detail + f" (required: >= {SAME_ORDER})")

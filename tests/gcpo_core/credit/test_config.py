@@ -6,7 +6,7 @@ from gcpo_core.credit.config import CreditConfig
 def test_defaults_are_the_reconstruction():
     config = CreditConfig()
     assert (config.kernel, config.quality, config.method, config.advantage) == ("cosine", "clip", "auto", "shapley")
-    assert config.all_correct_scale == "batch"
+    assert config.all_correct_scale == "group"  # the paper's drop-in reading: GRPO's normalisation of the credit
     assert config.epsilon == 1e-6 and config.norm_by_std
 
 

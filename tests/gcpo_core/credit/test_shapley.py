@@ -16,7 +16,8 @@ from gcpo_core.credit.shapley import (
     shapley_values,
     subset_team_values,
 )
-from tests.gcpo_core.helpers import brute_force_shapley, clustered_embeddings, real_like_embeddings, team_value_np
+from tests.gcpo_core.helpers import (brute_force_shapley, clustered_embeddings, one_cluster_embeddings,
+                                    real_like_embeddings, team_value_np)
 
 LOG2 = math.log(2.0)
 
@@ -203,11 +204,13 @@ def test_unknown_method_and_bad_permutation_budgets_are_rejected():
         mc_design(8, 3, antithetic=True, stratified=True)
     assert mc_design(16, 64, antithetic=True, stratified=True) == McDesign(units=16, shifts=2, antithetic=True)
     assert mc_design(16, 64, antithetic=False, stratified=False) == McDesign(units=64, shifts=1, antithetic=False)
-    # small budgets give up reverses, then half-turns, to keep 4 independent units for the standard error
+    # small budgets give up reverses to keep 8 stratified units (7 degrees of freedom), then reverses and
+    # half-turns to keep 4 independent units for the standard error
     assert mc_design(16, 4) == McDesign(units=4, shifts=1, antithetic=False)
     assert mc_design(16, 8) == McDesign(units=4, shifts=2, antithetic=False)
-    assert mc_design(16, 16) == McDesign(units=4, shifts=2, antithetic=True)
+    assert mc_design(16, 16) == McDesign(units=8, shifts=2, antithetic=False)  # was 4 units of 4: 91 % coverage
     assert mc_design(16, 18) == McDesign(units=9, shifts=2, antithetic=False)
+    assert mc_design(16, 32) == McDesign(units=8, shifts=2, antithetic=True)
 
 
 @pytest.mark.parametrize("method", ["exact", "mc"])
@@ -357,14 +360,20 @@ def test_the_same_groups_in_another_row_and_group_order_get_the_same_credit(meth
         torch.testing.assert_close(shuffled.stderr[k], base.stderr[g][rows[k]], rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("generator", ["clustered", "real_like"])
+@pytest.mark.parametrize("generator", ["clustered", "real_like", "one_cluster"])
 @pytest.mark.parametrize("permutations", [4, 8, 16, 64, 256])
 def test_mc_intervals_cover_the_exact_value_at_every_budget(permutations, generator):
-    # realistic groups of 8-16 correct rollouts: sub-clusters (mean cosine ~0.87), or tight clusters with a
-    # near-duplicate and an outlier (~0.88, like real rollouts of one problem); the nominal 95 % interval
-    # +-1.96 stderr must cover the exact value >= 93 % of the time (the previous design: 61-92 %)
+    # realistic groups of 8-16 correct rollouts: sub-clusters (mean cosine ~0.87), tight clusters with a
+    # near-duplicate and an outlier (~0.88, like real rollouts of one problem), or one tight cluster in 384
+    # dimensions (~0.85, every rollout a near-duplicate of the others, no outlier, no exact copy); the nominal 95 %
+    # interval +-1.96 stderr must cover the exact value >= 93 % of the time (the previous design: 61-92 %; one
+    # cluster at M = 16 with 4 units of 4: 91-93 %)
+    if generator == "one_cluster" and permutations == 4:
+        pytest.skip("M = 4 is 4 plain permutations (3 degrees of freedom): 91-94 % on one cluster, reported in "
+                    "docs/method.md, not guaranteed")
     rng = np.random.default_rng(11)
-    make = clustered_embeddings if generator == "clustered" else real_like_embeddings
+    make = {"clustered": clustered_embeddings, "real_like": real_like_embeddings,
+            "one_cluster": one_cluster_embeddings}[generator]
     inside = total = 0
     for c in (8, 12, 16):
         emb = torch.from_numpy(make(rng, 32, c))

@@ -298,3 +298,55 @@ def test_a_busy_machine_does_not_score_a_correct_answer_wrong(monkeypatch):
         math_reward.scoring_pool().close()
     assert [v.correct for v in verdicts] == [expected for _, _, expected in GRADING_TABLE]
     assert not any(v.timed_out for v in verdicts)
+
+
+# --- a gold in every form a data set writes it ---------------------------------------------------------------
+
+GOLD_FORMS = {
+    "bare": "{}",
+    "inline $": "${}$",
+    "display $$": "$${}$$",
+    "\\(...\\)": "\\({}\\)",
+    "\\boxed{}": "\\boxed{{{}}}",
+}
+# (answer class, gold as LaTeX, responses that state it, responses that state something else)
+ANSWER_CLASSES = [
+    ("integer", "540", ["So the total is \\boxed{540}.", "Answer: 540", "#### 540"],
+     ["So the total is \\boxed{541}.", "Answer: 54"]),
+    ("fraction", "\\frac{3}{4}", ["The probability is $\\boxed{\\frac{3}{4}}$.", "Answer: 0.75", "Answer: 3/4"],
+     ["The probability is $\\boxed{\\frac{4}{3}}$.", "Answer: 0.7"]),
+    ("negative decimal", "-2.5", ["Thus $x = \\boxed{-2.5}$.", "Answer: -5/2"], ["Thus $x = \\boxed{2.5}$."]),
+    ("percent", "28\\%", ["So \\boxed{28\\%} of them.", "So \\boxed{28}.", "Answer: 28 percent", "Answer: 28%"],
+     ["So \\boxed{27\\%} of them.", "Answer: 0.28 percent"]),
+    ("expression", "2\\sqrt{3}", ["The side is \\boxed{2\\sqrt{3}}.", "Answer: \\sqrt{12}"],
+     ["The side is \\boxed{3\\sqrt{2}}."]),
+    ("tuple", "(1, -2)", ["The point is \\boxed{(1,-2)}.", "Answer: (1, -2)"], ["The point is \\boxed{(-2,1)}."]),
+    ("interval", "[0, 5)", ["So $x \\in \\boxed{[0,5)}$."], ["So $x \\in \\boxed{[0,5]}$."]),
+    ("degrees", "45^\\circ", ["The angle is \\boxed{45^\\circ}.", "The angle is \\boxed{45}."],
+     ["The angle is \\boxed{135^\\circ}."]),
+]
+
+
+@pytest.mark.parametrize("form", GOLD_FORMS)
+@pytest.mark.parametrize("answer_class, gold, right, wrong", ANSWER_CLASSES, ids=[c[0] for c in ANSWER_CLASSES])
+def test_every_form_of_a_gold_grades_alike_in_both_directions(form, answer_class, gold, right, wrong):
+    """A gold wrapped in $...$ (or $$, \\(\\), a box) is read as the bare gold is: before, $28\\%$ matched nothing,
+    not even \\boxed{28\\%}."""
+    written = GOLD_FORMS[form].format(gold)
+    verdicts = score_answers([(response, written) for response in right + wrong])
+    assert [v.correct for v in verdicts] == [True] * len(right) + [False] * len(wrong), written
+    assert not any(v.timed_out for v in verdicts)
+
+
+def test_a_gold_wrapped_in_several_pieces_is_left_as_it_is():
+    from gcpo_core.rewards.math_reward import unwrap_gold
+
+    assert unwrap_gold("$28\\%$") == "28\\%" and unwrap_gold("$\\boxed{5}$") == "5"
+    assert unwrap_gold("$$\\frac{1}{2}$$") == "\\frac{1}{2}" and unwrap_gold("\\(x\\)") == "x"
+    assert unwrap_gold("$1$ and $2$") == "$1$ and $2$"  # two pieces: not one wrapped answer
+    assert unwrap_gold("\\boxed{1}+\\boxed{2}") == "\\boxed{1}+\\boxed{2}"
+
+
+def test_a_bare_percent_in_a_closing_sentence_matches_a_gold_in_math_mode():
+    assert score_answer("Every seat is taken, so the hall is full: 100%.\nAnswer: 100%", "$100%$").correct
+    assert not score_answer("So the hall is half full.\nAnswer: 50%", "$100%$").correct

@@ -69,16 +69,18 @@ def test_all_correct_groups_with_redundancy_get_a_signal_grpo_does_not_give():
     with provide_credit(_credit(rewards, uids, emb)):
         gcpo = _verl(_data(rewards, uids), "gcpo")[:, 0]
     assert torch.all(_verl(_data(rewards, uids), "grpo") == 0)
-    # copies share log 4 (phi = log(4)/3 each), the distinct solution keeps log 2: the copies go down. Alone in
-    # its batch (no right-vs-wrong spread to measure it against) the group is only centred, in nats
+    # copies share log 4 (phi = log(4)/3 each), the distinct solution keeps log 2: the copies go down, normalised
+    # by the group's own spread (the default, all_correct_scale=group) as GRPO normalises rewards
     phi = np.array([np.log(4) / 3] * 3 + [np.log(2)])
-    np.testing.assert_allclose(gcpo.numpy(), phi - phi.mean(), atol=1e-6)
-    own_std = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"all_correct_scale": "group"}}})
+    np.testing.assert_allclose(gcpo.numpy(), (phi - phi.mean()) / (phi.std(ddof=1) + 1e-6), atol=1e-5)
+    # with the batch scale and alone in its batch (no right-vs-wrong spread to measure it against) the group is
+    # only centred, in nats
+    batch = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"all_correct_scale": "batch"}}})
     with provide_credit(_credit(rewards, uids, emb)):
         data = _data(rewards, uids)
-        legacy, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
-                                                   index=data.non_tensor_batch["uid"], config=own_std)
-    np.testing.assert_allclose(legacy[:, 0].numpy(), (phi - phi.mean()) / (phi.std(ddof=1) + 1e-6), atol=1e-5)
+        centred, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
+                                                    index=data.non_tensor_batch["uid"], config=batch)
+    np.testing.assert_allclose(centred[:, 0].numpy(), phi - phi.mean(), atol=1e-6)
 
 
 @pytest.mark.parametrize("method", ["exact", "mc"])

@@ -21,6 +21,8 @@ def step_metrics(step, gcpo=True, **changes):
             "critic/values/mean": float("nan")}  # verl logs NaN critic values without a critic: not checked
     if gcpo:
         data.update({key: 0.25 for key in checks.REQUIRED_GCPO_METRICS}, **{"gcpo/groups": 3.0})
+        # the default all_correct_scale=group: an all-correct push of the order of the mixed one
+        data.update({"gcpo/all_correct_adv_abs": 0.76, "gcpo/mixed_adv_abs": 0.79})
     data.update(changes)
     return {k: v for k, v in data.items() if v is not ...}
 
@@ -487,3 +489,24 @@ def test_a_logged_gcpo_metric_missing_from_the_glossary_fails(tmp_path):
     result = checks.check_metric_glossary(logged, glossary)
     assert not result.ok and "['gcpo/new_thing', 'timing_s/gcpo_new']" in result.detail
     assert checks.GLOSSARY.is_file()  # the real one, docs/metrics.md
+
+
+def _hydra_record(checkpoints, scale):
+    record = checkpoints / "hydra" / "2026-11-26_06-00-00" / ".hydra"
+    record.mkdir(parents=True)
+    (record / "config.yaml").write_text(f"algorithm:\n  gcpo:\n    credit:\n      all_correct_scale: {scale}\n")
+
+
+def test_under_the_group_scale_all_correct_groups_carry_a_push_of_the_mixed_ones_order(tmp_path):
+    _hydra_record(tmp_path, "group")
+    scale = checks.run_config_value(tmp_path, "algorithm.gcpo.credit.all_correct_scale")
+    assert scale == "group"
+    balanced = {1: {"gcpo/all_correct_adv_abs": 0.7, "gcpo/mixed_adv_abs": 0.8},
+                2: {"gcpo/all_correct_adv_abs": 0.0, "gcpo/mixed_adv_abs": 0.8}}  # no all-correct group at step 2
+    result = checks.check_all_correct_push(balanced, scale)
+    assert result.ok and "at steps [1]" in result.detail
+    faint = {1: {"gcpo/all_correct_adv_abs": 0.04, "gcpo/mixed_adv_abs": 0.8}}  # what the batch scale gives
+    assert not checks.check_all_correct_push(faint, scale).ok
+    assert checks.check_all_correct_push(faint, "batch").ok  # reported, not required
+    assert not checks.check_all_correct_push({1: {"gcpo/mixed_adv_abs": 0.8}}, scale).ok  # nothing to compare
+    assert checks.run_config_value(tmp_path / "none", "algorithm.gcpo.credit.all_correct_scale") is None
