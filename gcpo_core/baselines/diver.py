@@ -35,6 +35,7 @@ from typing import Hashable, Optional, Sequence
 
 import numpy as np
 
+from gcpo_core.credit.config import FieldError
 from gcpo_core.credit.grouping import layout_groups
 
 DIVER_BLEU_WEIGHTS = (0.02, 0.1, 0.15, 0.25, 0.38)
@@ -92,24 +93,25 @@ class DiverConfig:
     def __post_init__(self) -> None:
         for name, allowed in (("metric", METRICS), ("gate", GATES), ("schedule", SCHEDULES)):
             if getattr(self, name) not in allowed:
-                raise ValueError(f"diver config: {name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+                raise FieldError("diver config", name, f"must be one of {list(allowed)}, got {getattr(self, name)!r}")
         for name in ("coef", "max_equation", "max_textual"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"diver config: {name} must be a finite number >= 0, got {value!r}")
+                raise FieldError("diver config", name, f"must be a finite number >= 0, got {value!r}")
         if isinstance(self.gamma, bool) or not isinstance(self.gamma, (int, float)) or not 0 < self.gamma <= 1:
-            raise ValueError(f"diver config: gamma must be in (0, 1], got {self.gamma!r}")
+            raise FieldError("diver config", "gamma", f"must be in (0, 1], got {self.gamma!r}")
         for name in ("horizon_chars", "active_steps"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"diver config: {name} must be an integer >= 1 or null, got {value!r}")
+                raise FieldError("diver config", name, f"must be an integer >= 1 or null, got {value!r}")
         if not isinstance(self.scale_by_group_accuracy, bool):
-            raise ValueError(f"diver config: scale_by_group_accuracy must be true or false, got "
+            raise FieldError("diver config", "scale_by_group_accuracy", f"must be true or false, got "
                              f"{self.scale_by_group_accuracy!r}")
         weights = tuple(self.bleu_weights)
         if not weights or any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights) \
                 or sum(weights) <= 0:
-            raise ValueError(f"diver config: bleu_weights must be non-negative numbers, not all 0, got {self.bleu_weights!r}")
+            raise FieldError("diver config", "bleu_weights",
+                             f"must be non-negative numbers, not all 0, got {self.bleu_weights!r}")
         object.__setattr__(self, "bleu_weights", tuple(float(w) for w in weights))
 
 

@@ -18,6 +18,21 @@ from gcpo_core.credit.quality import QUALITY_MAPS
 from gcpo_core.credit.shapley import EXACT_LIMIT, MIN_PERMUTATIONS, SHAPLEY_METHODS
 
 
+class FieldError(ValueError):
+    """A setting's bad value: which ``field``, and the ``problem`` (what it accepts, what it got).
+
+    ``str()`` reads ``"<section>: <field> <problem>"``; a caller that knows where the value came from (the recipe's
+    config builders: a Hydra key path) names it as ``f"{path}.{field} {problem}"`` without rewriting the text.
+    """
+
+    def __init__(self, section: str, field: str, problem: str):
+        super().__init__(f"{section}: {field} {problem}")
+        self.section, self.field, self.problem = section, field, problem
+
+    def __reduce__(self):  # crosses process boundaries (Ray) with its three parts
+        return type(self), (self.section, self.field, self.problem)
+
+
 @dataclass(frozen=True)
 class CreditConfig:
     """How rewards and embeddings become credit and advantages.
@@ -72,7 +87,7 @@ class CreditConfig:
         _one_of("all_correct_scale", self.all_correct_scale, list(ALL_CORRECT_SCALES))
         for name in ("antithetic", "stratified", "norm_by_std"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"credit config: {name} must be true or false, got {getattr(self, name)!r}")
+                raise FieldError("credit config", name, f"must be true or false, got {getattr(self, name)!r}")
         _int_in("exact_max_contributors", self.exact_max_contributors, 0, EXACT_LIMIT)
         _int_in("permutations", self.permutations, MIN_PERMUTATIONS, 1_000_000)
         _int_in("seed", self.seed, 0, 2**63 - 1)
@@ -99,16 +114,17 @@ class CreditConfig:
 
 def _one_of(name: str, value: object, allowed: list[str]) -> None:
     if value not in allowed:
-        raise ValueError(f"credit config: {name} must be one of {allowed}, got {value!r}")
+        raise FieldError("credit config", name, f"must be one of {allowed}, got {value!r}")
 
 
 def _int_in(name: str, value: object, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"credit config: {name} must be an integer in [{low}, {high}], got {value!r}")
+        raise FieldError("credit config", name, f"must be an integer in [{low}, {high}], got {value!r}")
 
 
 def _finite_at_least(name: str, value: object, low: float, strict: bool = False) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > low if strict else value >= low)
     if not ok:
-        raise ValueError(f"credit config: {name} must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
+        raise FieldError("credit config", name,
+                         f"must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
