@@ -127,14 +127,14 @@ def rewards_and_groups(count: int, group_size: int, seed: int = 0) -> tuple[list
 
 def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
     """One DAPO-length batch, credited in this process and by N credit actors on a local Ray cluster."""
-    import dataclasses
     import os
 
     import ray
 
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions
+    from recipe.gcpo.config import CreditActorOptions
+    from recipe.gcpo.credit_actor import CreditActor
     from recipe.gcpo.credit_shards import credit_placements
 
     count = args.responses - args.responses % args.group_size
@@ -142,7 +142,7 @@ def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
     texts = dapo_texts(encoder.tokenizer, corpus, lengths, seed=5)
     rewards, groups = rewards_and_groups(count, args.group_size)
     config = CreditConfig()
-    encoder_settings = dataclasses.asdict(encoder.config)
+    encoder_settings = encoder.config
     device = encoder.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"# credit of a DAPO-length batch: {count} responses ({count // args.group_size} prompts x "

@@ -26,13 +26,11 @@ actor, and the next step's call would otherwise queue behind the stuck one.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
 import time
-from dataclasses import dataclass
-from typing import Any, Hashable, Mapping, Optional, Sequence
+from typing import Any, Hashable, Optional, Sequence
 
 import numpy as np
 import ray
@@ -43,60 +41,14 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.encoding.encoder import Encoded, EncoderConfig, EncoderStats, RolloutEncoder
 from gcpo_core.encoding.pipeline import RolloutCredit, credit_encoded, credit_rollouts, rows_to_credit
-from recipe.gcpo.credit_shards import estimated_pieces, parse_shards, shard_rows
+from recipe.gcpo.config import CreditActorOptions
+from recipe.gcpo.credit_shards import estimated_pieces, shard_rows
 
 logger = logging.getLogger(__name__)
 
 
 class CreditActorTimeout(TimeoutError):
     """The credit actor did not answer in time."""
-
-
-@dataclass(frozen=True)
-class CreditActorOptions:
-    """Resources and failure handling of the credit actors.
-
-    Attributes:
-        num_gpus: GPU fraction each actor takes from its placement-group bundle (0 = CPU only).
-        num_cpus: CPUs each actor reserves from its bundle; its tokenizer and torch threads are sized from them.
-        shards: how many actors embed a batch side by side: ``auto`` (one per GPU bundle of verl's global pool;
-            one actor on a CPU-only run), ``per_gpu``, ``per_node`` (bundle 0 of each node), or a count
-            (1: a single actor embeds the whole batch).
-        max_restarts: restarts of a dead actor before the run fails.
-        max_task_retries: re-runs of an interrupted call.
-        timeout_s: longest wait for one batch.
-        startup_timeout_s: longest wait for the actors to be scheduled and load the encoder.
-        prefetch: embed each batch as soon as it is generated, while verl computes log-probabilities (the
-            trainer calls :meth:`CreditActor.start_prefetch`); the advantage step then only computes credit.
-    """
-
-    num_gpus: float = 0.1
-    num_cpus: float = 1.0
-    shards: int | str = "auto"
-    max_restarts: int = 3
-    max_task_retries: int = 3
-    timeout_s: float = 600.0
-    startup_timeout_s: float = 600.0
-    prefetch: bool = True
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.prefetch, bool):
-            raise ValueError(f"credit actor: prefetch must be true or false, got {self.prefetch!r}")
-        for name in ("num_gpus", "num_cpus"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 64:
-                raise ValueError(f"credit actor: {name} must be in [0, 64], got {value!r}")
-        if self.num_cpus < 1 and self.num_cpus != 0:
-            raise ValueError(f"credit actor: num_cpus must be 0 or >= 1 (the tokenizer needs a CPU), got {self.num_cpus!r}")
-        parse_shards(self.shards)
-        for name in ("max_restarts", "max_task_retries"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-                raise ValueError(f"credit actor: {name} must be an integer >= -1 (-1: unlimited), got {value!r}")
-        for name in ("timeout_s", "startup_timeout_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"credit actor: {name} must be > 0, got {value!r}")
 
 
 def _threads_from_ray() -> int:
@@ -108,13 +60,13 @@ def _threads_from_ray() -> int:
 class CreditWorker:
     """The actor's body (plain class; wrapped by ``ray.remote`` in :class:`CreditActor`)."""
 
-    def __init__(self, encoder: Mapping[str, Any], credit: Mapping[str, Any]):
+    def __init__(self, encoder: EncoderConfig, credit: CreditConfig):
         # before the tokenizer's Rust thread pool starts: it would otherwise take every core of the host
         self.threads = _threads_from_ray()
         os.environ["RAYON_NUM_THREADS"] = str(self.threads)
         torch.set_num_threads(self.threads)
-        self.credit_config = CreditConfig.from_mapping(dict(credit))
-        self.encoder = RolloutEncoder(EncoderConfig(**dict(encoder)))
+        self.credit_config = credit  # validated where it was built; frozen dataclasses cross Ray as they are
+        self.encoder = RolloutEncoder(encoder)
         if self.encoder.device.type != "cuda":
             logger.warning(
                 "GCPO credit actor has no GPU (CUDA_VISIBLE_DEVICES=%r); embedding and Shapley run on the CPU, "
@@ -220,7 +172,8 @@ class CreditActor:
     """Client side: creates the actor(s) (optionally inside placement-group bundles) and calls them with time-outs.
 
     Args:
-        encoder, credit: the encoder's and the credit engine's settings (checked here, in the driver).
+        encoder, credit: the encoder's and the credit engine's settings, as the config layer parsed them (each
+            dataclass validates itself on construction); the actors receive them as they are.
         options: resources, shards and failure handling.
         placement_group, bundle_index: where a single actor is placed.
         placements: one (placement group, bundle index) per shard actor (see
@@ -230,17 +183,13 @@ class CreditActor:
 
     def __init__(
         self,
-        encoder: EncoderConfig | Mapping[str, Any] = EncoderConfig(),
-        credit: CreditConfig | Mapping[str, Any] = CreditConfig(),
+        encoder: EncoderConfig = EncoderConfig(),
+        credit: CreditConfig = CreditConfig(),
         options: CreditActorOptions = CreditActorOptions(),
         placement_group=None,
         bundle_index: int = 0,
         placements: Optional[Sequence[tuple[Any, int]]] = None,
     ):
-        encoder = dataclasses.asdict(encoder) if isinstance(encoder, EncoderConfig) else dict(encoder)
-        credit = credit.to_dict() if isinstance(credit, CreditConfig) else dict(credit)
-        EncoderConfig(**encoder)  # fail here, in the driver, on a bad value
-        CreditConfig.from_mapping(credit)
         self.options = options
         self._prefetch: list = []
         if placements is None:
@@ -276,7 +225,7 @@ class CreditActor:
         self.info = self.infos[0]
         logger.info("GCPO credit actor(s) ready: %s", self.infos)
 
-    def _create(self, encoder: dict, credit: dict, group, index: int):
+    def _create(self, encoder: EncoderConfig, credit: CreditConfig, group, index: int):
         actor_options: dict[str, Any] = {
             "num_cpus": self.options.num_cpus,
             "num_gpus": self.options.num_gpus,

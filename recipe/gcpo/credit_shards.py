@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from gcpo_core.credit.config import FieldError
+
 SHARD_MODES = ("auto", "per_gpu", "per_node")
 
 # characters per BERT word piece on English and LaTeX math (MiniLM's uncased vocabulary); only the ratio between
@@ -69,9 +71,7 @@ def shard_rows(costs: np.ndarray, shards: int) -> list[np.ndarray]:
 def parse_shards(value) -> int | str:
     """``algorithm.gcpo.actor.shards``: an integer >= 1, or one of auto, per_gpu, per_node."""
     if isinstance(value, bool) or not (isinstance(value, int) and value >= 1 or value in SHARD_MODES):
-        raise ValueError(
-            f"credit actor: shards must be an integer >= 1 or one of {list(SHARD_MODES)}, got {value!r}"
-        )
+        raise FieldError("credit actor", "shards", f"must be an integer >= 1 or one of {list(SHARD_MODES)}, got {value!r}")
     return value
 
 

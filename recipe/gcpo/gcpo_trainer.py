@@ -32,15 +32,15 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_to_nested
 
-import recipe.gcpo.baselines.reward_only  # noqa: F401  (registers "copo", whose loss-blend terms this trainer provides)
-from recipe.gcpo.baselines.copo import GLOBAL_ADVANTAGE_FIELD, copo_loss_fn, provide_copo, step_copo, validate_copo_config
+from recipe.gcpo.baselines.copo import (GLOBAL_ADVANTAGE_FIELD, copo_loss_fn, copo_loss_settings, provide_copo,
+                                        step_copo)
+from recipe.gcpo.baselines.div_r1 import div_r1_loss_fn, div_r1_settings
+from recipe.gcpo.baselines.diver import diver_credit, diver_normalisation, diver_settings
+from recipe.gcpo.baselines.group_contrastive import group_contrastive_settings, inject_references
+from recipe.gcpo.config import SYNC_TRAINER_MODE, gcpo_settings
 from recipe.gcpo.credit_actor import CreditActor
 from recipe.gcpo.credit_shards import credit_placements
-from recipe.gcpo.baselines.div_r1 import div_r1_loss_fn
-from recipe.gcpo.baselines.diver import diver_credit, validate_diver_config
 from recipe.gcpo.estimator import StepCredit, provide_credit
-from recipe.gcpo.baselines.group_contrastive import inject_references
-from recipe.gcpo.settings import SYNC_TRAINER_MODE, validate_gcpo_config, validate_group_contrastive
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -81,10 +81,14 @@ class GCPOTrainer(PPOTrainerSync):
         if mode != SYNC_TRAINER_MODE:  # verl's mode branches would then not match the sync trainer's hooks
             raise ValueError(f"GCPOTrainer is verl's sync trainer: trainer.v1.trainer_mode must be "
                              f"{SYNC_TRAINER_MODE}, got {mode}")
-        self.gcpo = validate_gcpo_config(config)
-        self.diver = validate_diver_config(config)
-        self.group_contrastive = validate_group_contrastive(config)
-        self.copo = validate_copo_config(config)
+        # the recipe's blocks, parsed once in this process (the driver's pre-flight checked the whole config already;
+        # the settings objects then travel as they are: to the credit actors, and with each step's credit)
+        self.gcpo = gcpo_settings(config)
+        self.diver = diver_settings(config)
+        self.diver_normalisation = diver_normalisation(config.algorithm) if self.diver is not None else None
+        self.group_contrastive = group_contrastive_settings(config)
+        self.copo = copo_loss_settings(config)
+        self.div_r1 = div_r1_settings(config)
         self.credit_actor: CreditActor | None = None
         super().__init__(config)
 
@@ -94,7 +98,7 @@ class GCPOTrainer(PPOTrainerSync):
             self.credit_actor = self._create_credit_actor()
         # Div-R1 (algorithm.div_r1): verl's PPO loss plus its term; COPO's loss blend: verl's PPO loss plus the
         # global one. Either is given to the actor workers as their loss (the start-up checks refuse both at once).
-        loss_fn = div_r1_loss_fn(self.config) or copo_loss_fn(self.config)
+        loss_fn = div_r1_loss_fn(self.config, self.div_r1) or copo_loss_fn(self.config, self.copo)
         if loss_fn is not None:
             self.actor_rollout_wg.set_loss_fn(loss_fn)
 
@@ -179,7 +183,7 @@ class GCPOTrainer(PPOTrainerSync):
             return self._compute_copo_advantage(batch, metrics)
         if self.diver is not None:
             credit, diver_metrics = diver_credit(batch, self._decode_responses(batch), self.diver,
-                                                 int(getattr(self, "global_steps", 0)))
+                                                 self.diver_normalisation, int(getattr(self, "global_steps", 0)))
             metrics.update(diver_metrics)
             with provide_credit(credit):
                 return super()._compute_advantage(batch, metrics)
@@ -240,7 +244,8 @@ class GCPOTrainer(PPOTrainerSync):
         metrics["gcpo/mean_credit_score"] = float(result.score[valid].mean()) if valid.any() else 0.0
         if self._dumping_now():
             self._dump_credit(texts, reward, uids, valid, result)
-        return StepCredit(uids=uids, reward=reward, score=result.score, valid=valid, stderr=result.shapley_stderr)
+        return StepCredit(uids=uids, reward=reward, score=result.score, valid=valid, config=self.gcpo.credit,
+                          stderr=result.shapley_stderr)
 
     def _expected_group_size(self) -> int:
         # multi-turn agent loops (several outputs per session) are refused at start-up

@@ -7,9 +7,8 @@ gen batch size, DAPO refill, checkpoints, resume) is verl's sync one; in verl's 
 runs (the GCPO estimators are refused there).
 
 Before Ray or any GPU is touched it composes ``config/gcpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GCPO
-keys), validates it (the recipe's checks, the names of the reward manager's and the reward function's keyword
-arguments, verl's own checks) and checks
-that this machine can start the run. A bad override or value stops it with one line saying why, exit status 2
+keys), validates it and checks that this machine can start the run (every check is in :mod:`recipe.gcpo.preflight`;
+this module keeps the Hydra entry, the task runner and the one-line error wrapper). A bad override or value stops it with one line saying why, exit status 2
 (``HYDRA_FULL_ERROR=1`` adds the traceback between two copies of that line). With ``GCPO_DRY_RUN=1`` it stops
 after validation and prints the composed config (what the launchers' ``--dry-run`` does), in a temporary Hydra
 run directory that is removed on exit; a training run keeps Hydra's run directory beside its checkpoints
@@ -47,32 +46,18 @@ class _NoPlatformFallbackWarning(logging.Filter):
 logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_NoPlatformFallbackWarning())
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
-from verl.trainer.ppo.utils import need_critic, need_reference_policy
-from verl.utils.config import validate_config
-from verl.utils.device import auto_set_device, get_torch_device, is_device_available
+from verl.utils.device import auto_set_device
 
-from recipe.gcpo.baselines.reward_only import MCGRPOSettings
-from recipe.gcpo.baselines.copo import validate_copo_config
-from recipe.gcpo.baselines.div_r1 import validate_div_r1_config
-from recipe.gcpo.baselines.diver import validate_diver_config
-
+from recipe.gcpo.config import SYNC_TRAINER_MODE
 from recipe.gcpo.preflight import (
-    check_encoder,
-    check_loggers,
-    check_reward_function,
+    accelerator_problem,
     local_gpu,
     memory_lines,
     migrate_legacy_reward,
+    missing_data_files,
     missing_data_hint,
     startup_lines,
-)
-from recipe.gcpo.settings import (
-    SYNC_TRAINER_MODE,
-    validate_gcpo_config,
-    validate_group_contrastive,
-    validate_custom_reward_kwargs,
-    validate_filter_signal,
-    validate_reward_kwargs,
+    validate,
 )
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
@@ -88,6 +73,8 @@ def trainer_class(mode: str):
     from verl.trainer.ppo.v1 import get_trainer_cls
 
     if mode == SYNC_TRAINER_MODE:
+        # imported where the trainer is built (the task runner), not in the driver: the dry run never builds one,
+        # and the trainer pulls in TransferQueue and verl's trainer stack
         from recipe.gcpo.gcpo_trainer import GCPOTrainer
 
         return GCPOTrainer
@@ -148,122 +135,6 @@ def stop_dataloader_workers(trainer) -> None:
         shutdown()
     if iterator is not None:
         trainer.train_dataloader_it = None
-
-
-def missing_data_files(config) -> list[str]:
-    """Training / validation files that do not exist on this machine (remote URIs are not checked)."""
-    files = []
-    for key in ("train_files", "val_files"):
-        value = OmegaConf.select(config, f"data.{key}")
-        files += [value] if isinstance(value, str) else list(value or [])
-    return [f for f in files if "://" not in str(f) and not os.path.exists(os.path.expanduser(str(f)))]
-
-
-# Numeric keys the launchers set and verl multiplies, divides or counts with, untyped (or loosely typed) in verl's
-# config: key -> (the smallest value allowed, whether it must be an integer, whether null is allowed). A value
-# like "abc", 0 or 3.5 would otherwise pass the dry run and fail minutes into start-up, or worse, not at all.
-NUMERIC_KEYS: dict[str, tuple[float, bool, bool]] = {
-    "data.train_batch_size": (1, True, False),
-    "data.max_prompt_length": (1, True, False),
-    "data.max_response_length": (1, True, False),
-    "data.dataloader_num_workers": (0, True, False),
-    "actor_rollout_ref.rollout.n": (1, True, False),
-    "actor_rollout_ref.rollout.val_kwargs.n": (1, True, False),
-    "actor_rollout_ref.actor.ppo_mini_batch_size": (1, True, False),
-    "actor_rollout_ref.actor.ppo_epochs": (1, True, False),
-    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": (1, True, False),
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": (1, True, False),
-    "actor_rollout_ref.rollout.tensor_model_parallel_size": (1, True, False),
-    "actor_rollout_ref.actor.optim.lr": (0, False, False),
-    "trainer.total_epochs": (1, True, False),
-    "trainer.total_training_steps": (1, True, True),
-}
-
-
-def check_numeric_keys(config) -> None:
-    """Each of :data:`NUMERIC_KEYS` is a number of the right kind and range (booleans are not numbers)."""
-    for key, (low, integer, nullable) in NUMERIC_KEYS.items():
-        value = OmegaConf.select(config, key, default=None, throw_on_missing=False)
-        if value is None and (nullable or OmegaConf.select(config, key, default="absent") == "absent"):
-            continue
-        kind = "an integer" if integer else "a number"
-        is_number = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
-        if not is_number or value < low or (isinstance(value, float) and value != value):
-            bound = f">= {low}" if low > 0 or integer else "> 0"
-            raise ValueError(f"{key} must be {kind} {bound}{' or null' if nullable else ''}, got {value!r}")
-        if not integer and low == 0 and value <= 0:
-            raise ValueError(f"{key} must be {kind} > 0, got {value!r}")
-
-
-def validate(config) -> None:
-    """Every start-up check of the config: the recipe's, then verl's."""
-    if not config.trainer.get("use_v1", True):
-        raise ValueError("trainer.use_v1=false selects verl's legacy trainer, which this entry point does not run: "
-                         "use verl's own `python -m verl.trainer.main_ppo` for it")
-    settings = validate_gcpo_config(config)
-    validate_diver_config(config)
-    validate_div_r1_config(config)
-    validate_copo_config(config)
-    MCGRPOSettings.from_algorithm_config(config.algorithm)
-    validate_group_contrastive(config)
-    validate_reward_kwargs(config)
-    check_reward_function(config)
-    validate_custom_reward_kwargs(config)
-    validate_filter_signal(config)
-    if settings is not None:  # an estimator that embeds the responses
-        check_encoder(settings.encoder.model)
-    check_loggers(config)
-    check_numeric_keys(config)
-    for key in ("nnodes", "n_gpus_per_node"):  # untyped in verl's config: verl multiplies them as they come
-        value = config.trainer[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"trainer.{key} must be an integer >= 1, got {value!r}")
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-
-
-def accelerator_problem(config) -> str | None:
-    """Why this machine cannot start the run, found before Ray starts (verl finds out only after loading the
-    tokenizer and the data sets, minutes later); None when it can, or when the run joins a running Ray cluster,
-    whose GPUs verl checks."""
-    ray_init = config.ray_kwargs.get("ray_init") or {}
-    try:
-        from ray._private.services import canonicalize_bootstrap_address
-
-        # ray.init's own rule (RAY_ADDRESS, ray_init.address, a cluster `ray start`ed on this machine): None means
-        # that run_ppo's ray.init() starts a new Ray on this machine with this machine's GPUs only
-        address = canonicalize_bootstrap_address(ray_init.get("address"), ray_init.get("_temp_dir"))
-        if address is not None:
-            return cluster_problem(address)
-    except Exception:  # a private API of Ray: if it moves, leave the check to verl
-        return None
-    device, nnodes, per_node = config.trainer.device, config.trainer.nnodes, config.trainer.n_gpus_per_node
-    visible = get_torch_device().device_count() if is_device_available() else 0
-    if visible == 0:
-        return (f"no GPU found on this machine (trainer.device={device}: 0 visible) and no Ray cluster to join "
-                "(RAY_ADDRESS): training needs GPUs. To check a config on a machine without GPUs, use the dry run "
-                "(--dry-run / GCPO_DRY_RUN=1): it composes and validates the config and starts nothing.")
-    if nnodes > 1:
-        return (f"trainer.nnodes={nnodes}, but no Ray cluster to join: start one over the {nnodes} nodes and set "
-                "RAY_ADDRESS=<head-ip>:6379 (docker/slurm_gcpo.sbatch does both)")
-    if visible < per_node:
-        return (f"trainer.n_gpus_per_node={per_node}, but this machine has {visible} visible {device} device(s): set "
-                f"trainer.n_gpus_per_node={visible} (GPUS_PER_NODE in the launchers)")
-    return None
-
-
-def cluster_problem(address: str, timeout_s: float = 5.0) -> str | None:
-    """Why the Ray cluster at ``address`` (host:port of its GCS) cannot be joined: nothing answers there (ray.init
-    would retry for minutes). None when something accepts the connection."""
-    import socket
-
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return None
-    except (OSError, ValueError) as error:
-        return (f"no Ray cluster answers at {address} (RAY_ADDRESS or ray_kwargs.ray_init.address; {error}): start "
-                "it (`ray start --head` on the head node; docker/slurm_gcpo.sbatch does it) or unset RAY_ADDRESS to "
-                "train on this machine's GPUs")
 
 
 def one_line(error: BaseException) -> str:
@@ -343,8 +214,7 @@ def accept_run(config) -> None:
     files'. Stops with one line (exit 2) at the first that fails; then says what will run."""
     migrated = adapt(config)
     try:
-        validate(config)
-        settings = validate_gcpo_config(config)
+        settings = validate(config).gcpo
     except Exception as error:  # the checks only read the config: whatever they raise is the config's
         fail(one_line(error), error)
     lines = migrated + startup_lines(config, settings)

@@ -1,16 +1,19 @@
 """Make the recipe's advantage estimators known to verl, and refuse at once a config that needs the GCPO trainer
 under any other trainer.
 
-Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator), ``diver`` (recipe.gcpo.baselines.diver) and ``copo``,
-``mc_grpo`` (recipe.gcpo.baselines.reward_only) in verl's estimator registry. It registers no trainer mode: the GCPO trainer is built by
-the recipe's entry point, ``python -m recipe.gcpo.main_gcpo``, for verl's own ``trainer.v1.trainer_mode=sync``.
+Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator), ``diver`` (recipe.gcpo.baselines.diver), ``copo``
+(recipe.gcpo.baselines.copo) and ``mc_grpo`` (recipe.gcpo.baselines.mc_grpo) in verl's estimator registry. It
+registers no trainer mode: the GCPO trainer is built by the recipe's entry point, ``python -m recipe.gcpo.main_gcpo``,
+for verl's own ``trainer.v1.trainer_mode=sync``. Which settings need that trainer, and the message, are
+:func:`recipe.gcpo.config.setting_needing_recipe_trainer` and :func:`recipe.gcpo.config.recipe_trainer_message`,
+which the entry point's pre-flight uses too.
 
 Under verl's stock entry point (``VERL_USE_EXTERNAL_MODULES=recipe.gcpo.register python -m verl.trainer.main_ppo
 --config-path <checkout>/recipe/gcpo/config --config-name gcpo_trainer ...``: verl imports the module in every
 process that imports verl and has the variable, which a Ray started by verl inherits; on an existing Ray cluster
 it must be in the environment of ``ray start`` on every node):
 
-* verl's own estimators and the reward-only baselines (``mc_grpo``, and ``copo`` with
+* verl's own estimators and the baselines that need only the rewards (``mc_grpo``, and ``copo`` with
   ``algorithm.copo.blend=advantage``) run with verl's stock trainer, as they would under the recipe's entry point;
 * a config that needs the GCPO trainer (``gcpo``, ``dqo``, ``dra_grpo``, ``diver``, Div-R1's actor loss
   ``algorithm.div_r1``, COPO's loss blend ``algorithm.copo.blend=loss`` or ``algorithm.group_contrastive``)
@@ -23,56 +26,27 @@ from __future__ import annotations
 
 import functools
 
-from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-import recipe.gcpo.baselines.reward_only  # noqa: F401  (registers "copo" and "mc_grpo")
+import recipe.gcpo.baselines.copo  # noqa: F401  (registers "copo")
 import recipe.gcpo.baselines.diver  # noqa: F401  (registers "diver")
+import recipe.gcpo.baselines.mc_grpo  # noqa: F401  (registers "mc_grpo")
 import recipe.gcpo.estimator  # noqa: F401  (registers "gcpo", "dqo" and "dra_grpo")
-from recipe.gcpo.baselines.diver import DIVER_ESTIMATOR
+from recipe.gcpo.config import recipe_trainer_message, setting_needing_recipe_trainer
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
-from recipe.gcpo.settings import EMBEDDING_ESTIMATORS, needs_gcpo_trainer
-
-# estimators whose inputs only the GCPO trainer computes (embeddings, or the response texts for DIVER)
-TRAINER_ESTIMATORS = (*EMBEDDING_ESTIMATORS, DIVER_ESTIMATOR)
-
-
-def needs_the_gcpo_trainer(config) -> str | None:
-    """Why ``config`` cannot run under a trainer other than GCPOTrainer (None: it can)."""
-    estimator = config.algorithm.adv_estimator
-    if estimator in TRAINER_ESTIMATORS:
-        return f"algorithm.adv_estimator={estimator}"
-    if OmegaConf.select(config, "algorithm.div_r1.enable", default=False):
-        return "algorithm.div_r1.enable=true"
-    if estimator == "copo" and OmegaConf.select(config, "algorithm.copo.blend", default="loss") == "loss":
-        return "algorithm.copo.blend=loss"
-    if OmegaConf.select(config, "algorithm.group_contrastive.enable", default=False):
-        return "algorithm.group_contrastive.enable=true"
-    return None
 
 
 def install_startup_check() -> None:
+    """Make verl's trainers refuse, as they are built, a config that needs the GCPO trainer (once per process)."""
     original = PPOTrainer.__init__
     if getattr(original, "_gcpo_startup_check", False):
         return
 
     @functools.wraps(original)
     def checked_init(self, config, *args, **kwargs):
-        needed_by = needs_the_gcpo_trainer(config)
-        if needed_by is not None and not isinstance(self, GCPOTrainer):
-            found = f"trainer class {type(self).__name__}"
-            if needed_by.startswith("algorithm.adv_estimator="):
-                raise ValueError(needs_gcpo_trainer(found, config.algorithm.adv_estimator))
-            if needed_by.startswith("algorithm.copo."):
-                raise ValueError(f"{needed_by} needs the GCPO trainer, which gives the actor COPO's blended loss; "
-                                 f"{found} would train GRPO's loss alone. Launch with `python -m recipe.gcpo.main_gcpo`, "
-                                 "or set algorithm.copo.blend=advantage.")
-            if needed_by.startswith("algorithm.div_r1."):
-                raise ValueError(f"{needed_by} needs the GCPO trainer, which gives the actor the Div-R1 loss; {found} "
-                                 "would train without it. Launch with `python -m recipe.gcpo.main_gcpo`.")
-            raise ValueError(f"{needed_by} needs the GCPO trainer, which injects the reference solutions before "
-                             "the old log-probabilities; launch with `python -m recipe.gcpo.main_gcpo` (or "
-                             f"scripts/run_qwen3_4b_group_contrastive.sh) (found: {found}).")
+        need = setting_needing_recipe_trainer(config)
+        if need is not None and not isinstance(self, GCPOTrainer):
+            raise ValueError(recipe_trainer_message(need, f"trainer class {type(self).__name__}"))
         original(self, config, *args, **kwargs)
 
     checked_init._gcpo_startup_check = True

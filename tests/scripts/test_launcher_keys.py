@@ -34,15 +34,16 @@ VERL_ROOT = Path(verl.__file__).resolve().parent
 
 # key prefix -> where it is read instead (keys the name test cannot judge)
 READ_ELSEWHERE = {
-    "algorithm.gcpo.": "the recipe's block: parsed whole by recipe.gcpo.settings, which refuses unknown keys",
-    "algorithm.group_contrastive.": "the recipe's block: parsed whole by recipe.gcpo.settings.validate_group_contrastive",
-    "algorithm.diver.": "the recipe's block: parsed whole by recipe.gcpo.baselines.diver.validate_diver_config",
-    "algorithm.div_r1.": "the recipe's block: parsed whole by recipe.gcpo.baselines.div_r1.validate_div_r1_config",
+    "algorithm.gcpo.": "the recipe's block: parsed whole by recipe.gcpo.config.GCPOSettings, which refuses unknown keys",
+    "algorithm.group_contrastive.": "the recipe's block: parsed whole by "
+                                    "recipe.gcpo.baselines.group_contrastive.group_contrastive_settings",
+    "algorithm.diver.": "the recipe's block: parsed whole by recipe.gcpo.baselines.diver.diver_settings",
+    "algorithm.div_r1.": "the recipe's block: parsed whole by recipe.gcpo.baselines.div_r1.div_r1_settings",
     "algorithm.copo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.copo.copo_settings, which refuses "
                        "unknown keys",
-    "algorithm.mc_grpo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.reward_only.MCGRPOSettings",
+    "algorithm.mc_grpo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.mc_grpo.MCGRPOSettings",
     "reward.reward_kwargs.": "read from the raw config by verl's DAPO reward manager; the entry point checks the names "
-                             "against what it reads (recipe.gcpo.settings.validate_reward_kwargs)",
+                             "against what it reads (recipe.gcpo.preflight.check_reward_kwargs)",
     "ray_kwargs.ray_init.": "passed whole to ray.init(**ray_kwargs.ray_init) by verl's run_ppo",
 }
 # key prefix -> why the typed config above it does not decide (the name check still applies)

@@ -10,7 +10,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from recipe.gcpo.main_gcpo import DRY_RUN_MARKER, validate
+from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
+from recipe.gcpo.preflight import validate
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.scripts.launch import launcher_overrides
 

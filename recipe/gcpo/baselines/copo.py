@@ -13,7 +13,9 @@ group's answer entropy (the formula: ``gcpo_core/baselines/copo.py``).
   ``w L(A_local) + (1 - w) L(A_global)`` aggregated once.
 
 ``algorithm.copo.blend=advantage`` keeps the earlier reading, an advantage blend by the right/wrong entropy
-(``gcpo_core.baselines.copo.copo_advantages``), which runs under any trainer.
+(``gcpo_core.baselines.copo.copo_advantages``), which runs under any trainer: it needs only the rewards.
+
+Both readings are the ``copo`` estimator registered here (:func:`compute_copo_outcome_advantage`).
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+from verl.trainer.ppo.core_algos import register_adv_est
 
-from gcpo_core.baselines.copo import COPO_GATES, copo_terms
+from gcpo_core.baselines.copo import COPO_GATES, copo_advantages, copo_terms
+from gcpo_core.credit.config import FieldError
 from gcpo_core.credit.grouping import layout_groups
+from recipe.gcpo.config import COPO_ESTIMATOR, algorithm_block, build_section
+from recipe.gcpo.estimator import grouped_outcome_advantage
 
-COPO_ESTIMATOR = "copo"
 BLENDS = ("loss", "advantage")
 GLOBAL_ADVANTAGE_FIELD = "copo_global_advantages"
 _active = threading.local()
@@ -59,48 +64,44 @@ class CopoSettings:
 
     def __post_init__(self) -> None:
         if self.blend not in BLENDS:
-            raise ValueError(f"blend must be one of {list(BLENDS)}, got {self.blend!r}")
+            raise FieldError("copo", "blend", f"must be one of {list(BLENDS)}, got {self.blend!r}")
         if self.gate not in COPO_GATES:
-            raise ValueError(f"gate must be one of {list(COPO_GATES)}, got {self.gate!r}")
+            raise FieldError("copo", "gate", f"must be one of {list(COPO_GATES)}, got {self.gate!r}")
         for name in ("k", "b"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
+                raise FieldError("copo", name, f"must be a finite number, got {value!r}")
         if not isinstance(self.reward_coef, bool):
-            raise ValueError(f"reward_coef must be true or false, got {self.reward_coef!r}")
+            raise FieldError("copo", "reward_coef", f"must be true or false, got {self.reward_coef!r}")
 
 
 def copo_settings(algorithm: Any) -> CopoSettings:
-    from recipe.gcpo.settings import _build, _plain
-
-    block = _plain(algorithm.get("copo")) if algorithm is not None else None
-    return _build(CopoSettings, block or {}, "algorithm.copo")
+    """Parse ``algorithm.copo`` (absent, or no ``algorithm`` at all: the defaults)."""
+    return build_section(CopoSettings, algorithm_block(algorithm, "copo"), "algorithm.copo")
 
 
-def validate_copo_config(config: DictConfig) -> Optional[CopoSettings]:
-    """Start-up checks of ``algorithm.copo`` (always parsed); the settings when ``copo`` trains with the loss blend,
-    else None.
-
-    Raises:
-        ValueError: a bad value; the loss blend without the recipe's trainer, with a policy loss other than verl's
-            ``vanilla`` PPO-clip (the blend relies on its homogeneity), with distillation, or with Div-R1 (each
-            replaces the actor's loss).
-    """
-    from recipe.gcpo.settings import check_actor_loss_owner
-
+def copo_loss_settings(config: DictConfig) -> Optional[CopoSettings]:
+    """``algorithm.copo`` (always parsed, so a typo fails even when COPO is not selected) when ``copo`` trains with
+    the loss blend, the one that needs the GCPO trainer; else None."""
     settings = copo_settings(config.algorithm)
     if config.algorithm.adv_estimator != COPO_ESTIMATOR or settings.blend != "loss":
         return None
-    check_actor_loss_owner(config, "algorithm.copo.blend=loss", "COPO's blended loss",
-                           ", or use algorithm.copo.blend=advantage")
-    loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
-    if loss_mode != "vanilla":
-        raise ValueError(f"algorithm.copo.blend=loss blends two PPO-clip losses (verl's 'vanilla' policy loss); "
-                         f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} is not supported with it")
-    if OmegaConf.select(config, "algorithm.div_r1.enable"):
-        raise ValueError("algorithm.copo.blend=loss and algorithm.div_r1.enable=true each replace the actor's loss: "
-                         "use one or the other")
     return settings
+
+
+@register_adv_est(COPO_ESTIMATOR)
+def compute_copo_outcome_advantage(token_level_rewards, response_mask, index=None, config=None, epsilon=1e-6,
+                                   **kwargs):
+    """COPO. ``algorithm.copo.blend=loss`` (default): ``w * A_local`` from the terms the recipe's trainer provides
+    (:func:`provide_copo`; the actor's loss adds the global term). ``blend=advantage``: GRPO's local advantage
+    blended with the prompt's batch-standardised mean reward by the group's right/wrong entropy
+    (:func:`gcpo_core.baselines.copo.copo_advantages`). Shapes: (bs, response_length)."""
+    if config is not None and copo_settings(config).blend == "loss":
+        step = provided_copo(index)
+        local = torch.as_tensor(step.local, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
+        out = local.unsqueeze(-1) * response_mask
+        return out, out
+    return grouped_outcome_advantage(copo_advantages, token_level_rewards, response_mask, index, config, epsilon)
 
 
 @dataclass(frozen=True)
@@ -213,9 +214,10 @@ def copo_loss(config, model_output: dict, data, dp_group=None, *, global_config)
     return loss + global_loss, metrics
 
 
-def copo_loss_fn(config: DictConfig) -> Optional[Callable[..., Any]]:
-    """The actor loss for ``actor_rollout_wg.set_loss_fn`` when ``copo`` trains with the loss blend, else None."""
-    if validate_copo_config(config) is None:
+def copo_loss_fn(config: DictConfig, settings: Optional[CopoSettings]) -> Optional[Callable[..., Any]]:
+    """The actor loss for ``actor_rollout_wg.set_loss_fn`` when ``copo`` trains with the loss blend (``settings``:
+    :func:`copo_loss_settings`, None otherwise), else None."""
+    if settings is None:
         return None
     from verl.utils.config import omega_conf_to_dataclass
 

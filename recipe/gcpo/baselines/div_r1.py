@@ -27,6 +27,8 @@ import torch
 from omegaconf import DictConfig
 
 from gcpo_core.baselines.div_r1 import SAMPLE_SETS, diversity_rows, sampled_token_entropy
+from gcpo_core.credit.config import FieldError
+from recipe.gcpo.config import algorithm_block, build_section
 
 ENTROPY_ESTIMATES = ("sampled", "exact")
 # verl's agg_loss modes (verl/trainer/ppo/core_algos.py)
@@ -59,35 +61,20 @@ class DivR1Settings:
 
     def __post_init__(self) -> None:
         if not isinstance(self.enable, bool):
-            raise ValueError(f"enable must be true or false, got {self.enable!r}")
+            raise FieldError("div_r1", "enable", f"must be true or false, got {self.enable!r}")
         if isinstance(self.coef, bool) or not isinstance(self.coef, (int, float)) or not math.isfinite(self.coef) \
                 or self.coef < 0:
-            raise ValueError(f"coef must be a finite number >= 0, got {self.coef!r}")
+            raise FieldError("div_r1", "coef", f"must be a finite number >= 0, got {self.coef!r}")
         for name, allowed in (("samples", SAMPLE_SETS), ("entropy", ENTROPY_ESTIMATES),
                               ("loss_agg_mode", LOSS_AGG_MODES)):
             if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+                raise FieldError("div_r1", name, f"must be one of {list(allowed)}, got {getattr(self, name)!r}")
 
 
-def validate_div_r1_config(config: DictConfig) -> Optional[DivR1Settings]:
-    """Start-up checks of ``algorithm.div_r1``; the settings when enabled, else None.
-
-    Raises:
-        ValueError: a bad value, a trainer other than the recipe's (which installs the loss), distillation (which
-            replaces the actor loss), or ``entropy=exact`` without the actor computing entropies.
-    """
-    from recipe.gcpo.settings import _build, _plain, check_actor_loss_owner
-
-    block = _plain(config.algorithm.get("div_r1")) or {}
-    settings = _build(DivR1Settings, block, "algorithm.div_r1")
-    if not settings.enable:
-        return None
-    check_actor_loss_owner(config, "algorithm.div_r1.enable=true", "the Div-R1 loss")
-    actor = config.actor_rollout_ref.actor
-    if settings.entropy == "exact" and not (actor.get("calculate_entropy", False) or actor.get("entropy_coeff", 0)):
-        raise ValueError("algorithm.div_r1.entropy=exact uses the entropies verl's actor computes only when asked: set "
-                         "actor_rollout_ref.actor.calculate_entropy=true (or use entropy=sampled, the paper's estimate)")
-    return settings
+def div_r1_settings(config: DictConfig) -> Optional[DivR1Settings]:
+    """``algorithm.div_r1`` (always parsed, so a typo fails even when Div-R1 is off) when enabled, else None."""
+    settings = build_section(DivR1Settings, algorithm_block(config.algorithm, "div_r1"), "algorithm.div_r1")
+    return settings if settings.enable else None
 
 
 def div_r1_term(model_output: dict, data, settings: DivR1Settings, global_batch_info: dict) -> tuple[torch.Tensor, float]:
@@ -180,13 +167,13 @@ def div_r1_loss(config, model_output: dict, data, dp_group=None, *, settings: Di
     return loss - settings.coef * term, metrics
 
 
-def div_r1_loss_fn(config: DictConfig) -> Optional[Callable[..., Any]]:
-    """The actor loss for ``actor_rollout_wg.set_loss_fn`` when ``algorithm.div_r1.enable``, else None.
+def div_r1_loss_fn(config: DictConfig, settings: Optional[DivR1Settings]) -> Optional[Callable[..., Any]]:
+    """The actor loss for ``actor_rollout_wg.set_loss_fn`` when Div-R1 is enabled (``settings``:
+    :func:`div_r1_settings`, None when off), else None.
 
     The actor's config is built here from ``actor_rollout_ref.actor`` as verl's worker builds it
     (``omega_conf_to_dataclass``); ``ppo_loss`` reads only its loss keys, which the worker does not change.
     """
-    settings = validate_div_r1_config(config)
     if settings is None:
         return None
     from verl.utils.config import omega_conf_to_dataclass

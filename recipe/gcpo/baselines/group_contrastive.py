@@ -16,9 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import transfer_queue as tq
+from omegaconf import DictConfig
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.padding_utils import build_padding_position_ids
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+from gcpo_core.credit.config import FieldError
+from recipe.gcpo.config import algorithm_block, build_section
 
 # per-token fields rebuilt for the injected response; any other per-token field cannot be made up
 _REBUILT = {"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask", "loss_mask",
@@ -36,9 +40,15 @@ class GroupContrastiveSettings:
 
     def __post_init__(self) -> None:
         if not isinstance(self.enable, bool):
-            raise ValueError(f"enable must be true or false, got {self.enable!r}")
+            raise FieldError("group_contrastive", "enable", f"must be true or false, got {self.enable!r}")
         if not isinstance(self.solution_key, str) or not self.solution_key:
-            raise ValueError(f"solution_key must be a non-empty string, got {self.solution_key!r}")
+            raise FieldError("group_contrastive", "solution_key", f"must be a non-empty string, got {self.solution_key!r}")
+
+
+def group_contrastive_settings(config: DictConfig) -> GroupContrastiveSettings:
+    """``algorithm.group_contrastive`` (absent: off); ``enable`` says whether the references are injected."""
+    return build_section(GroupContrastiveSettings, algorithm_block(config.algorithm, "group_contrastive"),
+                         "algorithm.group_contrastive")
 
 
 def inject_references(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from verl.trainer.ppo.core_algos import register_adv_est
 

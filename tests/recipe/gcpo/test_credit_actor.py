@@ -15,7 +15,8 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from gcpo_core.cli.demo import load_demo_rollouts
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.encoding.encoder import EncoderConfig
-from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions, CreditActorTimeout
+from recipe.gcpo.config import CreditActorOptions
+from recipe.gcpo.credit_actor import CreditActor, CreditActorTimeout
 
 CPU_ONLY = CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=120, timeout_s=300)
 
@@ -167,11 +168,12 @@ def test_a_failed_prefetch_is_logged_and_the_credit_call_embeds_the_batch(local_
         actor.shutdown()
 
 
-def test_bad_configs_fail_in_the_driver_before_any_actor_starts():
+def test_bad_configs_fail_where_they_are_built_before_any_actor_starts():
+    # the actors receive the settings objects as they are: each validates itself when it is built, in the driver
     with pytest.raises(ValueError, match="long_text must be one of"):
-        CreditActor(encoder={"long_text": "middle"}, options=CPU_ONLY)
+        EncoderConfig(long_text="middle")
     with pytest.raises(ValueError, match="unknown key"):
-        CreditActor(credit={"method": "exact", "permutation": 3}, options=CPU_ONLY)
+        CreditConfig.from_mapping({"method": "exact", "permutation": 3})
     with pytest.raises(ValueError, match="num_gpus must be in"):
         CreditActorOptions(num_gpus=-1)
     with pytest.raises(ValueError, match="prefetch must be true or false"):

@@ -31,13 +31,14 @@ def _data(rewards, uids, lengths=None):
     )
 
 
-def _credit(rewards, uids, embeddings, valid=None):
+def _credit(rewards, uids, embeddings, valid=None, config=CreditConfig()):
+    """The step's credit as the trainer hands it over: with the credit config it was computed with."""
     valid = np.ones(len(rewards), dtype=bool) if valid is None else np.asarray(valid)
     rows = np.flatnonzero(valid)
-    result = compute_credit(np.asarray(rewards)[rows], embeddings[rows], [uids[i] for i in rows], CreditConfig())
+    result = compute_credit(np.asarray(rewards)[rows], embeddings[rows], [uids[i] for i in rows], config)
     score = np.zeros(len(rewards))
     score[rows] = result.score.numpy()
-    return StepCredit(np.array(uids, dtype=object), np.asarray(rewards, dtype=float), score, valid)
+    return StepCredit(np.array(uids, dtype=object), np.asarray(rewards, dtype=float), score, valid, config)
 
 
 def _verl(data, estimator):
@@ -74,9 +75,9 @@ def test_all_correct_groups_with_redundancy_get_a_signal_grpo_does_not_give():
     phi = np.array([np.log(4) / 3] * 3 + [np.log(2)])
     np.testing.assert_allclose(gcpo.numpy(), (phi - phi.mean()) / (phi.std(ddof=1) + 1e-6), atol=1e-5)
     # with the batch scale and alone in its batch (no right-vs-wrong spread to measure it against) the group is
-    # only centred, in nats
+    # only centred, in nats; the scale travels with the credit, not in the algorithm config verl passes
     batch = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"all_correct_scale": "batch"}}})
-    with provide_credit(_credit(rewards, uids, emb)):
+    with provide_credit(_credit(rewards, uids, emb, config=CreditConfig(all_correct_scale="batch"))):
         data = _data(rewards, uids)
         centred, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
                                                     index=data.non_tensor_batch["uid"], config=batch)
@@ -97,7 +98,7 @@ def test_the_estimator_applies_exactly_the_engines_normalisation(method, all_cor
     config = CreditConfig(method=method, permutations=8, all_correct_scale=all_correct_scale)
     engine = compute_credit(rewards, emb, uids, config)
     credit = StepCredit(np.array(uids, dtype=object), rewards, engine.score.numpy(), np.ones(len(uids), dtype=bool),
-                        stderr=engine.shapley_stderr.numpy())
+                        config=config, stderr=engine.shapley_stderr.numpy())
     algorithm = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {
         "method": method, "permutations": 8, "all_correct_scale": all_correct_scale}}})
     data = _data(rewards.tolist(), uids)
@@ -137,17 +138,22 @@ def test_credit_for_another_batch_is_refused():
         _verl(_data([1.0, 0.0], ["a", "a"]), "gcpo")
 
 
-def test_dr_grpo_switch_and_std_floor_are_read_from_the_algorithm_config():
+def test_dr_grpo_switch_and_std_floor_travel_with_the_credit_parsed_from_the_algorithm_config():
+    """The trainer parses ``algorithm`` once (verl's norm_adv_by_std_in_grpo, algorithm.gcpo.credit) and hands the
+    result over with each step's credit; the estimator applies it, whatever config verl passes it."""
+    from recipe.gcpo.config import GCPOSettings
+
     emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
     uids, rewards = ["g"] * 3, [1.0] * 3
-    credit = _credit(rewards, uids, emb)
     data = _data(rewards, uids)
     centred = OmegaConf.create({"norm_adv_by_std_in_grpo": False})
+    credit = _credit(rewards, uids, emb, config=GCPOSettings.from_algorithm_config(centred).credit)
     with provide_credit(credit):
         adv, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
                                                 index=data.non_tensor_batch["uid"], config=centred)
     np.testing.assert_allclose(adv[:, 0].numpy(), credit.score - credit.score.mean(), atol=1e-6)
     floored = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"std_floor": 10.0}}})
+    credit = _credit(rewards, uids, emb, config=GCPOSettings.from_algorithm_config(floored).credit)
     with provide_credit(credit):
         adv, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
                                                 index=data.non_tensor_batch["uid"], config=floored)

@@ -77,7 +77,7 @@ def compute_all() -> dict[str, dict[str, list[float]]]:
 
     from gcpo_core.credit.compute import compute_credit
     from recipe.gcpo.estimator import StepCredit, provide_credit
-    from recipe.gcpo.settings import GCPOSettings
+    from recipe.gcpo.config import GCPOSettings
 
     rewards, embeddings, uids = fixed_batch()
     n = len(uids)
@@ -93,7 +93,7 @@ def compute_all() -> dict[str, dict[str, list[float]]]:
         data = DataProto.from_dict(tensors={"token_level_rewards": token_rewards, "response_mask": mask},
                                    non_tensors={"uid": np.array(uids, dtype=object)})
         step = StepCredit(np.array(uids, dtype=object), token_rewards.sum(-1).double().numpy(),
-                          result.score.numpy(), np.ones(n, dtype=bool), result.shapley_stderr.numpy())
+                          result.score.numpy(), np.ones(n, dtype=bool), credit_config, result.shapley_stderr.numpy())
         with provide_credit(step):
             verl_adv = compute_advantage(data, adv_estimator="gcpo", norm_adv_by_std_in_grpo=norm_by_std,
                                          config=algorithm).batch["advantages"][:, 0]

@@ -106,7 +106,7 @@ def test_a_machine_without_gpus_stops_before_ray_with_one_line(tmp_path):
 @pytest.mark.parametrize("override, shown", [("trainer.nnodes=abc", "'abc'"), ("trainer.n_gpus_per_node=0", "0"),
                                              ("trainer.nnodes=1.5", "1.5")])
 def test_the_cluster_shape_must_be_positive_integers(override, shown):
-    from recipe.gcpo.main_gcpo import validate
+    from recipe.gcpo.preflight import validate
 
     key = override.split("=")[0]
     with pytest.raises(ValueError, match=f"{key} must be an integer >= 1, got {shown}"):
@@ -114,7 +114,7 @@ def test_the_cluster_shape_must_be_positive_integers(override, shown):
 
 
 def test_the_legacy_trainer_is_refused():
-    from recipe.gcpo.main_gcpo import validate
+    from recipe.gcpo.preflight import validate
 
     with pytest.raises(ValueError, match="trainer.use_v1=false selects verl's legacy trainer"):
         validate(compose_gcpo(VALID + ["algorithm.adv_estimator=grpo", "trainer.use_v1=false"]))
@@ -160,20 +160,20 @@ def visible_gpus(monkeypatch, tmp_path):
     """Set how many GPUs this machine shows; no Ray cluster to join unless a test sets RAY_ADDRESS."""
     from types import SimpleNamespace
 
-    import recipe.gcpo.main_gcpo as entry
+    import recipe.gcpo.preflight as preflight
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # where Ray looks for a cluster `ray start`ed on this machine
 
     def set_count(count):
-        monkeypatch.setattr(entry, "is_device_available", lambda: count > 0)
-        monkeypatch.setattr(entry, "get_torch_device", lambda: SimpleNamespace(device_count=lambda: count))
+        monkeypatch.setattr(preflight, "is_device_available", lambda: count > 0)
+        monkeypatch.setattr(preflight, "get_torch_device", lambda: SimpleNamespace(device_count=lambda: count))
 
     return set_count
 
 
 def test_the_machine_is_checked_before_ray_starts_unless_a_cluster_is_joined(visible_gpus, monkeypatch):
-    from recipe.gcpo.main_gcpo import accelerator_problem
+    from recipe.gcpo.preflight import accelerator_problem
 
     config = compose_gcpo(VALID + ["trainer.n_gpus_per_node=8"])
     visible_gpus(8)
@@ -232,7 +232,7 @@ def test_the_training_data_loaders_workers_are_stopped_when_training_ends():
     ("data.max_response_length=-8", "data.max_response_length must be an integer >= 1, got -8"),
 ])
 def test_numeric_keys_are_checked_by_type_and_range(override, message):
-    from recipe.gcpo.main_gcpo import validate
+    from recipe.gcpo.preflight import validate
 
     with pytest.raises(ValueError, match=re.escape(message)):
         validate(compose_gcpo(VALID + [override]))

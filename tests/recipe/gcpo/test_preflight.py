@@ -10,8 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe.gcpo import preflight
-from recipe.gcpo.main_gcpo import validate
-from recipe.gcpo.settings import validate_gcpo_config
+from recipe.gcpo.config import gcpo_settings
+from recipe.gcpo.preflight import validate
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -206,7 +206,7 @@ def test_only_the_launchers_own_files_point_at_prepare_data():
 
 def test_startup_says_what_will_run():
     config = compose_gcpo(BASE + ["algorithm.gcpo.credit.method=mc"])
-    estimator, reward, scale = preflight.startup_lines(config, validate_gcpo_config(config))
+    estimator, reward, scale = preflight.startup_lines(config, gcpo_settings(config))
     assert estimator.startswith("estimator: algorithm.adv_estimator=gcpo: Shapley credit")
     assert "method mc" in estimator and "encoder sentence-transformers/all-MiniLM-L6-v2" in estimator
     assert reward.startswith("reward: ")
@@ -258,7 +258,7 @@ def test_the_computed_activations_bound_a_real_forward_pass(tmp_path):
 
 def _gcpo(overrides=()):
     config = compose_gcpo(BASE + list(overrides))
-    return config, validate_gcpo_config(config)
+    return config, gcpo_settings(config)
 
 
 def test_the_memory_line_warns_when_vllm_and_the_encoder_leave_too_little():
@@ -280,7 +280,7 @@ def test_the_launchers_fit_an_80_and_a_40_gib_gpu(script):
     from tests.scripts.launch import launcher_overrides
 
     config = compose_gcpo(launcher_overrides(script))
-    settings = validate_gcpo_config(config)
+    settings = gcpo_settings(config)
     for gib in (80.0, 40.0):
         lines = preflight.memory_lines(settings, config, gpu_gib=gib)
         assert not any(line.startswith("warning") for line in lines), lines

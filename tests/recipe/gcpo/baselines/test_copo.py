@@ -12,10 +12,9 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.losses import ppo_loss
 
 from gcpo_core.baselines.copo import copo_terms
-from recipe.gcpo.baselines.reward_only import compute_copo_outcome_advantage
-from recipe.gcpo.baselines.copo import (CopoSettings, copo_loss, copo_loss_fn, provide_copo, step_copo,
-                              validate_copo_config)
-from recipe.gcpo.main_gcpo import validate
+from recipe.gcpo.baselines.copo import (CopoSettings, compute_copo_outcome_advantage, copo_loss, copo_loss_fn,
+                                        copo_loss_settings, provide_copo, step_copo)
+from recipe.gcpo.preflight import check_recipe, validate
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.recipe.gcpo.baselines.test_div_r1 import DYNAMIC_BSZ, PROMPT_LENS, RESPONSE_LENS, _micro_batch, _nested, _rows
 
@@ -57,7 +56,8 @@ def _copo_batch(rows=None, global_info=None):
 
 @pytest.fixture(scope="module")
 def loss_fn():
-    return copo_loss_fn(compose_gcpo(DYNAMIC_BSZ + LOSS + COPO))
+    config = compose_gcpo(DYNAMIC_BSZ + LOSS + COPO)
+    return copo_loss_fn(config, copo_loss_settings(config))
 
 
 def test_the_loss_is_the_official_per_token_blend_aggregated_once(loss_fn):
@@ -79,7 +79,7 @@ def test_wrong_rows_learn_from_the_global_loss_alone(loss_fn):
 
 def test_the_entropy_bonus_and_kl_loss_are_counted_once():
     config = compose_gcpo(DYNAMIC_BSZ + LOSS + COPO + ["actor_rollout_ref.actor.entropy_coeff=0.01"])
-    fn = copo_loss_fn(config)
+    fn = copo_loss_fn(config, copo_loss_settings(config))
     actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     entropy = torch.rand(sum(PROMPT_LENS) + sum(RESPONSE_LENS), dtype=torch.float64)
     data, output, _ = _copo_batch()
@@ -176,17 +176,17 @@ def test_the_estimator_returns_the_weighted_local_advantage_it_was_given():
 ])
 def test_bad_settings_fail_at_start_up_naming_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
-        validate_copo_config(compose_gcpo(COPO + overrides))
+        check_recipe(compose_gcpo(COPO + overrides))
 
 
 def test_the_advantage_blend_needs_no_loss_and_other_estimators_ignore_the_block():
-    assert validate_copo_config(compose_gcpo(COPO + ["algorithm.copo.blend=advantage"])) is None
-    assert validate_copo_config(compose_gcpo(["algorithm.copo.k=20"])) is None
+    assert copo_loss_settings(compose_gcpo(COPO + ["algorithm.copo.blend=advantage"])) is None
+    assert copo_loss_settings(compose_gcpo(["algorithm.copo.k=20"])) is None
     with pytest.raises(ValueError, match="algorithm.copo.gate"):  # a typo fails even when COPO is not selected
-        validate_copo_config(compose_gcpo(["algorithm.copo.gate=bogus"]))
+        copo_loss_settings(compose_gcpo(["algorithm.copo.gate=bogus"]))
 
 
 def test_the_copo_launcher_config_validates_with_the_loss_blend():
     config = compose_gcpo(DYNAMIC_BSZ + COPO + ["actor_rollout_ref.rollout.n=4"])
     validate(config)
-    assert validate_copo_config(config) == CopoSettings(blend="loss", gate="soft_with_zero", k=5.0, b=1.0)
+    assert copo_loss_settings(config) == CopoSettings(blend="loss", gate="soft_with_zero", k=5.0, b=1.0)

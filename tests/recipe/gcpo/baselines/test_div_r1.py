@@ -11,7 +11,8 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.losses import ppo_loss
 
-from recipe.gcpo.baselines.div_r1 import DivR1Settings, div_r1_loss, div_r1_loss_fn, div_r1_term, validate_div_r1_config
+from recipe.gcpo.baselines.div_r1 import DivR1Settings, div_r1_loss, div_r1_loss_fn, div_r1_settings, div_r1_term
+from recipe.gcpo.preflight import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 DYNAMIC_BSZ = ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64",
@@ -147,8 +148,10 @@ def test_a_batch_without_rewards_is_refused_clearly():
 
 
 def test_the_loss_function_is_built_from_the_composed_config_and_survives_pickling():
-    assert div_r1_loss_fn(compose_gcpo(DYNAMIC_BSZ)) is None  # off by default
-    fn = div_r1_loss_fn(compose_gcpo(DYNAMIC_BSZ + ["algorithm.div_r1.enable=true", "algorithm.div_r1.coef=0.02"]))
+    off = compose_gcpo(DYNAMIC_BSZ)
+    assert div_r1_loss_fn(off, div_r1_settings(off)) is None  # off by default
+    config = compose_gcpo(DYNAMIC_BSZ + ["algorithm.div_r1.enable=true", "algorithm.div_r1.coef=0.02"])
+    fn = div_r1_loss_fn(config, div_r1_settings(config))
     fn = pickle.loads(pickle.dumps(fn))  # what Ray does to hand it to every actor worker
     data, output, _ = _micro_batch()
     loss, _ = fn(model_output=output, data=data, dp_group=None)  # how verl's engines call it
@@ -157,23 +160,27 @@ def test_the_loss_function_is_built_from_the_composed_config_and_survives_pickli
     assert (loss - base).item() == pytest.approx(-0.02 * _expected_term(range(4)), rel=1e-9)
 
 
+# Div-R1 rides on GRPO in the launcher (scripts/run_qwen3_4b_div_r1.sh)
+GRPO = ["algorithm.adv_estimator=grpo"]
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["algorithm.div_r1.enable=true", "algorithm.div_r1.samples=negative"], "algorithm.div_r1.samples must be one of"),
     (["algorithm.div_r1.enable=true", "algorithm.div_r1.coef=-1"], "algorithm.div_r1.coef must be"),
     (["algorithm.div_r1.enable=true", "algorithm.div_r1.entropy=exact"], "calculate_entropy=true"),
     (["algorithm.div_r1.enable=true", "+algorithm.div_r1.lambda=0.1"], "unknown key"),
-    (["algorithm.div_r1.enable=true", "trainer.v1.trainer_mode=async"], "needs the recipe's trainer.*Div-R1 loss"),
+    (["algorithm.div_r1.enable=true", "trainer.v1.trainer_mode=async"], "needs the GCPO trainer.*Div-R1 loss"),
     (["algorithm.div_r1.enable=true", "distillation.enabled=true"], "runs the distillation loss instead"),
 ])
 def test_bad_settings_fail_at_start_up_naming_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
-        validate_div_r1_config(compose_gcpo(DYNAMIC_BSZ + overrides))
+        check_recipe(compose_gcpo(DYNAMIC_BSZ + GRPO + overrides))
 
 
 def test_exact_entropy_is_accepted_when_the_actor_computes_it():
-    config = compose_gcpo(DYNAMIC_BSZ + ["algorithm.div_r1.enable=true", "algorithm.div_r1.entropy=exact",
-                                         "actor_rollout_ref.actor.calculate_entropy=true"])
-    assert validate_div_r1_config(config).entropy == "exact"
+    config = compose_gcpo(DYNAMIC_BSZ + GRPO + ["algorithm.div_r1.enable=true", "algorithm.div_r1.entropy=exact",
+                                                "actor_rollout_ref.actor.calculate_entropy=true"])
+    assert check_recipe(config).div_r1.entropy == "exact"
 
 
 def test_the_verdict_decides_not_the_shaped_score(actor_config):

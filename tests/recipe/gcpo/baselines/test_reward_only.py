@@ -1,4 +1,5 @@
-"""The reward-only baselines through verl's own compute_advantage, and the embedding presets."""
+"""The baselines that need only the rewards (MC-GRPO, COPO's advantage blend) through verl's own compute_advantage,
+and the embedding presets."""
 
 import numpy as np
 import pytest
@@ -8,12 +9,14 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import recipe.gcpo.baselines.reward_only  # noqa: F401
+import recipe.gcpo.baselines.copo  # noqa: F401  (registers copo)
+import recipe.gcpo.baselines.mc_grpo  # noqa: F401  (registers mc_grpo)
 from gcpo_core.baselines.copo import copo_advantages
 from gcpo_core.baselines.mc_grpo import median_centred_advantages
 from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.estimator import compute_gcpo_outcome_advantage
-from recipe.gcpo.settings import validate_gcpo_config
+from recipe.gcpo.config import GCPOSettings
+from recipe.gcpo.preflight import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 # COPO's advantage-level reading (its loss blend needs the trainer: tests/recipe/gcpo/baselines/test_copo.py)
@@ -59,15 +62,15 @@ def test_copo_gives_all_correct_and_all_wrong_groups_a_signal_where_grpo_gives_n
     ("dra_grpo", {"advantage": "dra", "all_correct_scale": "group", "epsilon": 1e-4}),
 ])
 def test_embedding_baselines_are_gcpo_trainer_estimators_with_fixed_credit_keys(estimator, fixed):
-    settings = validate_gcpo_config(compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=8",
-                                                  "algorithm.gcpo.credit.mix_coef=0.25"]))
+    settings = check_recipe(compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=8",
+                                          "algorithm.gcpo.credit.mix_coef=0.25"])).gcpo
     for key, value in fixed.items():
         assert getattr(settings.credit, key) == value
     assert settings.credit.mix_coef == 0.25
     assert get_adv_estimator_fn(estimator) is compute_gcpo_outcome_advantage
     with pytest.raises(ValueError, match=f"adv_estimator={estimator} needs the GCPO trainer"):
-        validate_gcpo_config(compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=8",
-                                           "trainer.v1.trainer_mode=colocate_async"]))
+        check_recipe(compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=8",
+                                   "trainer.v1.trainer_mode=colocate_async"]))
 
 
 def _estimator_advantage(estimator, rewards, score, uids):
@@ -79,7 +82,8 @@ def _estimator_advantage(estimator, rewards, score, uids):
     token_rewards = torch.zeros(n, 3, dtype=torch.float64)
     token_rewards[:, -1] = torch.tensor(rewards, dtype=torch.float64)
     credit = StepCredit(uids=np.array(uids, dtype=object), reward=np.array(rewards, dtype=np.float64),
-                        score=np.array(score, dtype=np.float64), valid=np.ones(n, dtype=bool))
+                        score=np.array(score, dtype=np.float64), valid=np.ones(n, dtype=bool),
+                        config=GCPOSettings.from_algorithm_config(config, estimator).credit)
     with provide_credit(credit):
         advantage, _ = compute_gcpo_outcome_advantage(token_rewards, torch.ones(n, 3), np.array(uids, dtype=object),
                                                        config)

@@ -1,0 +1,266 @@
+"""The recipe's config layer: what GCPO adds to verl's config, typed, and the builders that parse it.
+
+Every recipe module reads its settings through here, once per process: the driver's pre-flight
+(:mod:`recipe.gcpo.preflight`) and the trainer each parse ``algorithm.*`` once; the parsed objects then travel as
+they are (to the credit actors through Ray, to the estimator with each step's credit). A wrong value fails in one
+line naming its full key path (``algorithm.gcpo.credit.method must be one of [...]``) and what it accepts; an
+unknown key fails naming the closest known one. No Ray or verl import: this module is the bottom of the recipe's
+layers (config -> estimator, credit actor, baselines -> trainer, pre-flight -> entry point; see
+``tests/recipe/gcpo/test_layering.py``).
+
+The GRPO-style normalisation switch is verl's own ``algorithm.norm_adv_by_std_in_grpo``, shared with GRPO so that
+the two estimators are configured alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Mapping, NamedTuple, Optional, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from gcpo_core.credit.config import CreditConfig, FieldError
+from gcpo_core.encoding.encoder import EncoderConfig
+from recipe.gcpo.credit_shards import parse_shards
+
+GCPO_ESTIMATOR = "gcpo"
+# verl's trainer mode the GCPO trainer runs in: the recipe's entry point builds GCPOTrainer (verl's
+# PPOTrainerSync plus the credit actor) for it, so every mode-dependent branch of verl's trainer is the sync one
+SYNC_TRAINER_MODE = "sync"
+# Estimators that need the responses' embeddings, hence the GCPO trainer and its credit actor; each fixes some
+# algorithm.gcpo.credit keys (the rest stay configurable, e.g. DQO's alpha is credit.mix_coef).
+EMBEDDING_ESTIMATORS: dict[str, dict] = {
+    GCPO_ESTIMATOR: {},
+    # DQO-style additive DPP bonus (arXiv 2509.04784): reward + alpha * leave-one-out log-det diversity of the
+    # unweighted embeddings (correctness plays no part in the diversity term), normalised as GRPO normalises a
+    # reward: every group by its own std, so a group of equal rewards keeps its diversity term at GRPO's scale
+    "dqo": {"quality": "none", "method": "loo", "advantage": "mix", "all_correct_scale": "group"},
+    # DRA-GRPO (arXiv 2505.09655): reward / (1 + summed similarity to the other completions), then each group
+    # by its own std with epsilon 1e-4, as the official code (xiwenc1/DRA-GRPO, grpo_trainer.py) does
+    "dra_grpo": {"advantage": "dra", "all_correct_scale": "group", "epsilon": 1e-4},
+}
+# DIVER's shaped reward needs the response texts, which only the GCPO trainer decodes
+DIVER_ESTIMATOR = "diver"
+COPO_ESTIMATOR = "copo"
+# estimators whose inputs only the GCPO trainer computes (embeddings, or the response texts for DIVER)
+TRAINER_ESTIMATORS = (*EMBEDDING_ESTIMATORS, DIVER_ESTIMATOR)
+# reward_extra_info key written by recipe.gcpo.reward: constant within a group exactly when GCPO has no signal
+GCPO_FILTER_METRIC = "gcpo_signal"
+GCPO_KEYS = {"encoder", "credit", "actor", "filter_all_correct", "dump"}
+
+Section = TypeVar("Section")
+
+
+def plain(value: Any) -> Any:
+    """A config node as plain Python (resolved), anything else as it is."""
+    if isinstance(value, DictConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def check_known(key_path: str, block: Mapping, allowed: set[str]) -> None:
+    """Refuse keys of ``block`` outside ``allowed``, naming the closest known one.
+
+    Raises:
+        ValueError: ``<key_path>: unknown key(s) [...] (did you mean ...?); known: [...]``.
+    """
+    unknown = sorted(set(block) - allowed)
+    if unknown:
+        close = [match for key in unknown for match in difflib.get_close_matches(key, sorted(allowed), n=1)]
+        hint = f" (did you mean {', '.join(repr(m) for m in close)}?)" if close else ""
+        raise ValueError(f"{key_path}: unknown key(s) {unknown}{hint}; known: {sorted(allowed)}")
+
+
+def build_section(cls: type[Section], values: Optional[Mapping[str, Any]], key_path: str) -> Section:
+    """The dataclass ``cls`` from the config block at ``key_path`` (None: the defaults).
+
+    The dataclasses validate themselves and raise :class:`FieldError` naming the field, so the message here is the
+    key path plus the field's problem, as the dataclass wrote it.
+
+    Raises:
+        ValueError: ``<key_path>.<field> must be ...``, an unknown key, or a block that is not a mapping.
+    """
+    values = plain(values)
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        raise ValueError(f"{key_path} must be a mapping, got {values!r}")
+    check_known(key_path, values, {f.name for f in dataclasses.fields(cls)})
+    try:
+        return cls(**values)
+    except FieldError as err:
+        raise ValueError(f"{key_path}.{err.field} {err.problem}") from None
+
+
+def algorithm_block(algorithm: Any, name: str) -> Optional[Mapping[str, Any]]:
+    """``algorithm.<name>`` as plain Python (None when absent); ``algorithm`` may be None (verl calls without)."""
+    return None if algorithm is None else plain(algorithm.get(name))
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class DumpSettings:
+    """Credit dumps for ``gcpo report`` (``algorithm.gcpo.dump``): every ``every_n_steps`` steps, up to
+    ``max_groups`` groups, in ``directory``."""
+
+    every_n_steps: int = 0
+    max_groups: int = 16
+    directory: str = "gcpo_dumps"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.every_n_steps, int) or isinstance(self.every_n_steps, bool) or self.every_n_steps < 0:
+            raise FieldError("dump", "every_n_steps", f"must be an integer >= 0 (0: off), got {self.every_n_steps!r}")
+        if not isinstance(self.max_groups, int) or isinstance(self.max_groups, bool) or self.max_groups < 1:
+            raise FieldError("dump", "max_groups", f"must be an integer >= 1, got {self.max_groups!r}")
+
+
+@dataclass(frozen=True)
+class CreditActorOptions:
+    """Resources and failure handling of the credit actors (``algorithm.gcpo.actor``).
+
+    Attributes:
+        num_gpus: GPU fraction each actor takes from its placement-group bundle (0 = CPU only).
+        num_cpus: CPUs each actor reserves from its bundle; its tokenizer and torch threads are sized from them.
+        shards: how many actors embed a batch side by side: ``auto`` (one per GPU bundle of verl's global pool;
+            one actor on a CPU-only run), ``per_gpu``, ``per_node`` (bundle 0 of each node), or a count
+            (1: a single actor embeds the whole batch).
+        max_restarts: restarts of a dead actor before the run fails.
+        max_task_retries: re-runs of an interrupted call.
+        timeout_s: longest wait for one batch.
+        startup_timeout_s: longest wait for the actors to be scheduled and load the encoder.
+        prefetch: embed each batch as soon as it is generated, while verl computes log-probabilities (the
+            trainer calls ``CreditActor.start_prefetch``); the advantage step then only computes credit.
+    """
+
+    num_gpus: float = 0.1
+    num_cpus: float = 1.0
+    shards: int | str = "auto"
+    max_restarts: int = 3
+    max_task_retries: int = 3
+    timeout_s: float = 600.0
+    startup_timeout_s: float = 600.0
+    prefetch: bool = True
+
+    def __post_init__(self) -> None:
+        section = "credit actor"
+        if not isinstance(self.prefetch, bool):
+            raise FieldError(section, "prefetch", f"must be true or false, got {self.prefetch!r}")
+        for name in ("num_gpus", "num_cpus"):
+            value = getattr(self, name)
+            if not _number(value) or not 0 <= value <= 64:
+                raise FieldError(section, name, f"must be in [0, 64], got {value!r}")
+        if self.num_cpus < 1 and self.num_cpus != 0:
+            raise FieldError(section, "num_cpus", f"must be 0 or >= 1 (the tokenizer needs a CPU), got {self.num_cpus!r}")
+        parse_shards(self.shards)
+        for name in ("max_restarts", "max_task_retries"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+                raise FieldError(section, name, f"must be an integer >= -1 (-1: unlimited), got {value!r}")
+        for name in ("timeout_s", "startup_timeout_s"):
+            value = getattr(self, name)
+            if not _number(value) or not value > 0:
+                raise FieldError(section, name, f"must be > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class GCPOSettings:
+    """Everything GCPO adds to verl's config.
+
+    Attributes:
+        encoder: the sentence encoder (``algorithm.gcpo.encoder.*``).
+        credit: the credit engine (``algorithm.gcpo.credit.*``); ``norm_by_std`` comes from
+            ``algorithm.norm_adv_by_std_in_grpo``, and the keys the estimator fixes are applied.
+        actor: the Ray credit actor's resources and failure handling (``algorithm.gcpo.actor.*``).
+        filter_all_correct: accept DAPO group filtering on a metric that drops all-correct groups (the groups
+            where GCPO's extra signal lives). Off: such a filter is refused at start-up.
+        dump: credit dumps for reports (``algorithm.gcpo.dump.*``).
+    """
+
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    credit: CreditConfig = field(default_factory=CreditConfig)
+    actor: CreditActorOptions = field(default_factory=CreditActorOptions)
+    filter_all_correct: bool = False
+    dump: DumpSettings = field(default_factory=DumpSettings)
+
+    @classmethod
+    def from_algorithm_config(cls, algorithm: DictConfig | Mapping[str, Any], estimator: str = GCPO_ESTIMATOR
+                              ) -> "GCPOSettings":
+        """Parse ``algorithm.gcpo`` (absent: defaults), with the keys ``estimator`` fixes applied."""
+        block = algorithm_block(algorithm, "gcpo") or {}
+        if not isinstance(block, Mapping):
+            raise ValueError(f"algorithm.gcpo must be a mapping, got {block!r}")
+        check_known("algorithm.gcpo", block, GCPO_KEYS)
+        filter_all_correct = block.get("filter_all_correct", False)
+        if not isinstance(filter_all_correct, bool):
+            raise ValueError(f"algorithm.gcpo.filter_all_correct must be true or false, got {filter_all_correct!r}")
+        return cls(
+            encoder=build_section(EncoderConfig, block.get("encoder"), "algorithm.gcpo.encoder"),
+            credit=credit_config(algorithm, block.get("credit"), EMBEDDING_ESTIMATORS[estimator]),
+            actor=build_section(CreditActorOptions, block.get("actor"), "algorithm.gcpo.actor"),
+            filter_all_correct=filter_all_correct,
+            dump=build_section(DumpSettings, block.get("dump"), "algorithm.gcpo.dump"),
+        )
+
+
+def credit_config(algorithm: Any, block: Optional[Mapping[str, Any]], fixed: Mapping[str, Any]) -> CreditConfig:
+    """``algorithm.gcpo.credit`` with ``norm_by_std`` from verl's ``algorithm.norm_adv_by_std_in_grpo`` and the
+    keys an estimator fixes (``fixed``) applied over the user's."""
+    credit = dict(plain(block) or {})
+    if "norm_by_std" in credit:
+        raise ValueError("algorithm.gcpo.credit.norm_by_std is not a key: use verl's algorithm.norm_adv_by_std_in_grpo")
+    credit["norm_by_std"] = bool(algorithm.get("norm_adv_by_std_in_grpo", True))
+    credit.update(fixed)
+    return build_section(CreditConfig, credit, "algorithm.gcpo.credit")
+
+
+def gcpo_settings(config: DictConfig) -> Optional[GCPOSettings]:
+    """The GCPO settings of a full config whose estimator embeds the responses; None for any other estimator."""
+    estimator = config.algorithm.adv_estimator
+    if estimator not in EMBEDDING_ESTIMATORS:
+        return None
+    return GCPOSettings.from_algorithm_config(config.algorithm, estimator)
+
+
+class TrainerNeed(NamedTuple):
+    """A setting only the GCPO trainer serves: the ``setting`` as written, what the trainer ``does`` for it, and
+    ``instead``: advice for running without it ("" when there is none)."""
+
+    setting: str
+    does: str
+    instead: str = ""
+
+
+def estimator_need(estimator: str) -> TrainerNeed:
+    """Why a :data:`TRAINER_ESTIMATORS` estimator needs the GCPO trainer."""
+    inputs = "decodes the responses for DIVER's diversity bonus" if estimator == DIVER_ESTIMATOR else \
+        "embeds the responses and computes their credit"
+    return TrainerNeed(f"algorithm.adv_estimator={estimator}",
+                       f"{inputs} before the advantages (verl's stock trainers give an estimator neither)")
+
+
+def setting_needing_recipe_trainer(config: DictConfig) -> Optional[TrainerNeed]:
+    """The first setting of ``config`` that only the GCPO trainer serves (None: verl's own trainers serve it all)."""
+    estimator = config.algorithm.adv_estimator
+    if estimator in TRAINER_ESTIMATORS:
+        return estimator_need(estimator)
+    if OmegaConf.select(config, "algorithm.div_r1.enable", default=False):
+        return TrainerNeed("algorithm.div_r1.enable=true", "gives the actor workers the Div-R1 loss")
+    if estimator == COPO_ESTIMATOR and OmegaConf.select(config, "algorithm.copo.blend", default="loss") == "loss":
+        return TrainerNeed("algorithm.copo.blend=loss", "gives the actor workers COPO's blended loss",
+                           "; or use algorithm.copo.blend=advantage, which any trainer runs")
+    if OmegaConf.select(config, "algorithm.group_contrastive.enable", default=False):
+        return TrainerNeed("algorithm.group_contrastive.enable=true",
+                           "injects the reference solutions before the old log-probabilities")
+    return None
+
+
+def recipe_trainer_message(need: TrainerNeed, found: str) -> str:
+    """The one message for a setting run without the GCPO trainer (``found``: what runs instead)."""
+    return (f"{need.setting} needs the GCPO trainer, which {need.does}: launch with `python -m recipe.gcpo.main_gcpo` "
+            f"(or a launcher in scripts/), which runs the recipe's trainer as verl's V1 sync trainer (trainer.use_v1="
+            f"true, trainer.v1.trainer_mode={SYNC_TRAINER_MODE}: verl's defaults){need.instead} (found: {found}).")
