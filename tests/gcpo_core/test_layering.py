@@ -1,4 +1,6 @@
-"""gcpo_core's packages import only from themselves and the packages below them, and never from verl or Ray."""
+"""gcpo_core's packages import only from themselves and the packages below them, and never from verl or Ray; the
+recipe's modules (recipe/gcpo) likewise, in four layers: config -> estimator, credit actor, baselines -> trainer,
+pre-flight -> entry point, the config layer without Ray or verl, and no recipe import hidden in a function."""
 
 import ast
 from pathlib import Path
@@ -62,3 +64,98 @@ def test_each_package_says_what_it_holds():
     for layer in LAYERS:
         doc = ast.get_docstring(ast.parse((CORE / layer / "__init__.py").read_text(encoding="utf-8")))
         assert doc and len(doc.split("\n\n")[0].splitlines()) <= 2, layer  # a summary of at most two lines
+
+
+# --- the recipe: config -> estimator, credit actor, baselines -> trainer, pre-flight -> entry point ----------------
+
+RECIPE = CORE.parent / "recipe" / "gcpo"
+# bottom first: a module may import from its own layer and the ones before it, never from one after it
+RECIPE_LAYERS = {
+    "config": ["config", "credit_shards", "data", "reward"],
+    "step": ["estimator", "credit_actor", "baselines"],
+    "trainer": ["gcpo_trainer", "preflight"],
+    "entry": ["register", "main_gcpo"],
+}
+# the smoke and miniature tools (and their CPU platform) leave recipe/ (issue 39); they sit above every layer
+RECIPE_TOOLS = ("smoke", "miniature", "cpu_platform")
+# recipe imports made inside a function, each for a reason other than an import cycle
+LATE_IMPORTS = {
+    ("main_gcpo", "recipe.gcpo.gcpo_trainer"): "only the task runner builds the trainer; the driver never imports it",
+    ("main_gcpo", "recipe.gcpo.register"): "registers the estimators in the task runner's process",
+}
+
+
+def _recipe_unit(module: str) -> str | None:
+    """``recipe.gcpo.baselines.copo`` -> ``baselines``; ``recipe.gcpo.config`` -> ``config``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["recipe", "gcpo"] else None
+
+
+def _recipe_imports(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, module, inside a function) of every import of a recipe module in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    late = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(f)}
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + ([f"{node.module}.{a.name}" for a in node.names] if node.module == "recipe.gcpo"
+                                     else [])
+        found += [(node.lineno, name, id(node) in late) for name in names if _recipe_unit(name)]
+    return found
+
+
+def _layer_of(unit: str) -> int:
+    for index, units in enumerate(RECIPE_LAYERS.values()):
+        if unit in units:
+            return index
+    raise KeyError(unit)
+
+
+def _recipe_files() -> list[tuple[str, Path]]:
+    """(unit, file) of every recipe module in the layers."""
+    files = []
+    for unit in (u for units in RECIPE_LAYERS.values() for u in units):
+        path = RECIPE / unit
+        files += [(unit, p) for p in sorted(path.rglob("*.py"))] if path.is_dir() else [(unit, path.with_suffix(".py"))]
+    return files
+
+
+def test_the_recipe_rule_sees_imports_at_any_depth():
+    imports = _recipe_imports(RECIPE / "main_gcpo.py")
+    assert ("recipe.gcpo.preflight", False) in {(m, inside) for _, m, inside in imports}
+    assert ("recipe.gcpo.gcpo_trainer", True) in {(m, inside) for _, m, inside in imports}
+
+
+def test_every_module_of_the_recipe_lives_in_a_layer():
+    units = {p.stem for p in RECIPE.glob("*.py") if p.name != "__init__.py"}
+    units |= {p.name for p in RECIPE.iterdir() if (p / "__init__.py").is_file()}
+    placed = {u for layer in RECIPE_LAYERS.values() for u in layer}
+    assert units - set(RECIPE_TOOLS) == placed, sorted(units.symmetric_difference(placed | set(RECIPE_TOOLS)))
+
+
+def test_a_recipe_module_imports_nothing_from_a_layer_above_it():
+    upward = []
+    for unit, path in _recipe_files():
+        for line, module, _ in _recipe_imports(path):
+            target = _recipe_unit(module)
+            if target in RECIPE_TOOLS or _layer_of(target) > _layer_of(unit):
+                upward.append(f"{path.relative_to(RECIPE)}:{line} imports {module}")
+    assert not upward, upward
+
+
+def test_the_config_layer_imports_neither_ray_nor_verl():
+    found = [f"{path.relative_to(RECIPE)}:{line} imports {module}"
+             for unit, path in _recipe_files() if _layer_of(unit) == 0
+             for line, module in _imports(path) if module.split(".")[0] in ("ray", "verl")]
+    assert not found, found
+
+
+def test_no_recipe_module_imports_another_inside_a_function_but_for_a_stated_reason():
+    late = [f"{path.relative_to(RECIPE)}:{line} imports {module}"
+            for unit, path in _recipe_files() for line, module, inside in _recipe_imports(path)
+            if inside and (unit, module) not in LATE_IMPORTS]
+    assert not late, late
