@@ -210,10 +210,14 @@ class GCPOSettings:
 def credit_config(algorithm: Any, block: Optional[Mapping[str, Any]], fixed: Mapping[str, Any]) -> CreditConfig:
     """``algorithm.gcpo.credit`` with ``norm_by_std`` from verl's ``algorithm.norm_adv_by_std_in_grpo`` and the
     keys an estimator fixes (``fixed``) applied over the user's."""
-    credit = dict(plain(block) or {})
+    credit = plain(block) or {}
+    if not isinstance(credit, Mapping):
+        raise ValueError(f"algorithm.gcpo.credit must be a mapping, got {credit!r}")
     if "norm_by_std" in credit:
         raise ValueError("algorithm.gcpo.credit.norm_by_std is not a key: use verl's algorithm.norm_adv_by_std_in_grpo")
-    credit["norm_by_std"] = bool(algorithm.get("norm_adv_by_std_in_grpo", True))
+    # the user's keys: every field but norm_by_std, which is verl's switch
+    check_known("algorithm.gcpo.credit", credit, {f.name for f in dataclasses.fields(CreditConfig)} - {"norm_by_std"})
+    credit = {**credit, "norm_by_std": bool(algorithm.get("norm_adv_by_std_in_grpo", True))}
     credit.update(fixed)
     return build_section(CreditConfig, credit, "algorithm.gcpo.credit")
 

@@ -40,6 +40,12 @@ def test_bad_values_fail_at_start_up_naming_the_key(override, message):
         gcpo_settings(config)
 
 
+def test_the_known_credit_keys_leave_out_verls_switch():
+    with pytest.raises(ValueError, match="did you mean 'method'") as error:
+        gcpo_settings(compose_gcpo(["actor_rollout_ref.rollout.n=8", "+algorithm.gcpo.credit.methd=mc"]))
+    assert "'norm_by_std'" not in str(error.value)  # algorithm.norm_adv_by_std_in_grpo sets it
+
+
 def test_norm_by_std_follows_verls_grpo_switch():
     config = compose_gcpo(["actor_rollout_ref.rollout.n=8", "algorithm.norm_adv_by_std_in_grpo=false"])
     assert gcpo_settings(config).credit.norm_by_std is False
