@@ -13,7 +13,7 @@ from gcpo_core.credit.diagnostics import GroupDiagnostics, group_diagnostics
 from gcpo_core.credit.grouping import GroupLayout, group_content_keys, identical_members, layout_groups
 from gcpo_core.credit.kernels import compute_kernel
 from gcpo_core.credit.quality import check_finite, quality_from_rewards
-from gcpo_core.credit.shapley import shapley_values
+from gcpo_core.credit.shapley.dispatch import shapley_values
 from gcpo_core.credit.team_value import quality_weighted_kernel
 
 
