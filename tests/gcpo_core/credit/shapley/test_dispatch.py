@@ -17,33 +17,41 @@ LOG2 = math.log(2.0)
 
 @given(games())
 def test_efficiency_sum_of_credit_is_team_value(game):
-    L, quality = game
-    total = team_value_np(L, range(len(L)))
+    total = team_value_np(game.L, range(len(game.L)))
     for method in ("exact", "mc"):
-        result = shapley_values(*batched(L, quality), method=method, permutations=16)
+        result = shapley_values(*batched(game.L, game.quality), method=method, permutations=16)
         assert float(result.values.sum()) == pytest.approx(total, abs=1e-10)
 
 
-@given(games())
+@given(games(plant_null=True))
 def test_null_players_get_exactly_zero_and_credit_is_non_negative(game):
-    L, quality = game
     for method in ("exact", "mc", "loo"):
-        values = shapley_values(*batched(L, quality), method=method, permutations=8).values[0].numpy()
-        assert np.all(values[quality == 0] == 0.0)
+        values = shapley_values(*batched(game.L, game.quality), method=method, permutations=8).values[0].numpy()
+        assert values[game.null] == 0.0  # the planted one: every example has one
+        assert np.all(values[game.quality == 0] == 0.0)
         assert np.all(values >= -1e-12)
 
 
-@given(games(min_players=2))
-def test_symmetric_players_get_identical_credit(game):
-    L, quality = game
-    values = shapley_values(*batched(L, quality), method="exact").values[0].numpy()
+def _symmetric_pairs(L: np.ndarray) -> list[tuple[int, int]]:
+    """Players i < j whose swap leaves L unchanged, bit for bit."""
     n = len(L)
+    pairs = []
     for i in range(n):
         for j in range(i + 1, n):
             swap = list(range(n))
             swap[i], swap[j] = j, i
-            if np.array_equal(L[np.ix_(swap, swap)], L):  # exactly symmetric players
-                assert values[i] == pytest.approx(values[j], abs=1e-12)
+            if np.array_equal(L[np.ix_(swap, swap)], L):
+                pairs.append((i, j))
+    return pairs
+
+
+@given(games(plant_copy=True))
+def test_symmetric_players_get_identical_credit(game):
+    values = shapley_values(*batched(game.L, game.quality), method="exact").values[0].numpy()
+    pairs = _symmetric_pairs(game.L)
+    assert game.copy in pairs  # the planted pair of contributing copies: every example has one
+    for i, j in pairs:
+        assert values[i] == pytest.approx(values[j], abs=1e-12)
 
 
 def test_known_values_two_duplicates_one_distinct_one_wrong():
@@ -127,17 +135,22 @@ def test_gpu_padding_stops_at_the_exact_limit_and_never_drops_a_contributor():
 # ------------------------------------------------------------------- identical rollouts, row order, honesty
 
 
+def _identical_pairs(L: torch.Tensor) -> list[tuple[int, int, int]]:
+    """(group, i, j), i < j, of every two slots whose rows of L are identical bit for bit."""
+    rows = L.numpy()
+    return [(b, i, j) for b in range(rows.shape[0]) for i in range(rows.shape[1]) for j in range(i + 1, rows.shape[1])
+            if np.array_equal(rows[b, i], rows[b, j])]
+
+
 @given(groups_with_copies(), st.sampled_from(["exact", "mc", "loo", "auto"]), st.integers(0, 3))
 def test_identical_rollouts_get_identical_credit_bit_for_bit_under_every_method_and_seed(game, method, seed):
-    L, contributing = game
+    L, contributing, planted = game
     result = shapley_values(L, contributing, method=method, permutations=8, seed=seed, exact_max_contributors=3)
-    for b in range(L.shape[0]):
-        rows = L[b].numpy()
-        for i in range(L.shape[1]):
-            for j in range(i + 1, L.shape[1]):
-                if np.array_equal(rows[i], rows[j]):  # identical players
-                    assert result.values[b, i] == result.values[b, j]
-                    assert result.stderr[b, i] == result.stderr[b, j]
+    pairs = _identical_pairs(L)
+    assert set(planted) <= set(pairs)  # a pair of contributing copies in every group of every example
+    for b, i, j in pairs:
+        assert result.values[b, i] == result.values[b, j]
+        assert result.stderr[b, i] == result.stderr[b, j]
 
 
 def test_twenty_identical_correct_rollouts_share_their_credit_exactly_and_are_solved_exactly():
