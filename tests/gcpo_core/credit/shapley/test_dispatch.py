@@ -10,9 +10,14 @@ import gcpo_core.credit.shapley.dispatch as dispatch_module
 import gcpo_core.credit.shapley.memory as memory_module
 from gcpo_core.credit.shapley.dispatch import shapley_values
 from tests.gcpo_core.credit.shapley.games import batched, games, groups_with_copies
+from tests.gcpo_core.examples import run_examples
 from tests.gcpo_core.helpers import clustered_embeddings, team_value_np
 
 LOG2 = math.log(2.0)
+
+
+def test_the_example_runs():
+    run_examples(shapley_values)
 
 
 @given(games())
