@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.encoding.encoder import EncoderConfig
-from gcpo_core.credit.shapley import EXACT_LIMIT
+from gcpo_core.credit.shapley.exact import EXACT_LIMIT
 from recipe.gcpo.credit_actor import CreditActorOptions
 
 GCPO_ESTIMATOR = "gcpo"
