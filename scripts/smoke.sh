@@ -3,17 +3,17 @@
 # hours. Run it through scripts/smoke_1gpu.sh (one GPU) or scripts/smoke_cpu.sh (a machine without GPUs); this is
 # their shared body, with the device as its first option.
 #
-# Builds a tiny Qwen3-architecture policy with random weights (recipe/gcpo/smoke/policy.py) and three prompts
+# Builds a tiny Qwen3-architecture policy with random weights (tests/special_e2e/smoke/policy.py) and three prompts
 # from the package's own data, then runs python -m recipe.gcpo.main_gcpo on the device (vLLM generating, the
 # FSDP actor updating, the GCPO credit actor embedding beside them) for STEPS steps, saves a checkpoint,
-# resumes for one more step, and checks what the trainer wrote (recipe/gcpo/smoke/checks.py): both runs exit
+# resumes for one more step, and checks what the trainer wrote (tests/special_e2e/smoke/checks.py): both runs exit
 # 0, the gcpo/* and timing_s/gcpo_* metrics are present and finite, all-wrong groups got zero advantage, the
 # resumed run starts after the saved step. The reward marks about half the rollouts correct by a hash of the
-# text (recipe/gcpo/smoke/reward.py), so all-wrong, mixed and all-correct groups all occur.
+# text (tests/special_e2e/smoke/reward.py), so all-wrong, mixed and all-correct groups all occur.
 #
 # Usage: bash scripts/smoke.sh --device gpu|cpu [--dry-run] [--estimator gcpo|grpo] [--compare] [--steps N]
 #                              [--kill-credit-actor-after S] [--kill-reward-worker-after S] [key=value ...]
-#   --device D        gpu (one CUDA GPU) or cpu (verl's CPU platform of recipe/gcpo/cpu_platform.py)
+#   --device D        gpu (one CUDA GPU) or cpu (verl's CPU platform of tests/special_e2e/cpu_platform.py)
 #   --dry-run         build the policy and data, compose and validate the run's config and print it
 #   --estimator E     the advantage estimator (default gcpo; grpo runs the same smoke with verl's GRPO)
 #   --compare         run the GCPO smoke, then the GRPO smoke, and print their step times side by side
@@ -36,6 +36,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
+# the smoke harness and the CPU platform (tests/special_e2e/) are not in the wheel: every process of the run (this
+# script's python, the trainer, each Ray worker, vLLM's workers) imports them from this checkout, first on the path
+# (verl's wheel installs a `tests` package of its own)
+export PYTHONPATH="${ROOT}${PYTHONPATH:+:${PYTHONPATH}}"
 
 : "${PYTHON:=python3}"
 : "${SMOKE_DIR:=${TMPDIR:-/tmp}/gcpo-smoke}"
@@ -163,11 +167,11 @@ attention_args() {
 ATTN_ARGS=()
 attention_args
 
-# The CPU path (recipe/gcpo/cpu_platform.py): verl's platform override picks the project's CPU platform, which
+# The CPU path (tests/special_e2e/cpu_platform.py): verl's platform override picks the project's CPU platform, which
 # verl imports in every process as an external module; vLLM's CPU build keeps its KV cache small (GiB); each
 # process may use every core (Ray would give each one thread: its phases run one after another).
 if [[ "${device}" == "cpu" ]]; then
-  export VERL_PLATFORM=cpu VERL_USE_EXTERNAL_MODULES=recipe.gcpo.cpu_platform
+  export VERL_PLATFORM=cpu VERL_USE_EXTERNAL_MODULES=tests.special_e2e.cpu_platform
   : "${VLLM_CPU_KVCACHE_SPACE:=1}" "${OMP_NUM_THREADS:=$(nproc)}"
   export VLLM_CPU_KVCACHE_SPACE OMP_NUM_THREADS
 fi
@@ -225,7 +229,7 @@ trainer_args() {
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$((4 * seq_len))"
     "actor_rollout_ref.rollout.agent.num_workers=2"
-    "reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward"
+    "reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward"
     "reward.custom_reward_function.name=compute_score"
     "reward.num_workers=2"
     "algorithm.use_kl_in_reward=false"
@@ -262,11 +266,11 @@ start_helpers() {  # $1 run folder, $2 run number, $3 the run's process marker
   local run_dir="$1" run="$2" marker="$3"
   helper_pids=()
   if [[ "${device}" == "gpu" ]] && command -v nvidia-smi > /dev/null; then
-    "${PYTHON}" -m recipe.gcpo.smoke gpu-memory --out "${run_dir}/gpu_memory_run${run}.json" --parent-pid "$$" &
+    "${PYTHON}" -m tests.special_e2e.smoke gpu-memory --out "${run_dir}/gpu_memory_run${run}.json" --parent-pid "$$" &
     helper_pids+=($!)
   fi
   if [[ "${device}" == "cpu" ]]; then
-    "${PYTHON}" -m recipe.gcpo.smoke host-memory --out "${run_dir}/host_memory_run${run}.json" \
+    "${PYTHON}" -m tests.special_e2e.smoke host-memory --out "${run_dir}/host_memory_run${run}.json" \
       --marker "${marker}" --parent-pid "$$" &
     helper_pids+=($!)
   fi
@@ -275,7 +279,7 @@ start_helpers() {  # $1 run folder, $2 run number, $3 the run's process marker
     for target in credit reward; do
       if [[ "${target}" == "credit" ]]; then after="${kill_credit_after}"; else after="${kill_reward_after}"; fi
       [[ -n "${after}" ]] || continue
-      "${PYTHON}" -m recipe.gcpo.smoke fault --target "${target}" --after-step "${after}" --marker "${marker}" \
+      "${PYTHON}" -m tests.special_e2e.smoke fault --target "${target}" --after-step "${after}" --marker "${marker}" \
         --metrics "${run_dir}/metrics_run1.jsonl" --out "${run_dir}/fault_${target}.json" --parent-pid "$$" &
       helper_pids+=($!)
     done
@@ -292,7 +296,7 @@ stop_helpers() {
 current_marker=""
 cleanup() {
   stop_helpers
-  if [[ -n "${current_marker}" ]]; then "${PYTHON}" -m recipe.gcpo.smoke reap --marker "${current_marker}" || true; fi
+  if [[ -n "${current_marker}" ]]; then "${PYTHON}" -m tests.special_e2e.smoke reap --marker "${current_marker}" || true; fi
 }
 trap cleanup EXIT
 
@@ -316,7 +320,7 @@ bounded_run() {
       timeout --kill-after=30 "${SMOKE_RUN_TIMEOUT}" "$@" 2>&1 | tee "${log}" || rc=$?
     awk -v a="${start}" -v b="$(now)" 'BEGIN { printf "%.1f\n", b - a }' > "${run_dir}/wall_run${run}.txt"
     stop_helpers
-    "${PYTHON}" -m recipe.gcpo.smoke reap --marker "${marker}" || true
+    "${PYTHON}" -m tests.special_e2e.smoke reap --marker "${marker}" || true
     current_marker=""
     # vLLM picks a free port, frees it, then binds it: on a busy machine another process can take it in between.
     # A run that died of that before its first step is run once more; anything else is a failure.
@@ -390,13 +394,13 @@ smoke() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "${run_dir}/device.txt" || true
   fi
   if [[ "${device}" == "cpu" ]]; then
-    "${PYTHON}" -m recipe.gcpo.smoke describe-host > "${run_dir}/device.txt" || true
+    "${PYTHON}" -m tests.special_e2e.smoke describe-host > "${run_dir}/device.txt" || true
   fi
   train "${estimator}" "${run_dir}" 1 "${steps}" || return 1
   train "${estimator}" "${run_dir}" 2 "$((steps + 1))" || return 1
   [[ -z "${kill_credit_after}" ]] || fault_args+=(--fault credit)
   [[ -z "${kill_reward_after}" ]] || fault_args+=(--fault reward)
-  "${PYTHON}" -m recipe.gcpo.smoke check --run-dir "${run_dir}" --estimator "${estimator}" --steps "${steps}" \
+  "${PYTHON}" -m tests.special_e2e.smoke check --run-dir "${run_dir}" --estimator "${estimator}" --steps "${steps}" \
     --groups-per-step "${PROMPTS_PER_STEP}" ${fault_args[@]+"${fault_args[@]}"}
 }
 
@@ -442,7 +446,7 @@ launcher_smoke() {
   # answer's reward is 0 and GCPO's quality 0 everywhere; at 0.5 a correct answer keeps 0.5, a wrong one -1.5.
   echo "smoke: the smoke's prompts and reward stand in for the math data and reward (a random policy solves" \
     "nothing), with half the overlong penalty (every response reaches the length limit)" >&2
-  args+=("reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward"
+  args+=("reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward"
          "reward.custom_reward_function.name=compute_score"
          "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5")
   if [[ "${launcher}" == *group_contrastive* ]]; then args+=("data.train_files=${data_dir}/train_math.parquet"); fi
@@ -459,10 +463,10 @@ launcher_smoke() {
     bash "scripts/${launcher}" "${args[@]}" ${overrides[@]+"${overrides[@]}"} || rc=$?
   rm -rf "${ray_dir}"
   [[ "${rc}" == "0" ]] || return 1
-  "${PYTHON}" -m recipe.gcpo.smoke check-launcher --run-dir "${run_dir}" --launcher "${launcher}" --steps "${steps}"
+  "${PYTHON}" -m tests.special_e2e.smoke check-launcher --run-dir "${run_dir}" --launcher "${launcher}" --steps "${steps}"
 }
 
-"${PYTHON}" -m recipe.gcpo.smoke build --out "${SMOKE_DIR}"
+"${PYTHON}" -m tests.special_e2e.smoke build --out "${SMOKE_DIR}"
 if [[ -n "${launcher}" ]]; then
   if [[ "${dry_run}" == "1" ]]; then
     echo "error: for a launcher's dry run use the launcher itself: bash scripts/${launcher} --dry-run" >&2; exit 2
@@ -475,7 +479,7 @@ for estimator in "${estimators[@]}"; do
   smoke "${estimator}" || failed+=("${estimator}")
 done
 if [[ "${compare}" == "1" && "${dry_run}" == "0" && ${#failed[@]} -eq 0 ]]; then
-  "${PYTHON}" -m recipe.gcpo.smoke compare --gcpo "${SMOKE_DIR}/gcpo" --grpo "${SMOKE_DIR}/grpo"
+  "${PYTHON}" -m tests.special_e2e.smoke compare --gcpo "${SMOKE_DIR}/gcpo" --grpo "${SMOKE_DIR}/grpo"
 fi
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "smoke FAILED: ${failed[*]}" >&2

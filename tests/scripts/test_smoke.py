@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
-from recipe.gcpo.smoke.__main__ import RunDir
+from tests.special_e2e.smoke.__main__ import RunDir
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ def test_dry_run_composes_the_run_against_verl(dry_run):
     assert "file" in first["trainer"]["logger"] and first["trainer"]["resume_mode"] == "auto"
     assert first["trainer"]["total_training_steps"] == first["trainer"]["save_freq"] == 2
     assert rollout["temperature"] == 0.9  # the command line's overrides win
-    assert first["reward"]["custom_reward_function"]["path"] == "pkg://recipe.gcpo.smoke.reward"
+    assert first["reward"]["custom_reward_function"]["path"] == "pkg://tests.special_e2e.smoke.reward"
     assert "trainer.total_training_steps=3" in proc.stdout  # the resumed run, described
     # what other work changes is left to the recipe's YAML: the trainer mode, the credit actor's settings
     defaults = compose_gcpo()
@@ -118,9 +118,9 @@ def stub(tmp_path):
     script.write_text(
         "#!/usr/bin/env bash\n"
         # one write per call: helpers run in the background, and separate writes of two of them interleave
-        "line=\"CALL$(printf ' %s' \"$@\")$(printf ' | RAY=%s LOGGER=%s DRY=%s MARK=%s PLATFORM=%s TMP=%s' "
+        "line=\"CALL$(printf ' %s' \"$@\")$(printf ' | RAY=%s LOGGER=%s DRY=%s MARK=%s PLATFORM=%s TMP=%s PYPATH=%s' "
         "\"${RAY_ADDRESS:-}\" \"${VERL_FILE_LOGGER_PATH:-}\" \"${GCPO_DRY_RUN:-}\" \"${GCPO_SMOKE_MARKER:-}\" "
-        "\"${VERL_PLATFORM:-}\" \"${TMPDIR:-}\")\"\n"
+        "\"${VERL_PLATFORM:-}\" \"${TMPDIR:-}\" \"${PYTHONPATH:-}\")\"\n"
         "printf '%s\\n' \"$line\" >> \"$STUB_LOG\"\n"
         "if [[ \"$1\" == \"-c\" ]]; then [[ \"${STUB_FLASH:-0}\" == 1 ]]; exit $?; fi\n"
         "if [[ -n \"${STUB_FAIL:-}\" && \"$*\" == *\"${STUB_FAIL}\"* ]]; then echo 'boom' >&2; exit 3; fi\n"
@@ -156,9 +156,9 @@ def _trainings(calls):
 def test_two_runs_then_the_checks(stub):
     proc, calls, smoke_dir = stub("trainer.seed=7", RAY_ADDRESS="10.0.0.1:6379")
     assert proc.returncode == 0, proc.stderr
-    assert [_module(c) for c in calls] == ["recipe.gcpo.smoke", "recipe.gcpo.main_gcpo", "recipe.gcpo.main_gcpo",
-                                           "recipe.gcpo.smoke"]
-    assert calls[0].startswith(f"CALL -m recipe.gcpo.smoke build --out {smoke_dir} ")
+    assert [_module(c) for c in calls] == ["tests.special_e2e.smoke", "recipe.gcpo.main_gcpo", "recipe.gcpo.main_gcpo",
+                                           "tests.special_e2e.smoke"]
+    assert calls[0].startswith(f"CALL -m tests.special_e2e.smoke build --out {smoke_dir} ")
     run = RunDir(smoke_dir / "gcpo")
     first, resumed = _trainings(calls)
     # a local Ray of its own (the metrics file's path reaches the trainer through the environment)
@@ -177,6 +177,8 @@ def test_two_runs_then_the_checks(stub):
     reaps = [h for h in stub.helpers if " reap " in h]
     assert [r.split("--marker ")[1].split()[0] for r in reaps[:2]] == markers
     assert "PLATFORM= " in first  # a GPU smoke leaves verl's platform detection alone
+    # the harness (tests/special_e2e, not in the wheel) from this checkout, first on the path of every process
+    assert all(c.split("PYPATH=")[1].split()[0].split(os.pathsep)[0] == str(ROOT) for c in calls)
 
 
 def test_grpo_and_more_steps(stub):
@@ -194,7 +196,8 @@ def test_compare_runs_both_then_prints_the_ratio(stub):
     assert proc.returncode == 0, proc.stderr
     estimators = [c.split("algorithm.adv_estimator=")[1].split()[0] for c in _trainings(calls)]
     assert estimators == ["gcpo", "gcpo", "grpo", "grpo"]
-    assert calls[-1].startswith(f"CALL -m recipe.gcpo.smoke compare --gcpo {smoke_dir}/gcpo --grpo {smoke_dir}/grpo")
+    assert calls[-1].startswith(
+        f"CALL -m tests.special_e2e.smoke compare --gcpo {smoke_dir}/gcpo --grpo {smoke_dir}/grpo")
 
 
 def test_a_failed_run_fails_the_smoke_without_checks_or_comparison(stub):
@@ -365,7 +368,7 @@ def test_a_launcher_runs_its_own_config_small_with_the_devices_settings(stub, tm
     assert "trainer.total_training_steps=2" in training and training.split(" | ")[0].endswith("trainer.seed=3")
     # a random policy solves nothing: the smoke's prompts and reward, at half the overlong penalty, for every
     # launcher, so that mixed and all-correct groups occur and correct answers keep a positive reward
-    assert "reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward" in training
+    assert "reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward" in training
     assert "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5" in training
     assert f"data.train_files={smoke_dir}/data/train.parquet" in training
     run_dir = f"{smoke_dir}/launcher-{launcher[:-3]}"

@@ -22,7 +22,7 @@ from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.grouping import layout_groups
 from gcpo_core.encoding.pipeline import credit_rollouts
 from recipe.gcpo.credit_actor import CreditActor, CreditActorOptions
-from recipe.gcpo.smoke import checks
+from tests.special_e2e.smoke import checks
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
 from tests.recipe.gcpo.conftest import compose_gcpo
 
