@@ -1,6 +1,6 @@
 """The processes of one smoke run: found by a marker in their environment, sampled, faulted and stopped.
 
-``scripts/smoke.sh`` starts each trainer run with ``GCPO_SMOKE_MARKER=<unique id>`` in its environment; every
+The smoke (:mod:`.run`) starts each trainer run with ``GCPO_SMOKE_MARKER=<unique id>`` in its environment; every
 process the run starts (Ray's GCS and raylet, the task runner, FSDP and vLLM workers, vLLM's engine processes,
 reward workers, the credit actors) inherits it, and no other process on the machine has it. So the run's
 processes can be listed even after the trainer exited and its children were re-parented, and stopped without
@@ -100,6 +100,34 @@ def reap(marker: str, grace_s: float = 5.0) -> list[RunProcess]:
     for proc in run_processes(marker, memory=False):
         _signal(proc.pid, signal.SIGKILL)
     return found
+
+
+def stop_tree(pid: int, grace_s: float = 5.0) -> list[int]:
+    """Stop a process and every descendant it has now (a run past its time, or one the smoke was interrupted in):
+    SIGTERM, then SIGKILL whatever still runs after ``grace_s``, as ``timeout --kill-after`` does, but for the
+    whole tree. Leaves the exit status to the parent (nothing is reaped here). Returns the pids signalled."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+    for proc in tree:
+        _signal(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_running(p) for p in tree):
+        time.sleep(0.2)
+    for proc in tree:
+        if _running(proc):
+            _signal(proc.pid, signal.SIGKILL)
+    return [proc.pid for proc in tree]
+
+
+def _running(process: psutil.Process) -> bool:
+    """Alive and not merely a zombie waiting for its parent (the same process: psutil checks its start time)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -1,5 +1,5 @@
 """tests/special_e2e/smoke/processes.py on real processes: a run's processes are the ones with its marker, reaping
-stops them and only them, the memory sampler and the fault injector work from the files a run writes."""
+stops them and only them, stopping a process tree stops its descendants (SIGKILL for one that ignores SIGTERM), the memory sampler and the fault injector work from the files a run writes."""
 
 import json
 import os
@@ -48,6 +48,21 @@ def _wait_for(predicate, timeout=20.0):
             return True
         time.sleep(0.1)
     return False
+
+
+def test_stopping_a_tree_stops_the_process_and_its_descendants_and_kills_what_ignores_sigterm(spawn):
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    code = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {stubborn!r}]); "
+            f"subprocess.Popen([sys.executable, '-c', {SLEEPER!r}]); time.sleep(120)")
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    bystander = spawn()
+    assert _wait_for(lambda: len(psutil.Process(parent.pid).children()) == 2)
+    children = psutil.Process(parent.pid).children()
+    stopped = processes.stop_tree(parent.pid, grace_s=1)
+    assert set(stopped) == {parent.pid, *(c.pid for c in children)}
+    assert parent.wait(timeout=10) == -signal.SIGTERM  # the exit status is left to its parent
+    assert _wait_for(lambda: not any(processes._running(c) for c in children))
+    assert bystander.poll() is None and processes.stop_tree(parent.pid) == []
 
 
 def test_the_run_is_the_processes_with_its_marker_and_reaping_stops_only_them(spawn):
