@@ -9,7 +9,7 @@ number of steps; only the advantage differs:
 * ``gcpo_batch``: GCPO with ``all_correct_scale=batch`` (the default until 2026-11-26): all-correct groups scaled
   by the batch's right-vs-wrong spread, a push about 20-30x smaller.
 
-The device settings are the CPU smoke's (``scripts/smoke.sh``'s ``device_args``; a test keeps the two equal).
+The device settings are the CPU smoke's: both take them from ``tests.special_e2e.cpu_platform.cpu_overrides``.
 """
 
 from __future__ import annotations

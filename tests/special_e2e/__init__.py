@@ -4,8 +4,8 @@ CPU platform of the CPU runs (:mod:`.cpu_platform`).
 
 Not in the wheel: every process of a run (the driver, each Ray worker, vLLM's worker processes) imports these
 modules from the checkout, so whatever starts a run puts the checkout's root first on ``PYTHONPATH``
-(:func:`checkout_path`; ``scripts/smoke.sh``, ``scripts/smoke_cluster_cpu.sh`` and ``scripts/miniature.sh``
-export it, and the processes inherit it). First, not merely present: verl's wheel installs a ``tests`` package of
+(:func:`checkout_path`; ``scripts/smoke_cpu.sh``, ``scripts/smoke_1gpu.sh``, ``scripts/smoke_cluster_cpu.sh`` and
+``scripts/miniature.sh`` export it, and the processes inherit it). First, not merely present: verl's wheel installs a ``tests`` package of
 its own into site-packages, which would hide this one.
 """
 

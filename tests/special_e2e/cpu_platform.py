@@ -37,9 +37,9 @@ PLATFORM_NAME = "cpu"
 PLATFORM_ENV = "VERL_PLATFORM"
 
 
-def cpu_overrides(ray_dir: Optional[str | os.PathLike] = None, ray_cpus: int = 24) -> list[str]:
-    """The Hydra overrides of a training run on this platform (the same list as ``scripts/smoke.sh``'s
-    ``device_args``): FSDP2 (FSDP1 moves the model to CUDA), float32 throughout (a CPU without bf16 instructions
+def cpu_overrides(ray_dir: Optional[str | os.PathLike] = None, ray_cpus: int | str = 24) -> list[str]:
+    """The Hydra overrides of a training run on this platform (the CPU smoke's, the cluster smoke's and the
+    miniature's): FSDP2 (FSDP1 moves the model to CUDA), float32 throughout (a CPU without bf16 instructions
     emulates bfloat16 about ten times slower), no torch.compile, no sleep mode (vLLM's CPU build has none); and, for
     a run that starts its own Ray in ``ray_dir``, more logical CPUs than cores (verl's actors each ask for one) and
     one logical GPU for the one "device". ``ray_dir`` None: a driver joining a running Ray cluster (the cluster's

@@ -1,8 +1,10 @@
-"""The smoke run (``bash scripts/smoke_1gpu.sh`` on one GPU, ``bash scripts/smoke_cpu.sh`` on the CPU; their
-shared body is ``scripts/smoke.sh``): a tiny random Qwen3 policy, a few prompts from the package's own data, a
+"""The smoke run (``bash scripts/smoke_1gpu.sh`` on one GPU, ``bash scripts/smoke_cpu.sh`` on the CPU; both start
+``python -m tests.special_e2e.smoke run``, :mod:`.run`): a tiny random Qwen3 policy, a few prompts from the package's own data, a
 reward that marks about half the rollouts correct, and the checks run on what the trainer wrote (metrics, credit
 dumps, checkpoints, output), after a fault if one was injected.
 
+* :mod:`.run`: the smoke itself: its options, the trainer runs (bounded in time, retried once after a taken
+  port, their processes stopped after them), the checks and the comparison.
 * :mod:`.policy`: the tiny Qwen3-architecture policy and its offline tokenizer, saved in HF format.
 * :mod:`.data`: train / validation parquet in verl's format from ``gcpo_core/data``.
 * :mod:`.reward`: the smoke reward (verl custom reward function signature).
@@ -12,5 +14,5 @@ dumps, checkpoints, output), after a fault if one was injected.
 * :mod:`.processes`: one run's processes (by a marker in their environment): memory sampling, fault injection,
   and stopping whatever the run left behind.
 
-``python -m tests.special_e2e.smoke --help`` lists the commands the script uses.
+``python -m tests.special_e2e.smoke --help`` lists the commands; ``... run --help`` the smoke's options.
 """

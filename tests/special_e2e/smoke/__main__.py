@@ -1,5 +1,7 @@
-"""Commands of the smoke run (called by ``scripts/smoke.sh``, through ``smoke_1gpu.sh`` or ``smoke_cpu.sh``).
+"""Commands of the smoke harness: the smoke itself (``run``, what ``scripts/smoke_1gpu.sh`` and
+``scripts/smoke_cpu.sh`` start) and the steps and samplers it and the cluster smoke use.
 
+    python -m tests.special_e2e.smoke run --device gpu|cpu [--compare] [--steps N] ... [key=value ...]  # the smoke
     python -m tests.special_e2e.smoke build --out DIR         # DIR/model (tiny Qwen3 + tokenizer), DIR/data/*.parquet
     python -m tests.special_e2e.smoke check --run-dir DIR --estimator gcpo --steps 2 [--fault credit|reward ...]
     python -m tests.special_e2e.smoke compare --gcpo DIR --grpo DIR
@@ -13,7 +15,7 @@
 
 A run directory holds what the two trainer runs (steps 1..S, then the resumed step S + 1) wrote:
 ``metrics_run{1,2}.jsonl`` (verl's file logger), ``ckpt/`` (checkpoints), ``gcpo_dumps/`` (credit dumps),
-``log_run{1,2}.txt`` and ``wall_run{1,2}.txt`` (the script's), ``device.txt``, ``gpu_memory_run{1,2}.json`` on a
+``log_run{1,2}.txt`` and ``wall_run{1,2}.txt`` (the smoke's), ``device.txt``, ``gpu_memory_run{1,2}.json`` on a
 GPU (when ``nvidia-smi`` is there), ``host_memory_run{1,2}.json`` on the CPU, ``fault_<target>.json`` when a
 fault was injected; ``check`` adds ``summary.json``.
 """
@@ -24,49 +26,12 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from tests.special_e2e.smoke import checks, report
-
-
-@dataclass(frozen=True)
-class RunDir:
-    """Where one smoke run (one estimator) writes; the script passes these paths to the trainer."""
-
-    root: Path
-
-    def metrics(self, run: int) -> Path:
-        return self.root / f"metrics_run{run}.jsonl"
-
-    def wall(self, run: int) -> Path:
-        return self.root / f"wall_run{run}.txt"
-
-    def gpu_memory(self, run: int) -> Path:
-        return self.root / f"gpu_memory_run{run}.json"
-
-    def host_memory(self, run: int) -> Path:
-        return self.root / f"host_memory_run{run}.json"
-
-    def fault(self, target: str) -> Path:
-        return self.root / f"fault_{target}.json"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "ckpt"
-
-    @property
-    def dumps(self) -> Path:
-        return self.root / "gcpo_dumps"
-
-    @property
-    def device(self) -> Path:
-        return self.root / "device.txt"
-
-    @property
-    def summary(self) -> Path:
-        return self.root / "summary.json"
+from tests.special_e2e.smoke.run import RunDir
 
 
 def build(args) -> int:
@@ -301,10 +266,19 @@ def cluster(args) -> int:
         return 1
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:
+        # the smoke parses its own command line: its Hydra overrides stand anywhere among its options
+        from tests.special_e2e.smoke.run import main as run_smoke
+
+        return run_smoke(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m tests.special_e2e.smoke", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    commands.add_parser("run", add_help=False,
+                        help="the smoke: build, train, checkpoint, resume, check (run --help lists its options)")
 
     p = commands.add_parser("build", help="write the tiny policy and the smoke data")
     p.add_argument("--out", type=Path, required=True)
@@ -321,7 +295,7 @@ def main(argv=None) -> int:
                    help="a fault was injected in the first run: check that the run recovered from it")
     p.set_defaults(func=check)
 
-    p = commands.add_parser("check-launcher", help="check a launcher's short run (smoke.sh --launcher)")
+    p = commands.add_parser("check-launcher", help="check a launcher's short run (run --launcher)")
     p.add_argument("--run-dir", type=Path, required=True)
     p.add_argument("--launcher", required=True, help="the launcher's file name, e.g. run_qwen3_4b_gcpo.sh")
     p.add_argument("--steps", type=int, required=True)

@@ -1,7 +1,7 @@
 """The smoke run's reward: a deterministic coin flip on the response text, so that a random-weight policy (which
 never solves a math problem) still produces correct rollouts and GCPO's credit path runs.
 
-Use as ``reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward`` (``scripts/smoke.sh`` does);
+Use as ``reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward`` (the smoke does);
 every other run keeps the math reward (``recipe/gcpo/reward.py``). A response is correct when the fingerprint
 of its text (a stable hash in [0, 1)) is below the prompt's ``extra_info.smoke_correct_rate`` (0.5 when the
 prompt has none): the smoke data sets 0, 0.5 and 1, so all-wrong, mixed and all-correct groups all occur, and

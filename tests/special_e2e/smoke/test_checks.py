@@ -10,8 +10,9 @@ from gcpo_core.credit.config import CreditConfig
 from gcpo_core.evaluation.dump import write_credit_dump
 from gcpo_core.encoding.pipeline import credit_rollouts
 from tests.special_e2e.smoke import checks
-from tests.special_e2e.smoke.__main__ import RunDir, main
+from tests.special_e2e.smoke.__main__ import main
 from tests.special_e2e.smoke.reward import compute_score
+from tests.special_e2e.smoke.run import RunDir
 
 N_RESP = 8
 

@@ -13,7 +13,7 @@ def test_every_shipped_problem_once_with_the_rates_in_turn(smoke_dir):
     frame = pd.read_parquet(smoke_dir / "data" / "train.parquet")
     problems = list(dict.fromkeys(row["problem"] for row in shipped_problems()))
     assert [info["problem"] for info in frame["extra_info"]] == problems
-    # scripts/smoke.sh trains on one batch of three prompts: one of each rate
+    # the smoke (run.py) trains on one batch of three prompts: one of each rate
     assert [info[RATE_KEY] for info in frame["extra_info"]] == list(CORRECT_RATES) == [0.0, 0.5, 1.0]
     assert set(frame["data_source"]) == {DATA_SOURCE}
     row = frame.iloc[0]
@@ -30,7 +30,7 @@ def test_verl_reads_it_and_the_prompts_fit_the_smoke_prompt_length(smoke_dir):
     for item in dataset:
         ids = tokenizer.apply_chat_template(item["raw_prompt"], add_generation_prompt=True, tokenize=True,
                                             return_dict=False)
-        assert 50 < len(ids) <= 512  # scripts/smoke.sh: MAX_PROMPT_LENGTH=512, truncation=error
+        assert 50 < len(ids) <= 512  # run.py: MAX_PROMPT_LENGTH=512, truncation=error
         assert item["extra_info"][RATE_KEY] in CORRECT_RATES
 
 
