@@ -38,24 +38,16 @@ from tests.special_e2e.cpu_platform import cpu_overrides
 from tests.special_e2e.smoke import checks, report
 from tests.special_e2e.smoke.cluster import NODE_PRIVATE, ROOT, NamespaceCluster
 from tests.special_e2e.smoke.processes import logged_steps, reap
+from tests.special_e2e.smoke.run import (ADDRESS_IN_USE, ATTENTION_OVERRIDES, LAUNCHER_SIZES, OVERLONG_PENALTY,
+                                         SMOKE_REWARD)
 
 SBATCH = ROOT / "docker" / "slurm_gcpo.sbatch"
 RUN_MARKER = ".gcpo-cluster-smoke"
 # Slurm's job states once the batch script has ended (COMPLETING: ended, the nodes still cleaning up)
 ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
                 "BOOT_FAIL", "DEADLINE", "COMPLETING"}
-ADDRESS_IN_USE = ("EADDRINUSE", "Address already in use")
-# the launcher smoke's sizes (scripts/smoke.sh --launcher), with the tiny policy and the smoke's prompts
-LAUNCHER_SIZES = {
-    "TRAIN_BATCH_SIZE": "3", "MINI_BATCH_SIZE": "3", "N_RESP": "4", "MAX_PROMPT_LENGTH": "1024",
-    "MAX_RESPONSE_LENGTH": "64", "OVERLONG_BUFFER": "16", "VAL_N": "1", "GPU_MEM_UTIL": "0.15",
-}
 # the launcher validates on $DATA_DIR/val_<set>.parquet: the smoke's prompts, written there as this set
 VALIDATION_SET = "smoke"
-# Every response of the random policy runs to the length limit, so DAPO's overlong shaping always costs it the
-# whole penalty: at the launchers' factor 1.0 a correct answer's reward is 1 - 1 = 0, GCPO's quality is 0
-# everywhere and the credit path is checked on zeros. At 0.5 a correct answer keeps 0.5 and a wrong one has -1.5.
-OVERLONG_PENALTY = "0.5"
 
 
 @dataclass(frozen=True)
@@ -137,9 +129,6 @@ class Paths:
 
 
 # ---- what a job runs -------------------------------------------------------------------------------------------
-# padded batches through PyTorch's SDPA: vLLM's CPU wheel brings no flash-attn (the CPU smoke's SMOKE_ATTN=auto)
-SDPA_OVERRIDES = ("actor_rollout_ref.model.use_remove_padding=false",
-                  "+actor_rollout_ref.model.override_config.attn_implementation=sdpa")
 
 
 def job_overrides(paths: Paths, total_steps: int, save_freq: int, gcpo: bool, extra: Sequence[str]) -> list[str]:
@@ -147,7 +136,8 @@ def job_overrides(paths: Paths, total_steps: int, save_freq: int, gcpo: bool, ex
     storage unit (verl's 8 cost about 0.4 GiB each), the smoke reward with a penalty that keeps correct answers
     positive, the file logger, checkpoints and credit dumps in the run folder; then the command line's."""
     # the CPU smoke's device overrides without ray_kwargs.ray_init.*: this driver joins the job's Ray cluster
-    args = cpu_overrides() + list(SDPA_OVERRIDES) + [
+    # padded batches through PyTorch's SDPA: vLLM's CPU wheel brings no flash-attn (the CPU smoke's SMOKE_ATTN=auto)
+    args = cpu_overrides() + list(ATTENTION_OVERRIDES["sdpa"]) + [
         'trainer.logger=["console","file"]',
         f"trainer.total_training_steps={total_steps}",
         f"trainer.save_freq={save_freq}",
@@ -156,8 +146,7 @@ def job_overrides(paths: Paths, total_steps: int, save_freq: int, gcpo: bool, ex
         "actor_rollout_ref.rollout.agent.num_workers=2",
         "reward.num_workers=2",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        "reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward",
-        "reward.custom_reward_function.name=compute_score",
+        *SMOKE_REWARD,
         f"reward.reward_kwargs.overlong_buffer_cfg.penalty_factor={OVERLONG_PENALTY}",
     ]
     if gcpo:
