@@ -400,3 +400,19 @@ def test_a_run_that_dies_at_start_up_of_a_taken_port_is_run_once_more(smoke):
 def test_a_failure_that_is_not_a_taken_port_is_not_run_again(smoke):
     result = smoke("--device", "gpu", STUB_FAIL="trainer.total_training_steps=2")
     assert result.status == 1 and len(_trainings(result.calls)) == 1  # another failure: not retried
+
+
+def test_the_report_commands_run_in_the_smokes_process(tmp_path, capsys, monkeypatch):
+    """check, check-launcher, compare and describe-host are the harness's own commands, called in process; one
+    that raises fails, and the smoke goes on (--compare still runs the other estimator)."""
+    from tests.special_e2e.smoke import __main__ as commands
+
+    args = ["compare", "--gcpo", str(tmp_path / "gcpo"), "--grpo", str(tmp_path / "grpo")]
+    assert smoke_run.harness(args) == 2
+    assert "not found (run the gcpo smoke first)" in capsys.readouterr().err
+
+    def broken(_args):
+        raise RuntimeError("a bug in a check")
+
+    monkeypatch.setattr(commands, "compare", broken)
+    assert smoke_run.harness(args) == 1 and "RuntimeError: a bug in a check" in capsys.readouterr().err
