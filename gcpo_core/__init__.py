@@ -18,8 +18,8 @@ _EXPORTS = {
     "GroupLayout": "credit.grouping", "layout_groups": "credit.grouping",
     "KERNELS": "credit.kernels", "compute_kernel": "credit.kernels",
     "QUALITY_MAPS": "credit.quality", "quality_from_rewards": "credit.quality",
-    "SHAPLEY_ESTIMATORS": "credit.shapley", "ShapleyResult": "credit.shapley", "shapley_values": "credit.shapley",
-    "subset_team_values": "credit.shapley",
+    "ShapleyResult": "credit.shapley.dispatch", "shapley_values": "credit.shapley.dispatch",
+    "subset_team_values": "credit.shapley.exact",
     "quality_weighted_kernel": "credit.team_value", "team_value": "credit.team_value",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
@@ -27,7 +27,6 @@ __all__ = [
     "ADVANTAGE_MODES",
     "KERNELS",
     "QUALITY_MAPS",
-    "SHAPLEY_ESTIMATORS",
     "CreditConfig",
     "CreditResult",
     "GroupCredit",

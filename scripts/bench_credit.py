@@ -21,7 +21,8 @@ Two more sections, each run on its own:
 the same realistic embeddings, for M in {4, 8, 16, 64, 256}, the share of estimates whose nominal 95 %
 interval (+- 1.96 stderr) covers the exact Shapley value, the mean relative error, and the same error for
 plain permutation sampling (no control variate, no half-turns, no reverses). ``--baseline-module PATH`` also
-measures another implementation of ``gcpo_core/credit/shapley.py`` (e.g. an earlier commit's, from ``git show``).
+measures another implementation of ``shapley_values``: a single module file defining it (e.g. an earlier commit's
+``gcpo_core/credit/shapley.py``, from ``git show``, before it became the package ``gcpo_core/credit/shapley/``).
 Target: coverage >= 93 % at every M.
 
 ``--memory``: peak resident memory and time of crediting one group of G distinct correct rollouts by Monte
@@ -40,7 +41,7 @@ import torch
 
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.compute import compute_group_credit
-from gcpo_core.credit.shapley import shapley_from_subset_values
+from gcpo_core.credit.shapley.exact import shapley_from_subset_values
 
 TARGETS = {
     ("exact", 8): ("time_ms", 50.0),
@@ -170,9 +171,10 @@ def report(rows: list[dict], args: argparse.Namespace) -> bool:
 
 
 def load_shapley_module(path: str | None):
-    """gcpo_core.credit.shapley, or another implementation of it loaded from a file (for a before/after table)."""
+    """The module of ``shapley_values`` (gcpo_core.credit.shapley.dispatch), or another implementation of it loaded
+    from a file (for a before/after table)."""
     if path is None:
-        import gcpo_core.credit.shapley as module
+        import gcpo_core.credit.shapley.dispatch as module
 
         return module
     import importlib.util
@@ -186,7 +188,8 @@ def load_shapley_module(path: str | None):
 
 def coverage(args: argparse.Namespace) -> bool:
     """Coverage of +-1.96 stderr against exact Shapley, and MC error, per budget M."""
-    from gcpo_core.credit.shapley import exact_shapley, monte_carlo_shapley
+    from gcpo_core.credit.shapley.exact import exact_shapley
+    from gcpo_core.credit.shapley.monte_carlo import monte_carlo_shapley
 
     engines = {"this engine": load_shapley_module(None)}
     if args.baseline_module:
@@ -240,7 +243,7 @@ def coverage(args: argparse.Namespace) -> bool:
 
 MEMORY_SCRIPT = """
 import resource, sys, time, torch
-from gcpo_core.credit.shapley import shapley_values
+from gcpo_core.credit.shapley.dispatch import shapley_values
 size, permutations = int(sys.argv[1]), int(sys.argv[2])
 g = torch.Generator().manual_seed(0)
 unit = torch.nn.functional.normalize(torch.randn(1, size, 384, generator=g, dtype=torch.float64), dim=-1)
@@ -282,7 +285,8 @@ def main(argv=None) -> int:
     parser.add_argument("--coverage", action="store_true", help="measure the MC standard errors' coverage instead")
     parser.add_argument("--coverage-groups", type=int, default=40)
     parser.add_argument("--coverage-seeds", type=int, default=3)
-    parser.add_argument("--baseline-module", help="another gcpo_core/credit/shapley.py to measure beside this one")
+    parser.add_argument("--baseline-module", help="a module file with another shapley_values to measure beside this "
+                        "one (e.g. gcpo_core/credit/shapley.py of a commit before the package)")
     parser.add_argument("--memory", action="store_true", help="measure one big MC group's peak memory instead")
     parser.add_argument("--memory-sizes", type=int, nargs="+", default=[128, 512, 1024, 2048, 4096])
     args = parser.parse_args(argv)

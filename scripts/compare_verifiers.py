@@ -15,8 +15,8 @@ Three graders of a (gold answer, response) pair:
 Cases: every distinct gold answer of every set in the data folder crossed with systematic renderings of it
 (boxed, ``Answer:`` lines, ``####``, "The final answer is", with and without units, percent, degrees,
 ``\\text{}``, thousands separators, ``\\dfrac`` / ``a/b`` / decimals, intervals, tuples, multiple-choice letters),
-derived golds that carry a unit, a percent or a degree sign answered with the bare number, answers that are
-wrong or may be (the gold plus one, a number written inside the gold), and every real response in the folder: the rollouts (with their recorded math-verify labels)
+derived golds that carry a unit, a percent or a degree sign answered with the bare number, two-part golds
+answered one box per part (and boxes with words between them), answers that are wrong or may be (the gold plus one, a number written inside the gold), and every real response in the folder: the rollouts (with their recorded math-verify labels)
 and the reference solutions. For each class it prints how often each grader accepts and the disagreements:
 ``gcpo-/mv+`` (gcpo rejects what math-verify accepts: the class the scorer must not have), ``gcpo+/mv-``,
 ``gcpo-/dapo+``, ``gcpo+/dapo-``. The last line sums ``gcpo-/mv+`` over all cases.
@@ -186,6 +186,19 @@ TWO_ANSWERS = {
     "two-boxes": lambda first, last: f"So $\\boxed{{{first}}}$.\nChecking again, it is $\\boxed{{{last}}}$.",
 }
 
+# Two-part answers (numeric golds: the parts are the gold and the gold plus one): (gold listing the parts, response).
+# One box per part joined by ",", "and" or "or" states both parts, as math-verify reads it; boxes with words
+# between them do not (the last box is the answer).
+SEVERAL_PARTS = {
+    "boxes-and": lambda a, b: (f"{a}, {b}", f"The answers are $\\boxed{{{a}}}$ and $\\boxed{{{b}}}$."),
+    "boxes-named": lambda a, b: (f"{a}, {b}", f"So $a = \\boxed{{{a}}}$, $b = \\boxed{{{b}}}$."),
+    "boxes-display": lambda a, b: (f"{a}, {b}", f"So\n\\[\\boxed{{{a}}}\\]\nand\n\\[\\boxed{{{b}}}\\]"),
+    "named-equations": lambda a, b: (f"y_1 = {a}, y_2 = {b}",
+                                     f"Thus\n$$y_1 = \\boxed{{{a}}}$$\nand\n$$y_2 = \\boxed{{{b}}}$$"),
+    "words-between": lambda a, b: (f"{a}, {b}", f"So $\\boxed{{{a}}}$, and checking the other case, $\\boxed{{{b}}}$."),
+    "labelled-parts": lambda a, b: (f"{a}, {b}", f"(a) $\\boxed{{{a}}}$\n\n(b) $\\boxed{{{b}}}$"),
+}
+
 
 def _wrong(number: str) -> str:
     integer = _plain_integer(number)
@@ -226,6 +239,8 @@ def rendering_cases(golds: list[str]) -> Iterator[Case]:
             for name, render in TWO_ANSWERS.items():
                 yield Case(f"two-answers/{name}/last-right", gold, render(_wrong(number), number))
                 yield Case(f"two-answers/{name}/first-right", gold, render(number, _wrong(number)))
+            for name, render in SEVERAL_PARTS.items():
+                yield Case(f"several-parts/{name}", *render(number, _wrong(number)))
         for name, text in other_answers(gold):
             for wrapper in ("boxed", "answer-line"):
                 yield Case(f"{wrapper}/{name}", gold, WRAPPERS[wrapper](text))

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # A miniature GCPO-vs-GRPO experiment through the real path on a CPU (docs/miniature.md): a tiny policy warm-started
-# on a naming task with many distinct correct answers per prompt (recipe/gcpo/miniature/), trained by each arm from
+# on a naming task with many distinct correct answers per prompt (experiments/miniature/), trained by each arm from
 # the same start with python -m recipe.gcpo.main_gcpo (vLLM generating, the FSDP actor updating, GCPO's credit
 # actor), evaluated on held-out prompts every EVAL_EVERY steps; then the table and the plots.
 #
 # Usage: bash scripts/miniature.sh [--arms grpo,gcpo_group,gcpo_batch] [--seeds N] [--steps N] [--eval-every N]
 #                                  [--lr LR] [--warm-seed per-seed|N] [--out DIR] [--figures DIR] [--dry-run] [key=value ...]
-#   --arms        which arms, comma-separated (default all three; recipe/gcpo/miniature/arms.py says what each is)
+#   --arms        which arms, comma-separated (default all three; experiments/miniature/arms.py says what each is)
 #   --seeds N     seeds 1..N of every arm (default 4; --seeds 5 is the documented reference's, 1.8-2.2 h)
 #   --steps N     training steps of every run (default 40); --eval-every N (default 10) held-out evaluations
 #   --lr LR       the actor's learning rate for every arm (default 1e-3)
@@ -21,6 +21,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
+# the experiment (experiments/miniature/) and the CPU platform (tests/special_e2e/) are not in the wheel: every process
+# of every run imports them from this checkout, first on the path (verl's wheel installs a `tests` package too)
+export PYTHONPATH="${ROOT}${PYTHONPATH:+:${PYTHONPATH}}"
 : "${GCPO_CPU_VENV:=${ROOT}/.venv-cpu}"
 export GCPO_CPU_VENV
 
@@ -50,5 +53,5 @@ unset RAY_ADDRESS
 : "${OMP_NUM_THREADS:=$(nproc)}"
 export OMP_NUM_THREADS
 start=$(date +%s)
-"${PYTHON}" -m recipe.gcpo.miniature run --out "${out}" ${args[@]+"${args[@]}"} -- ${overrides[@]+"${overrides[@]}"}
+"${PYTHON}" -m experiments.miniature run --out "${out}" ${args[@]+"${args[@]}"} -- ${overrides[@]+"${overrides[@]}"}
 echo "miniature: $(( ($(date +%s) - start) / 60 )) min in all, including the warm start (${out})"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The multi-node path end to end on one machine without GPUs: a real two-node Slurm cluster made of Linux
-# namespaces (recipe/gcpo/smoke/cluster.py), `sbatch docker/slurm_gcpo.sbatch scripts/run_qwen3_4b_gcpo.sh` run on
+# namespaces (tests/special_e2e/smoke/cluster.py), `sbatch docker/slurm_gcpo.sbatch scripts/run_qwen3_4b_gcpo.sh` run on
 # it with the CPU settings and the launcher smoke's sizes, a resubmitted job resuming from the checkpoint, the
 # checks, and the cluster removed again (also after a failure or Ctrl-C). CI runs it after the CPU smoke.
 #
@@ -8,7 +8,7 @@
 #                                          [--kill-credit-actor-after S] [--launcher run_*.sh] [key=value ...]
 #   --kill-node-after S   crash the last node once step S is logged: the job must end with one line naming it,
 #                         and the resubmitted job resume from step S's checkpoint
-#   python -m recipe.gcpo.smoke cluster --help lists every option
+#   python -m tests.special_e2e.smoke cluster --help lists every option
 # Root only (network namespaces, Slurm's daemons); installs Debian's slurmctld, slurmd, slurm-client and munge when
 # absent. Shares the CPU smoke's environment (.venv-cpu) and its machine-wide lock: one CPU run at a time.
 # Environment: GCPO_CPU_VENV, CLUSTER_SMOKE_DIR (/var/tmp/gcpo-cluster-smoke: what every node shares: the policy,
@@ -41,4 +41,7 @@ fi
 # shellcheck source=scripts/cpu_env/enter.sh
 source "${ROOT}/scripts/cpu_env/enter.sh"
 cd "${ROOT}"
-exec "${PYTHON}" -m recipe.gcpo.smoke cluster "$@"
+# the harness (tests/special_e2e/) from this checkout, first on the path, in every process on every node (the jobs'
+# environment is this one: sbatch --export=ALL, then srun, `ray start` and the launcher inherit it)
+export PYTHONPATH="${ROOT}${PYTHONPATH:+:${PYTHONPATH}}"
+exec "${PYTHON}" -m tests.special_e2e.smoke cluster "$@"

@@ -34,7 +34,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": ("auto", "float32", "float16", "bfloat16"),
     "all_correct_scale": ("batch", "group"),
 }
-EXACT_LIMIT = 22  # gcpo_core.credit.shapley.EXACT_LIMIT: most correct rollouts `exact` enumerates
+EXACT_LIMIT = 22  # gcpo_core.credit.shapley.exact.EXACT_LIMIT: most correct rollouts `exact` enumerates
 MAX_GROUP_SIZE_LIMIT = 4096  # CreditConfig's upper bound on max_group_size
 
 # settings-file key -> command-line destination (the files in configs/ use the engine's field names)

@@ -20,10 +20,9 @@ _EXPORTS = {
     "compute_kernel": "kernels",
     "QUALITY_MAPS": "quality",
     "quality_from_rewards": "quality",
-    "SHAPLEY_ESTIMATORS": "shapley",
-    "ShapleyResult": "shapley",
-    "shapley_values": "shapley",
-    "subset_team_values": "shapley",
+    "ShapleyResult": "shapley.dispatch",
+    "shapley_values": "shapley.dispatch",
+    "subset_team_values": "shapley.exact",
     "quality_weighted_kernel": "team_value",
     "team_value": "team_value",
 }

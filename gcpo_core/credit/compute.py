@@ -13,7 +13,7 @@ from gcpo_core.credit.diagnostics import GroupDiagnostics, group_diagnostics
 from gcpo_core.credit.grouping import GroupLayout, group_content_keys, identical_members, layout_groups
 from gcpo_core.credit.kernels import compute_kernel
 from gcpo_core.credit.quality import check_finite, quality_from_rewards
-from gcpo_core.credit.shapley import shapley_values
+from gcpo_core.credit.shapley.dispatch import shapley_values
 from gcpo_core.credit.team_value import quality_weighted_kernel
 
 
@@ -178,6 +178,19 @@ def compute_credit(
         contributes: `(Sequence[bool] | None)` length N; False forces q = 0.
     Returns:
         :class:`CreditResult` with (N,) tensors in input order. An empty batch gives empty results.
+
+    Example:
+        Prompt ``a``: two copies of one solution, a different correct one and a wrong one; prompt ``b``: all
+        wrong. The copies share the volume they add, so the distinct solution gets the most credit; the wrong
+        rollouts get none, and an all-wrong group gets no advantage at all.
+
+        >>> import torch
+        >>> embeddings = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [0.3, 0.9], [0.9, 0.3]])
+        >>> result = compute_credit([1, 1, 1, 0, 0, 0], embeddings, ["a", "a", "a", "a", "b", "b"])
+        >>> [round(v, 4) for v in result.shapley.tolist()]  # phi: (log 2 + log 1.5) / 2 twice, log 2, 0
+        [0.5493, 0.5493, 0.6931, 0.0, 0.0, 0.0]
+        >>> [round(v, 3) for v in result.advantage.tolist()]
+        [0.331, 0.331, 0.801, -1.463, 0.0, 0.0]
     """
     embeddings = _real_tensor(embeddings, "embeddings", allow_bool=False)
     device = embeddings.device

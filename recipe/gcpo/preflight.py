@@ -35,7 +35,7 @@ from verl.utils.config import validate_config
 from verl.utils.device import get_torch_device, is_device_available
 
 from gcpo_core.baselines.diver import DiverConfig
-from gcpo_core.credit.shapley import EXACT_LIMIT
+from gcpo_core.credit.shapley.exact import EXACT_LIMIT
 from recipe.gcpo.baselines.copo import CopoSettings, copo_loss_settings
 from recipe.gcpo.baselines.div_r1 import DivR1Settings, div_r1_settings
 from recipe.gcpo.baselines.diver import diver_settings

@@ -76,8 +76,9 @@ RECIPE_LAYERS = {
     "trainer": ["gcpo_trainer", "preflight"],
     "entry": ["register", "main_gcpo"],
 }
-# the smoke and miniature tools (and their CPU platform) leave recipe/ (issue 39); they sit above every layer
-RECIPE_TOOLS = ("smoke", "miniature", "cpu_platform")
+# what a training run does not import: the smoke harness and CPU platform (tests/special_e2e/) and the miniature
+# experiment (experiments/) use the recipe, never the other way round
+TOOL_PACKAGES = ("tests", "experiments")
 # recipe imports made inside a function, each for a reason other than an import cycle
 LATE_IMPORTS = {
     ("main_gcpo", "recipe.gcpo.gcpo_trainer"): "only the task runner builds the trainer; the driver never imports it",
@@ -134,7 +135,7 @@ def test_every_module_of_the_recipe_lives_in_a_layer():
     units = {p.stem for p in RECIPE.glob("*.py") if p.name != "__init__.py"}
     units |= {p.name for p in RECIPE.iterdir() if (p / "__init__.py").is_file()}
     placed = {u for layer in RECIPE_LAYERS.values() for u in layer}
-    assert units - set(RECIPE_TOOLS) == placed, sorted(units.symmetric_difference(placed | set(RECIPE_TOOLS)))
+    assert units == placed, sorted(units.symmetric_difference(placed))
 
 
 def test_a_recipe_module_imports_nothing_from_a_layer_above_it():
@@ -142,9 +143,15 @@ def test_a_recipe_module_imports_nothing_from_a_layer_above_it():
     for unit, path in _recipe_files():
         for line, module, _ in _recipe_imports(path):
             target = _recipe_unit(module)
-            if target in RECIPE_TOOLS or _layer_of(target) > _layer_of(unit):
+            if _layer_of(target) > _layer_of(unit):
                 upward.append(f"{path.relative_to(RECIPE)}:{line} imports {module}")
     assert not upward, upward
+
+
+def test_the_recipe_imports_no_tool():
+    tools = [f"{path.relative_to(RECIPE)}:{line} imports {module}" for _, path in _recipe_files()
+             for line, module in _imports(path) if module.split(".")[0] in TOOL_PACKAGES]
+    assert not tools, tools
 
 
 def test_the_config_layer_imports_neither_ray_nor_verl():

@@ -71,7 +71,8 @@ def test_the_flags_choices_and_defaults_are_the_engines():
     from gcpo_core.encoding.encoder import DEFAULT_MODEL, DTYPES, EncoderConfig
     from gcpo_core.credit.kernels import KERNELS
     from gcpo_core.credit.quality import QUALITY_MAPS
-    from gcpo_core.credit.shapley import EXACT_LIMIT, SHAPLEY_METHODS
+    from gcpo_core.credit.shapley.dispatch import SHAPLEY_METHODS
+    from gcpo_core.credit.shapley.exact import EXACT_LIMIT
     from gcpo_core.encoding.text_span import TEXT_SPANS
     from gcpo_core.encoding.word_pieces import LONG_TEXT_POLICIES
 

@@ -6,6 +6,7 @@ import torch
 
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.compute import compute_credit, compute_group_credit
+from tests.gcpo_core.examples import run_examples
 from tests.gcpo_core.helpers import clustered_embeddings
 
 
@@ -15,6 +16,10 @@ def _batch(seed=0, groups=6, size=8):
     rewards = (rng.random(groups * size) < 0.6).astype(float)
     uids = [f"g{i // size}" for i in range(groups * size)]
     return rewards, torch.from_numpy(emb), uids
+
+
+def test_the_example_runs():
+    run_examples(compute_credit)
 
 
 def test_credit_is_conserved_per_group_and_wrong_rollouts_get_zero():

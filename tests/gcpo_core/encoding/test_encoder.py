@@ -20,8 +20,18 @@ from gcpo_core.encoding.encoder import (
     resolve_model_path,
 )
 from gcpo_core.encoding.pipeline import credit_rollouts
+from tests.gcpo_core.examples import run_examples
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_example_runs_offline():
+    # the example loads the default encoder itself: the bundled all-MiniLM-L6-v2 (conftest sets HF_HUB_OFFLINE).
+    # transformers prints a line on stdout when first imported under the tests' WANDB_MODE=offline: imported
+    # here first, so that the example's output is only its own
+    import transformers.integrations.integration_utils  # noqa: F401
+
+    run_examples(RolloutEncoder)
 
 
 def _long_solutions(shared_data, count=6):

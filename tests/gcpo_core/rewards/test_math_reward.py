@@ -350,3 +350,63 @@ def test_a_gold_wrapped_in_several_pieces_is_left_as_it_is():
 def test_a_bare_percent_in_a_closing_sentence_matches_a_gold_in_math_mode():
     assert score_answer("Every seat is taken, so the hall is full: 100%.\nAnswer: 100%", "$100%$").correct
     assert not score_answer("So the hall is half full.\nAnswer: 50%", "$100%$").correct
+
+
+# --- several boxes: one answer per part, named equations, and boxes that are not one answer ------------------
+
+# (gold, response, label); math-verify's defaults agree with each label (checked below)
+SEVERAL_BOXES = [
+    # one box per part, joined as math-verify joins boxed math: by ",", "and" or "or" between the math
+    ("3, 5", "The answers are $\\boxed{3}$ and $\\boxed{5}$.", True),
+    ("3 \\text{ and } 5", "The answers are $\\boxed{3}$ and $\\boxed{5}$.", True),
+    ("3, 5", "$a = \\boxed{3}$, $b = \\boxed{5}$", True),
+    ("3, 5", "$$a = \\boxed{3}$$ and $$b = \\boxed{5}$$", True),
+    ("2, 5", "\\[\\boxed{2}\\]\nand\n\\[\\boxed{5}\\]", True),
+    ("2, 5", "\\(\\boxed{2}\\) and \\(\\boxed{5}\\)", True),
+    ("x = 2, y = 5", "$x = \\boxed{2}$ and $y = \\boxed{5}$", True),
+    ("x = 2, y = 5", "So $x = \\boxed{2}, y = \\boxed{5}$.", True),
+    ("3, 5", "$\\boxed{3}$ or $\\boxed{5}$", True),
+    ("3, 5", "The answers are $\\boxed{3}$ and $\\boxed{6}$.", False),
+    # boxed right-hand sides of named equations against a gold that lists the equations
+    ("y_1 = x^2, y_2 = 2x", "Thus $y_1 = \\boxed{x^2}$ and $y_2 = \\boxed{2x}$.", True),
+    ("y_1 = x^2, \\quad y_2 = 2x", "Thus\n$$y_1 = \\boxed{x^2}$$\nand\n$$y_2 = \\boxed{2x}$$", True),
+    ("y_1 = x^2, y_2 = 2x", "\\[ y_1 = \\boxed{x^2} \\] and \\[ y_2 = \\boxed{2x} \\]", True),
+    ("y_1 = x^2, y_2 = 2x", "Thus $y_1 = \\boxed{x^2}$ and $y_2 = \\boxed{3x}$.", False),
+    # the opposite direction: boxes with words between them are not one answer; the last box is the answer
+    ("2, 5", "$\\boxed{2}$, so $\\boxed{5}$", False),
+    ("(2, 5)", "$\\boxed{2}$, so $\\boxed{5}$", False),
+    ("2, 5", "The first is $\\boxed{2}$. Checking the second case separately we find $\\boxed{5}$.", False),
+    ("2, 5", "x = $\\boxed{2}$ and y = $\\boxed{5}$", False),  # the names stand outside the math
+    ("3, 5", "(a) $\\boxed{3}$, (b) $\\boxed{5}$", False),
+    ("3, 5", "(a) $\\boxed{3}$\n\n(b) $\\boxed{5}$", False),
+    ("5", "$\\boxed{2}$, so $\\boxed{5}$", True),
+    ("5", "(a) $\\boxed{3}$\n\n(b) $\\boxed{5}$", True),
+]
+# Where this scorer joins boxes that math-verify's defaults read as the last box alone (docs/method.md,
+# "Intentional differences"): boxes with only spaces, line breaks, ";" or "\\quad" between them.
+SEVERAL_BOXES_BEYOND_MATH_VERIFY = [
+    ("2, 5", "$$\\boxed{2}$$\n\n$$\\boxed{5}$$", True),
+    ("2, 5", "$\\boxed{2}$ \\quad $\\boxed{5}$", True),
+    ("3, 5", "$\\boxed{3}$; $\\boxed{5}$", True),
+    ("5", "$$\\boxed{2}$$\n\n$$\\boxed{5}$$", False),
+]
+
+
+def _math_verify_accepts(gold: str, response: str) -> bool:
+    """math-verify's defaults: the response as written, the gold as LaTeX or boxed (scripts/compare_verifiers.py)."""
+    from math_verify import parse, verify
+
+    return any(verify(parse(written), parse(response)) for written in (f"${gold}$", f"\\boxed{{{gold}}}"))
+
+
+def test_several_boxes_are_read_as_math_verify_reads_them():
+    verdicts = score_answers([(response, gold) for gold, response, _ in SEVERAL_BOXES])
+    assert [(gold, response, v.correct) for (gold, response, _), v in zip(SEVERAL_BOXES, verdicts)] == SEVERAL_BOXES
+    assert [(g, r, _math_verify_accepts(g, r)) for g, r, _ in SEVERAL_BOXES] == SEVERAL_BOXES
+
+
+def test_boxes_with_only_spacing_between_them_are_one_answer_beyond_math_verify():
+    verdicts = score_answers([(response, gold) for gold, response, _ in SEVERAL_BOXES_BEYOND_MATH_VERIFY])
+    assert [v.correct for v in verdicts] == [label for _, _, label in SEVERAL_BOXES_BEYOND_MATH_VERIFY]
+    # the documented difference is real: math-verify's defaults read the last box alone here
+    assert [_math_verify_accepts(g, r) for g, r, _ in SEVERAL_BOXES_BEYOND_MATH_VERIFY] == [False, False, False, True]

@@ -23,7 +23,7 @@ from gcpo_core.credit.grouping import layout_groups
 from gcpo_core.encoding.pipeline import credit_rollouts
 from recipe.gcpo.config import CreditActorOptions
 from recipe.gcpo.credit_actor import CreditActor
-from recipe.gcpo.smoke import checks
+from tests.special_e2e.smoke import checks
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
 from tests.recipe.gcpo.conftest import compose_gcpo
 

@@ -248,7 +248,7 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
     overrides = [VALID[0], f"data.train_files={train}", f"data.val_files={absent}", *VALID[3:],
                  "trainer.n_gpus_per_node=1", "trainer.device=cpu", f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
     proc = _entry_point(*overrides, cwd=tmp_path, dry_run=False, VERL_PLATFORM="cpu",
-                        VERL_USE_EXTERNAL_MODULES="recipe.gcpo.cpu_platform", RAY_TMPDIR=str(tmp_path))
+                        VERL_USE_EXTERNAL_MODULES="tests.special_e2e.cpu_platform", RAY_TMPDIR=str(tmp_path))
     _assert_one_line_error(proc, f"error: {absent} does not exist (data.train_files / data.val_files): point "
                                  "data.train_files / data.val_files at a file that exists on this machine")
     assert "ray init kwargs" not in proc.stdout
@@ -256,7 +256,7 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
     launchers = tmp_path / "val_aime24.parquet"
     overrides[2] = f"data.val_files={launchers}"
     proc = _entry_point(*overrides, cwd=tmp_path, dry_run=False, VERL_PLATFORM="cpu",
-                        VERL_USE_EXTERNAL_MODULES="recipe.gcpo.cpu_platform", RAY_TMPDIR=str(tmp_path))
+                        VERL_USE_EXTERNAL_MODULES="tests.special_e2e.cpu_platform", RAY_TMPDIR=str(tmp_path))
     _assert_one_line_error(proc, f"error: {launchers} does not exist (data.train_files / data.val_files): "
                                  "scripts/prepare_data.py writes it (--out-dir: the launchers' DATA_DIR)")
 

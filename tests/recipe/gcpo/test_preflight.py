@@ -311,7 +311,7 @@ def test_filtering_on_gcpo_signal_needs_a_reward_that_reports_it(tmp_path):
             "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
             "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true"]
     validate(compose_gcpo(base))  # the recipe's reward reports it
-    validate(compose_gcpo(base + ["reward.custom_reward_function.path=pkg://recipe.gcpo.smoke.reward"]))
+    validate(compose_gcpo(base + ["reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward"]))
     own = tmp_path / "my_reward.py"
     own.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
                    "    return {'score': 1.0, 'acc': 1.0}\n")

@@ -1,0 +1,188 @@
+"""``python -m experiments.miniature build|run|report|compare`` (``scripts/miniature.sh`` runs the first three, then
+compares with the documented run when the budgets match)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from experiments.miniature.arms import ARMS, RunSpec
+
+
+PER_SEED = "per-seed"
+DOCUMENTED_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "miniature" / "results.json"
+
+
+def warm_seed_option(value: str) -> int | str:
+    """``--warm-seed``: ``per-seed`` or a non-negative integer."""
+    if value == PER_SEED:
+        return value
+    try:
+        seed = int(value)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"must be '{PER_SEED}' or a non-negative integer, got {value!r}")
+    return seed
+
+
+def build(out: Path, correct_share: float, warm_steps: int, warm_seed: int = 0) -> dict:
+    """The task data and warm start ``warm_seed`` in ``out`` (kept when built before with the same settings)."""
+    from experiments.miniature.runner import policy_dir
+    from experiments.miniature.task import write_task_data
+    from experiments.miniature.warm_start import WarmStartSpec, build_warm_start
+
+    write_task_data(out / "data")
+    spec = WarmStartSpec(correct_share=correct_share, steps=warm_steps, seed=warm_seed)
+    policy = policy_dir(out, warm_seed)
+    record_path = policy / "warm_start.json"
+    if record_path.is_file() and json.loads(record_path.read_text()).get("spec") == asdict(spec):
+        record = json.loads(record_path.read_text())
+        print(f"miniature: warm start {warm_seed} kept ({policy})", flush=True)
+    else:
+        start = time.monotonic()
+        record = build_warm_start(policy, spec)
+        print(f"miniature: warm start {warm_seed} trained in {time.monotonic() - start:.0f} s", flush=True)
+    print(f"miniature: warm start {warm_seed} samples {record['heldout']['accuracy']:.1%} correct on held-out prompts "
+          f"({record['heldout']['distinct_correct']:.2f} distinct correct of {spec.eval_samples})", flush=True)
+    return record
+
+
+def report(out: Path, figures: Path | None) -> str:
+    from experiments.miniature.report import (collect, final_table, paired_table, paired_tests, plot,
+                                              warm_starts_line)
+
+    runs = collect(out)
+    table = warm_starts_line(runs) + "\n\n" + final_table(runs)
+    if "grpo" in runs and len(runs) > 1:
+        table += "\n\n" + paired_table(runs) + "\n\n" + paired_tests(runs)
+    (out / "results.json").write_text(json.dumps(runs, indent=1, default=str) + "\n")
+    (out / "table.md").write_text(table + "\n")
+    if figures is not None:
+        for path in plot(runs, figures):
+            print(f"miniature: figure {path}", flush=True)
+    walls = [r["wall_s"] for seeds in runs.values() for r in seeds.values()]
+    print(f"miniature: {len(walls)} runs, {sum(walls) / 60:.1f} min of training runs in all", flush=True)
+    print(table, flush=True)
+    return table
+
+
+def compare(out: Path, reference: Path, step: int | None = None) -> str:
+    """``out``'s finished runs against ``reference`` (a ``results.json``), cell by cell; also in
+    ``out/reproduction.md``."""
+    from experiments.miniature.report import collect, paired_tests
+    from experiments.miniature.reproduce import compare as compare_runs, load_results, pool
+
+    ref, runs = load_results(reference), collect(out)
+    text, summary = compare_runs(ref, runs, step=step)
+    text = f"Against {reference}:\n\n{text}"
+    if "grpo" in ref or "grpo" in runs:
+        pooled = pool(ref, runs, step=summary["step"])
+        text += ("\n\nBoth experiments together (each arm and seed the mean of its runs in either), "
+                 f"against GRPO:\n\n{paired_tests(pooled, step=summary['step'])}")
+    (out / "reproduction.md").write_text(text + "\n")
+    print(text, flush=True)
+    return text
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.miniature", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    defaults = RunSpec()
+    for name in ("build", "run"):
+        p = commands.add_parser(name)
+        p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--correct-share", type=float, default=0.3, help="the warm start's share of right targets")
+        p.add_argument("--warm-steps", type=int, default=400)
+    commands.choices["build"].add_argument("--warm-seed", type=warm_seed_option, default=0,
+                                           help="the warm start's seed (its weights)")
+    run = commands.choices["run"]
+    run.add_argument("--warm-seed", type=warm_seed_option, default=PER_SEED,
+                     help=f"'{PER_SEED}' (default): seed s of every arm trains from warm start s, so the seeds' spread "
+                          "includes the start's; N: every run from warm start N")
+    run.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    # 4, not 5: five starts took 2.2 h on a slower 2-core machine (docs/miniature.md, "Four starts by default")
+    run.add_argument("--seeds", type=int, default=4, help="seeds 1..N of every arm")
+    run.add_argument("--steps", type=int, default=defaults.steps)
+    run.add_argument("--eval-every", type=int, default=defaults.eval_every)
+    run.add_argument("--lr", type=float, default=defaults.lr)
+    run.add_argument("--timeout", type=float, default=1800.0, help="seconds one training run may take")
+    run.add_argument("--figures", type=Path, default=None, help="where the report's PNGs go (default OUT)")
+    run.add_argument("--dry-run", action="store_true", help="compose and validate the first run's config only")
+    run.add_argument("overrides", nargs="*", help="Hydra overrides for every run (key=value)")
+    p = commands.add_parser("report")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--figures", type=Path, default=None)
+    p = commands.add_parser("compare", help="does a run reproduce the documented one? (experiments/miniature/"
+                                            "reproduce.py says how it is judged)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--reference", type=Path, default=DOCUMENTED_RESULTS)
+    p.add_argument("--step", type=int, default=None, help="the evaluation step (default: the last both have)")
+    args = parser.parse_args(argv)
+
+    if args.command == "compare":
+        try:
+            compare(args.out, args.reference, args.step)
+        except ValueError as err:
+            print(f"miniature: cannot compare: {err}", file=sys.stderr, flush=True)
+            return 2
+        return 0
+
+    if args.command == "report":
+        report(args.out, args.figures or args.out)
+        return 0
+    if args.command == "build":
+        if args.warm_seed == PER_SEED:
+            parser.error("build --warm-seed takes one integer")
+        build(args.out, args.correct_share, args.warm_steps, args.warm_seed)
+        return 0
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms:
+        parser.error(f"--arms must name some of {', '.join(ARMS)}, got {args.arms!r}")
+    if args.seeds < 1:
+        parser.error(f"--seeds must be a positive integer, got {args.seeds}")
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        parser.error(f"overrides are key=value, got {bad}")
+    try:
+        spec = RunSpec(steps=args.steps, eval_every=min(args.eval_every, args.steps), lr=args.lr)
+    except ValueError as err:
+        parser.error(str(err))
+    from experiments.miniature.runner import train
+
+    def warm_seed(seed: int) -> int:
+        return seed if args.warm_seed == PER_SEED else args.warm_seed
+
+    if args.dry_run:
+        build(args.out, args.correct_share, args.warm_steps, warm_seed(1))
+        train(arms[0], 1, spec, args.out, args.timeout, args.overrides, warm_seed=warm_seed(1), dry_run=True)
+        return 0
+    # a stopped experiment stops its run's processes too (the runner's clean-up runs on SystemExit)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    start = time.monotonic()
+    for seed in range(1, args.seeds + 1):
+        build(args.out, args.correct_share, args.warm_steps, warm_seed(seed))
+        for arm in arms:  # arms side by side within a seed: an interrupted experiment stays balanced
+            try:
+                train(arm, seed, spec, args.out, args.timeout, args.overrides, warm_seed=warm_seed(seed))
+            except RuntimeError as err:
+                print(f"miniature: FAILED: {err}", file=sys.stderr, flush=True)
+                return 1
+    print(f"miniature: the experiment took {(time.monotonic() - start) / 60:.1f} min", flush=True)
+    report(args.out, args.figures or args.out)
+    if DOCUMENTED_RESULTS.is_file():
+        try:
+            compare(args.out, DOCUMENTED_RESULTS)
+        except ValueError as err:
+            print(f"miniature: not compared with the documented run ({DOCUMENTED_RESULTS.name}): {err}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""Held-out metrics of the miniature's runs, from verl's validation dumps (``trainer.validation_data_dir``: one
+JSON line per sampled answer, with its prompt, answer and ground truth) and its metrics file.
+
+Per run and evaluation step: accuracy (avg@n), unbiased pass@k for k = 1, ..., n, distinct correct answers
+per prompt among the n samples, coverage (distinct correct / the prompt's answer set), the entropy of the
+sampled answers (nats, per prompt; the policy's entropy over whole answers) and of the correct ones alone (how
+evenly the correct samples spread over distinct answers, whatever the accuracy; 0 when fewer than two differ). Per run: the mean step time (steps
+after the first) and the training metrics over steps (``actor/entropy``, ``gcpo/*``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Iterable, Mapping, Optional
+
+import numpy as np
+from scipy import stats
+
+from gcpo_core.evaluation.evaluate import pass_at_k
+from experiments.miniature.task import answer_set, is_correct, parse_answer
+
+
+def _entropy(counts: Counter) -> float:
+    total = sum(counts.values())
+    return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
+
+
+def prompt_metrics(category: str, responses: list[str]) -> dict[str, float]:
+    """The metrics of one prompt's ``n`` sampled responses."""
+    n = len(responses)
+    if n == 0:
+        raise ValueError("a prompt without responses")
+    correct = [r for r in responses if is_correct(r, category)]
+    distinct = {parse_answer(r) for r in correct}
+    metrics = {"accuracy": len(correct) / n, "distinct_correct": float(len(distinct)),
+               "coverage": len(distinct) / len(answer_set(category)),
+               "answer_entropy": _entropy(Counter(parse_answer(r) or "<malformed>" for r in responses)),
+               "correct_entropy": _entropy(Counter(parse_answer(r) for r in correct))}
+    for k in range(1, n + 1):
+        metrics[f"pass@{k}"] = pass_at_k(n, len(correct), k)
+    return metrics
+
+
+def eval_metrics(dump: Path) -> dict[str, float]:
+    """Mean over prompts of :func:`prompt_metrics`, for one validation dump (``<step>.jsonl``)."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    categories: dict[str, str] = {}
+    for line in dump.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        groups[row["input"]].append(row["output"])
+        categories[row["input"]] = str(row["gts"])
+    if not groups:
+        raise ValueError(f"{dump} holds no samples")
+    sizes = {len(v) for v in groups.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"{dump}: prompts have different numbers of samples {sorted(sizes)}")
+    per_prompt = [prompt_metrics(categories[p], r) for p, r in groups.items()]
+    return {key: float(np.mean([m[key] for m in per_prompt])) for key in per_prompt[0]} | {"prompts": len(groups)}
+
+
+def read_metrics(path: Path) -> dict[int, dict[str, float]]:
+    """verl's file logger lines, by step."""
+    steps: dict[int, dict[str, float]] = {}
+    if not path.is_file():
+        return steps
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a run stopped mid-line
+        steps.setdefault(int(row["step"]), {}).update(row.get("data", {}))
+    return steps
+
+
+TRAINING_KEYS = ("actor/entropy", "critic/score/mean", "gcpo/effective_solutions/mean", "gcpo/all_correct_groups",
+                 "gcpo/all_correct_adv_abs", "gcpo/mixed_adv_abs")
+
+
+def run_summary(folder: Path) -> dict:
+    """One run: its evaluation curve, step time and training curves."""
+    evals = {int(p.stem): eval_metrics(p) for p in sorted((folder / "heldout").glob("*.jsonl"))}
+    metrics = read_metrics(folder / "metrics.jsonl")
+    step_times = [m["timing_s/step"] for s, m in sorted(metrics.items()) if s > 1 and "timing_s/step" in m]
+    training = {key: {s: m[key] for s, m in metrics.items() if key in m}
+                for key in TRAINING_KEYS
+                if any(key in m for m in metrics.values())}
+    return {"evals": evals, "step_s": float(np.mean(step_times)) if step_times else float("nan"),
+            "training": training}
+
+
+def collect(out: Path) -> dict[str, dict[int, dict]]:
+    """Every finished run under ``out/runs`` (``<arm>-seed<seed>`` with a ``done.json``), by arm and seed, with its
+    wall time, warm start and budget from ``done.json``."""
+    runs: dict[str, dict[int, dict]] = defaultdict(dict)
+    for done in sorted((out / "runs").glob("*/done.json")):
+        record = json.loads(done.read_text())
+        runs[record["arm"]][int(record["seed"])] = run_summary(done.parent) | {
+            "wall_s": record["wall_s"], "warm_seed": record.get("warm_seed"), "spec": record.get("spec")}
+    return dict(runs)
+
+
+def mean_sd(values: Iterable[float]) -> tuple[float, float]:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return float("nan"), float("nan")
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+TABLE_KEYS = ("accuracy", "pass@1", "pass@4", "pass@16", "distinct_correct", "coverage", "correct_entropy",
+              "answer_entropy")
+
+
+def _shared_step_and_keys(runs: Mapping[str, Mapping[int, dict]], step: Optional[int]) -> tuple[int, list[str]]:
+    """``step`` (default: the last evaluation every run has) and the table's metrics every run has there."""
+    if not runs:
+        raise ValueError("no finished runs")
+    common = set.intersection(*(set(r["evals"]) for seeds in runs.values() for r in seeds.values()))
+    if not common:
+        raise ValueError("the runs share no evaluation step")
+    step = max(common) if step is None else step
+    return step, [k for k in TABLE_KEYS if all(k in r["evals"][step] for seeds in runs.values() for r in seeds.values())]
+
+
+def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = None) -> str:
+    """Markdown: one row per arm, mean ± sd over seeds at ``step`` (default: the last evaluation all runs have),
+    the start (step 0, every run's) in the first row: one start for all, or one per seed."""
+    step, keys = _shared_step_and_keys(runs, step)
+    lines = ["| arm | seeds | " + " | ".join(keys) + " | s/step |", "|---" * (len(keys) + 3) + "|"]
+    # every run evaluates its start before training (with its own sampling seed): all of them make the start's row,
+    # whose spread is the evaluation's sampling noise for a shared start, and includes the starts' own for several
+    start = [r["evals"][0] for seeds in runs.values() for r in seeds.values() if 0 in r["evals"]]
+    if start:
+        lines.append(f"| start (step 0) | {len(start)} | "
+                     + " | ".join("%.3f ± %.3f" % mean_sd(e[k] for e in start) for k in keys) + " | |")
+    for arm, seeds in runs.items():
+        cells = ["%.3f ± %.3f" % mean_sd(r["evals"][step][k] for r in seeds.values()) for k in keys]
+        lines.append(f"| {arm} (step {step}) | {len(seeds)} | " + " | ".join(cells)
+                     + " | %.1f ± %.1f |" % mean_sd(r["step_s"] for r in seeds.values()))
+    return "\n".join(lines)
+
+
+def warm_starts_line(runs: Mapping[str, Mapping[int, dict]]) -> str:
+    """Which warm start each seed trained from, e.g. ``Warm starts: seed 1 from start 1, seed 2 from start 2.``"""
+    by_seed: dict[int, set] = defaultdict(set)
+    for seeds in runs.values():
+        for seed, run in seeds.items():
+            by_seed[seed].add(run.get("warm_seed"))
+    named = ", ".join(f"seed {seed} from start {'/'.join(str(w) for w in sorted(starts, key=str))}"
+                      for seed, starts in sorted(by_seed.items()))
+    return f"Warm starts: {named}."
+
+
+def _seed_pairs(arm: Mapping[int, dict], baseline: Mapping[int, dict], step: int, key: str
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``key`` at ``step`` of the seeds both arms ran, in seed order: the arm's, the baseline's, their difference."""
+    shared = sorted(set(arm) & set(baseline))
+    ours = np.array([arm[s]["evals"][step][key] for s in shared], dtype=np.float64)
+    theirs = np.array([baseline[s]["evals"][step][key] for s in shared], dtype=np.float64)
+    return ours, theirs, ours - theirs
+
+
+def paired_table(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo", step: Optional[int] = None) -> str:
+    """Markdown: each other arm minus ``baseline`` at ``step``, seed by seed (a seed fixes the data order, so the
+    arms of one seed saw the same prompts): mean ± sd of the differences and the seeds where the arm is higher."""
+    if baseline not in runs:
+        raise ValueError(f"no {baseline} runs to compare with")
+    step, keys = _shared_step_and_keys(runs, step)
+    lines = [f"| arm − {baseline} (step {step}) | seeds | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]
+    for arm, seeds in runs.items():
+        if arm == baseline:
+            continue
+        cells = []
+        for key in keys:
+            _, _, diffs = _seed_pairs(seeds, runs[baseline], step, key)
+            mean, sd = mean_sd(diffs)
+            cells.append(f"{mean:+.3f} ± {sd:.3f} ({int(np.sum(diffs > 0))}/{len(diffs)} higher)")
+        lines.append(f"| {arm} | {len(set(seeds) & set(runs[baseline]))} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+TEST_KEYS = ("accuracy", "pass@16", "distinct_correct", "answer_entropy")
+
+
+def _p(value: float) -> str:
+    return "n/a" if not math.isfinite(value) else f"{value:.3f}"
+
+
+def paired_tests(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo", step: Optional[int] = None,
+                 keys: Iterable[str] = TEST_KEYS, confidence: float = 0.95) -> str:
+    """Markdown: is each other arm different from ``baseline`` at ``step``? Over the seeds both arms ran (a seed
+    fixes the start and the data order, so the runs pair up), per metric: the mean difference, its Student-t
+    confidence interval, the two-sided p of the paired t-test and of the Wilcoxon signed-rank test (exact when the
+    differences are untied and non-zero), and the seeds where the arm is higher. "n/a" where a test is undefined:
+    fewer than two pairs, or every difference zero."""
+    if baseline not in runs:
+        raise ValueError(f"no {baseline} runs to compare with")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    step, shared_keys = _shared_step_and_keys(runs, step)
+    level = f"{confidence:.0%}".replace("%", " %")
+    lines = [f"| arm − {baseline} (step {step}) | metric | seeds | mean | {level} CI | paired t p | Wilcoxon p "
+             "| higher |", "|---" * 8 + "|"]
+    for arm, seeds in runs.items():
+        if arm == baseline:
+            continue
+        for key in (k for k in keys if k in shared_keys):
+            ours, theirs, diffs = _seed_pairs(seeds, runs[baseline], step, key)
+            low = high = t_p = w_p = float("nan")
+            if len(diffs) >= 2 and np.any(diffs != 0):
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # a constant difference: t is infinite
+                    ttest = stats.ttest_rel(ours, theirs)
+                    low, high = (float(x) for x in ttest.confidence_interval(confidence))
+                    t_p, w_p = float(ttest.pvalue), float(stats.wilcoxon(diffs).pvalue)
+            ci = "n/a" if not math.isfinite(low) else f"[{low:+.3f}, {high:+.3f}]"
+            mean = "n/a" if not len(diffs) else f"{diffs.mean():+.3f}"
+            lines.append(f"| {arm} | {key} | {len(diffs)} | {mean} | {ci} | {_p(t_p)} | {_p(w_p)} | "
+                         f"{int(np.sum(diffs > 0))}/{len(diffs)} |")
+    return "\n".join(lines)
+
+
+def plot(runs: Mapping[str, Mapping[int, dict]], out_dir: Path) -> list[Path]:
+    """PNG figures: held-out accuracy, distinct correct answers and coverage over steps (mean ± sd band), pass@k
+    at the last evaluation, and every run's training curves (entropy, reward, GCPO's effective solutions and
+    all-correct push)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, key in zip(axes, ("accuracy", "distinct_correct", "coverage")):
+        for arm, seeds in runs.items():
+            steps = sorted(set.intersection(*(set(r["evals"]) for r in seeds.values())))
+            values = np.array([[r["evals"][s][key] for s in steps] for r in seeds.values()])
+            mean, sd = values.mean(0), values.std(0)
+            ax.plot(steps, mean, marker="o", label=arm)
+            ax.fill_between(steps, mean - sd, mean + sd, alpha=0.2)
+        ax.set_xlabel("step")
+        ax.set_title(f"held-out {key.replace('_', ' ')}")
+    axes[0].legend()
+    fig.tight_layout()
+    paths.append(out_dir / "heldout_over_steps.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for arm, seeds in runs.items():
+        last = max(set.intersection(*(set(r["evals"]) for r in seeds.values())))
+        ks = sorted(int(k.split("@")[1]) for k in next(iter(seeds.values()))["evals"][last] if k.startswith("pass@"))
+        values = np.array([[r["evals"][last][f"pass@{k}"] for k in ks] for r in seeds.values()])
+        ax.errorbar(ks, values.mean(0), yerr=values.std(0), marker="o", capsize=3, label=f"{arm} (step {last})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_title("held-out pass@k")
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out_dir / "heldout_pass_at_k.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
+    for ax, key in zip(axes, ("actor/entropy", "critic/score/mean", "gcpo/effective_solutions/mean",
+                              "gcpo/all_correct_adv_abs")):
+        for arm, seeds in runs.items():
+            for i, r in enumerate(seeds.values()):
+                series = r["training"].get(key, {})
+                if series:
+                    steps = sorted(series)
+                    ax.plot(steps, [series[s] for s in steps], color=f"C{list(runs).index(arm)}", alpha=0.6,
+                            label=arm if i == 0 else None)
+        ax.set_xlabel("step")
+        ax.set_title(f"training: {key}", fontsize=9)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out_dir / "training_curves.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths

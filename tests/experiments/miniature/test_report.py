@@ -1,0 +1,134 @@
+import json
+import math
+
+import pytest
+
+from experiments.miniature.report import (collect, eval_metrics, final_table, paired_table, paired_tests, plot,
+                                          prompt_metrics)
+
+
+def test_prompt_metrics_count_distinct_correct_answers_and_their_coverage():
+    m = prompt_metrics("weekday", ["monday", "monday", "friday.", "june", "two words", "monday"])
+    assert m["accuracy"] == pytest.approx(4 / 6)
+    assert m["distinct_correct"] == 2 and m["coverage"] == pytest.approx(2 / 7)
+    # answers: monday x3, friday, june, malformed
+    assert m["answer_entropy"] == pytest.approx(-(0.5 * math.log(0.5) + 3 * (1 / 6) * math.log(1 / 6)))
+    assert m["pass@1"] == pytest.approx(4 / 6) and m["pass@4"] == 1.0 and "pass@8" not in m
+
+
+def test_a_collapsed_policy_scores_as_accurate_but_not_diverse():
+    collapsed = prompt_metrics("animal", ["tiger"] * 8)
+    diverse = prompt_metrics("animal", ["tiger", "lion", "wolf", "fox", "bear", "cat", "dog", "cow"])
+    assert collapsed["accuracy"] == diverse["accuracy"] == collapsed["pass@8"] == 1.0
+    assert collapsed["distinct_correct"] == 1 < diverse["distinct_correct"] == 8
+    assert collapsed["answer_entropy"] == collapsed["correct_entropy"] == 0.0 < diverse["answer_entropy"]
+    assert diverse["correct_entropy"] == pytest.approx(math.log(8))
+    half = prompt_metrics("animal", ["tiger", "lion", "apple", "apple"])  # wrong answers leave it as it is
+    assert half["correct_entropy"] == pytest.approx(math.log(2)) and prompt_metrics("animal", ["x"])["correct_entropy"] == 0
+
+
+def _write_run(root, arm, seed, outputs_by_step, step_s=3.0):
+    folder = root / "runs" / f"{arm}-seed{seed}"
+    (folder / "heldout").mkdir(parents=True)
+    for step, outputs in outputs_by_step.items():
+        lines = [{"input": f"p-{c}", "output": o, "gts": c, "score": 0, "step": step}
+                 for c, outs in outputs.items() for o in outs]
+        (folder / "heldout" / f"{step}.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    metrics = [{"step": s, "data": {"timing_s/step": 99.0 if s == 1 else step_s, "actor/entropy": 1.0 / s}}
+               for s in (1, 2, 3)]
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in metrics) + "\n")
+    (folder / "done.json").write_text(json.dumps({"arm": arm, "seed": seed, "wall_s": 100.0}))
+
+
+def test_the_table_is_mean_and_sd_over_seeds_at_the_last_shared_evaluation(tmp_path):
+    start = {"animal": ["tiger", "apple"], "fruit": ["apple", "tiger"]}
+    _write_run(tmp_path, "grpo", 1, {0: start, 3: {"animal": ["tiger", "tiger"], "fruit": ["apple", "apple"]}})
+    _write_run(tmp_path, "grpo", 2, {0: start, 3: {"animal": ["tiger", "lion"], "fruit": ["apple", "apple"]}})
+    _write_run(tmp_path, "gcpo_group", 1, {0: start, 3: {"animal": ["tiger", "lion"], "fruit": ["apple", "pear"]}},
+               step_s=5.0)
+    runs = collect(tmp_path)
+    assert runs["grpo"][1]["step_s"] == 3.0  # the first step (start-up) is left out
+    assert eval_metrics(tmp_path / "runs/grpo-seed2/heldout/3.jsonl")["distinct_correct"] == 1.5
+    table = final_table(runs)
+    assert "| grpo (step 3) | 2 | 1.000 ± 0.000 |" in table
+    assert "distinct_correct" in table.splitlines()[0]
+    row = next(line for line in table.splitlines() if line.startswith("| grpo"))
+    assert "1.250 ± 0.354" in row  # distinct correct: 1.0 and 1.5 over the two seeds
+    assert table.splitlines()[2].startswith("| start (step 0) | 3 | 0.500 ± 0.000")
+    paired = paired_table(runs).splitlines()
+    assert paired[0].startswith("| arm − grpo (step 3) | seeds |") and len(paired) == 3
+    # gcpo_group seed 1 against grpo seed 1: distinct correct 2.0 - 1.0 (the seeds the two arms share)
+    assert paired[2].startswith("| gcpo_group | 1 |") and "+1.000 ± 0.000 (1/1 higher)" in paired[2]
+    with pytest.raises(ValueError, match="no ppo runs"):
+        paired_table(runs, baseline="ppo")
+    paths = plot(runs, tmp_path / "figures")
+    assert all(p.stat().st_size > 1000 and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+
+
+def test_uneven_dumps_and_missing_runs_are_errors(tmp_path):
+    _write_run(tmp_path, "grpo", 1, {0: {"animal": ["tiger", "lion"], "fruit": ["apple"]}})
+    with pytest.raises(ValueError, match="different numbers of samples"):
+        eval_metrics(tmp_path / "runs/grpo-seed1/heldout/0.jsonl")
+    with pytest.raises(ValueError, match="no finished runs"):
+        final_table({})
+
+
+def _runs(values_by_arm, step=40):
+    """``{arm: {seed: distinct_correct}}`` as ``collect`` returns it, accuracy equal everywhere."""
+    return {arm: {seed: {"evals": {0: {"accuracy": 0.2, "distinct_correct": 2.0},
+                                   step: {"accuracy": 0.5, "distinct_correct": value}}}
+                  for seed, value in seeds.items()}
+            for arm, seeds in values_by_arm.items()}
+
+
+def _row(table, arm, key):
+    return next(line for line in table.splitlines() if line.startswith(f"| {arm} | {key} |"))
+
+
+def test_paired_tests_give_the_t_interval_and_both_p_values_of_the_seed_pairs():
+    # differences 1, 2, 3: mean 2, sd 1; t(0.975, 2 df) = 4.303 -> 2 +- 4.303/sqrt(3) = [-0.484, 4.484];
+    # t = 2 sqrt(3) = 3.464 on 2 df -> p = 0.074; Wilcoxon exact, 3 positive ranks of 3 -> p = 2/8
+    grpo = {1: 3.0, 2: 3.0, 3: 3.0, 4: 9.0}  # seed 4 has no partner and is left out
+    runs = _runs({"grpo": grpo, "gcpo_batch": {1: 4.0, 2: 5.0, 3: 6.0}})
+    table = paired_tests(runs)
+    assert table.splitlines()[0].startswith("| arm − grpo (step 40) | metric | seeds | mean | 95 % CI |")
+    assert _row(table, "gcpo_batch", "distinct_correct") == (
+        "| gcpo_batch | distinct_correct | 3 | +2.000 | [-0.484, +4.484] | 0.074 | 0.250 | 3/3 |")
+    # equal accuracy on every seed: no test is defined, and none is made up
+    assert _row(table, "gcpo_batch", "accuracy") == "| gcpo_batch | accuracy | 3 | +0.000 | n/a | n/a | n/a | 0/3 |"
+    # the order of seeds and arms changes nothing; a 90 % interval is narrower
+    shuffled = _runs({"gcpo_batch": {3: 6.0, 1: 4.0, 2: 5.0}, "grpo": dict(reversed(grpo.items()))})
+    assert _row(paired_tests(shuffled), "gcpo_batch", "distinct_correct") == _row(table, "gcpo_batch",
+                                                                                 "distinct_correct")
+    assert "[+0.314, +3.686]" in _row(paired_tests(runs, confidence=0.9), "gcpo_batch", "distinct_correct")
+
+
+def test_paired_tests_are_defined_or_refused_on_degenerate_input():
+    one_pair = paired_tests(_runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0}}))
+    assert _row(one_pair, "gcpo_group", "distinct_correct").endswith("| 1 | +1.000 | n/a | n/a | n/a | 1/1 |")
+    constant = paired_tests(_runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_group": {1: 4.0, 2: 5.0}}))
+    assert "| +1.000 | [+1.000, +1.000] | 0.000 |" in _row(constant, "gcpo_group", "distinct_correct")
+    apart = paired_tests(_runs({"grpo": {1: 3.0}, "gcpo_group": {2: 4.0}}))  # no seed in common
+    assert _row(apart, "gcpo_group", "distinct_correct").endswith("| 0 | n/a | n/a | n/a | n/a | 0/0 |")
+    with pytest.raises(ValueError, match="no grpo runs"):
+        paired_tests(_runs({"gcpo_group": {1: 4.0}}))
+    with pytest.raises(ValueError, match="confidence"):
+        paired_tests(_runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0}}), confidence=95)
+
+
+def test_the_report_command_writes_the_tables_and_the_tests_of_the_finished_runs(tmp_path, capsys):
+    from experiments.miniature.__main__ import main
+
+    start = {"animal": ["tiger", "apple"], "fruit": ["apple", "tiger"]}
+    for seed, (grpo, gcpo) in enumerate([(["tiger", "tiger"], ["tiger", "lion"]),
+                                         (["lion", "lion"], ["lion", "wolf"])], start=1):
+        _write_run(tmp_path, "grpo", seed, {0: start, 3: {"animal": grpo, "fruit": ["apple", "apple"]}})
+        _write_run(tmp_path, "gcpo_batch", seed, {0: start, 3: {"animal": gcpo, "fruit": ["apple", "pear"]}})
+    assert main(["report", "--out", str(tmp_path), "--figures", str(tmp_path / "figures")]) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert table == capsys.readouterr().out.split("of training runs in all\n", 1)[1]
+    assert "| gcpo_batch (step 3) | 2 |" in table and "| arm − grpo (step 3) | seeds |" in table
+    # one more distinct correct answer on both prompts of both seeds: +1 per prompt, every pair higher
+    assert "| gcpo_batch | distinct_correct | 2 | +1.000 | [+1.000, +1.000] |" in table
+    assert json.loads((tmp_path / "results.json").read_text())["gcpo_batch"]["2"]["evals"]["3"]["accuracy"] == 1.0
+    assert len(list((tmp_path / "figures").glob("*.png"))) == 3

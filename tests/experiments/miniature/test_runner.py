@@ -1,0 +1,187 @@
+import json
+import os
+import stat
+
+
+import pytest
+
+import experiments.miniature.__main__ as cli
+from experiments.miniature.__main__ import main
+from experiments.miniature.arms import RunSpec
+from experiments.miniature.runner import policy_dir, run_dir, train as train_run
+from tests.special_e2e import ROOT
+
+
+def train(arm, seed, spec, out, timeout_s, extra=(), python=None, warm_seed=0):
+    return train_run(arm, seed, spec, out, timeout_s, extra, python=python, warm_seed=warm_seed)
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    """A python stand-in recording its arguments and environment; STUB_EXIT sets its exit code."""
+    script = tmp_path / "python"
+    script.write_text("#!/usr/bin/env bash\n"
+                      "printf '%s\\n' \"$@\" > \"$(dirname \"$0\")/args.txt\"\n"
+                      "env > \"$(dirname \"$0\")/env.txt\"\n"
+                      "[[ -z \"${STUB_SLEEP:-}\" ]] || sleep \"${STUB_SLEEP}\"\n"
+                      "exit \"${STUB_EXIT:-0}\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_a_run_goes_through_main_gcpo_on_the_cpu_platform_and_is_kept_once_done(tmp_path, fake_python, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    out = tmp_path / "out"
+    record = train("gcpo_group", 2, RunSpec(steps=3, eval_every=3), out, 60, ["trainer.val_before_train=false"],
+                   python=str(fake_python))
+    args = (tmp_path / "args.txt").read_text().splitlines()
+    env = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines() if "=" in line)
+    assert args[:2] == ["-m", "recipe.gcpo.main_gcpo"] and args[-1] == "trainer.val_before_train=false"
+    assert "algorithm.gcpo.credit.all_correct_scale=group" in args and "trainer.total_training_steps=3" in args
+    assert env["VERL_PLATFORM"] == "cpu" and env["VERL_USE_EXTERNAL_MODULES"] == "tests.special_e2e.cpu_platform"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)  # the experiment and the platform from the checkout
+    assert "RAY_ADDRESS" not in env and env["GCPO_SMOKE_MARKER"].startswith("gcpo-miniature-")
+    assert env["VERL_FILE_LOGGER_PATH"] == str(run_dir(out, "gcpo_group", 2) / "metrics.jsonl")
+    assert f"actor_rollout_ref.model.path={policy_dir(out, 0)}" in args
+    assert record["arm"] == "gcpo_group" and record["seed"] == 2 and record["warm_seed"] == 0
+    assert json.loads((run_dir(out, "gcpo_group", 2) / "done.json").read_text()) == record
+    (tmp_path / "args.txt").unlink()
+    assert train("gcpo_group", 2, RunSpec(steps=3, eval_every=3), out, 60, python=str(fake_python)) == record
+    assert not (tmp_path / "args.txt").exists()  # kept, not run again
+    again = train("gcpo_group", 2, RunSpec(steps=3, eval_every=3), out, 60, python=str(fake_python), warm_seed=5)
+    assert (tmp_path / "args.txt").exists() and again["warm_seed"] == 5  # from another start: trained again
+
+
+def test_a_failed_or_stopped_run_is_an_error_and_starts_over_next_time(tmp_path, fake_python, monkeypatch):
+    out = tmp_path / "out"
+    monkeypatch.setenv("STUB_EXIT", "3")
+    with pytest.raises(RuntimeError, match="grpo seed 1 exited 3"):
+        train("grpo", 1, RunSpec(), out, 60, python=str(fake_python))
+    assert not (run_dir(out, "grpo", 1) / "done.json").exists()
+    monkeypatch.setenv("STUB_EXIT", "0")
+    monkeypatch.setenv("STUB_SLEEP", "5")
+    with pytest.raises(RuntimeError, match="did not finish in 1 s"):
+        train("grpo", 1, RunSpec(), out, 1, python=str(fake_python))
+    monkeypatch.delenv("STUB_SLEEP")
+    assert train("grpo", 1, RunSpec(), out, 60, python=str(fake_python))["arm"] == "grpo"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--arms", "grpo,ppo"], "--arms must name some of"), (["--seeds", "0"], "--seeds must be a positive"),
+    (["--steps", "0"], "steps must be a positive"), (["--", "not-an-override"], "overrides are key=value"),
+    (["--warm-seed", "first"], "must be 'per-seed' or a non-negative integer"), (["--warm-seed", "-1"], "non-negative"),
+])
+def test_bad_options_are_refused_before_anything_is_built(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--out", str(tmp_path / "out"), *argv])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_script_refuses_unknown_options_and_prints_its_usage():
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "scripts" / "miniature.sh"
+    usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
+    assert usage.returncode == 0 and "Usage: bash scripts/miniature.sh" in usage.stdout
+    bad = subprocess.run(["bash", str(script), "--frob"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown option --frob" in bad.stderr
+
+
+def test_the_warm_seed_sets_the_warm_starts_seed_and_a_new_seed_builds_a_new_start(tmp_path, monkeypatch):
+    built = _fake_warm_starts(monkeypatch)
+    out = tmp_path / "out"
+    for seed in ("7", "7", "8"):
+        assert main(["build", "--out", str(out), "--warm-seed", seed]) == 0
+    assert [spec.seed for spec in built] == [7, 8]  # the same seed again keeps the start; another rebuilds it
+    assert (policy_dir(out, 7) / "warm_start.json").is_file() and (policy_dir(out, 8) / "warm_start.json").is_file()
+
+
+def _fake_warm_starts(monkeypatch):
+    import experiments.miniature.warm_start as warm_start
+
+    built = []
+
+    def fake_build(out_dir, spec):
+        built.append(spec)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        record = {"spec": __import__("dataclasses").asdict(spec), "heldout": {"accuracy": 0.2, "distinct_correct": 2.0}}
+        (out_dir / "warm_start.json").write_text(json.dumps(record))
+        return record
+
+    monkeypatch.setattr(warm_start, "build_warm_start", fake_build)
+    return built
+
+
+def _record_training(monkeypatch):
+    """Warm starts built and runs trained as records, (spec, ...) and (arm, seed, warm_seed, run spec), no report."""
+    import experiments.miniature.runner as runner
+
+    built, trained = _fake_warm_starts(monkeypatch), []
+    monkeypatch.setattr(runner, "train",
+                        lambda arm, seed, spec, *a, warm_seed, **k: trained.append((arm, seed, warm_seed, spec)))
+    monkeypatch.setattr(cli, "report", lambda out, figures: "")
+    return built, trained
+
+
+@pytest.mark.parametrize("warm_seed, starts", [([], {1: 1, 2: 2, 3: 3}), (["--warm-seed", "4"], {1: 4, 2: 4, 3: 4})])
+def test_each_seed_trains_from_its_own_warm_start_unless_one_is_named(tmp_path, monkeypatch, warm_seed, starts):
+    built, trained = _record_training(monkeypatch)
+    out = tmp_path / "out"
+    assert main(["run", "--out", str(out), "--arms", "grpo,gcpo_batch", "--seeds", "3", *warm_seed]) == 0
+    assert sorted({spec.seed for spec in built}) == sorted(set(starts.values()))  # each start built once
+    assert [run[:3] for run in trained] == [(arm, seed, starts[seed]) for seed in (1, 2, 3)
+                                            for arm in ("grpo", "gcpo_batch")]
+    assert all((policy_dir(out, start) / "warm_start.json").is_file() for start in starts.values())
+
+
+def test_the_default_experiment_is_every_arm_on_four_seeds_each_from_its_own_start(tmp_path, monkeypatch):
+    from experiments.miniature.arms import ARMS
+
+    built, trained = _record_training(monkeypatch)
+    monkeypatch.setattr(cli, "DOCUMENTED_RESULTS", tmp_path / "absent.json")
+    assert main(["run", "--out", str(tmp_path / "out")]) == 0
+    assert [run[:3] for run in trained] == [(arm, seed, seed) for seed in (1, 2, 3, 4) for arm in ARMS]
+    assert [spec.seed for spec in built] == [1, 2, 3, 4]
+    assert {spec for *_, spec in trained} == {RunSpec()}  # the documented budget: 40 steps, evaluated every 10
+
+
+def test_the_report_says_which_start_each_seed_trained_from():
+    from experiments.miniature.report import warm_starts_line
+
+    runs = {"grpo": {1: {"warm_seed": 1}, 2: {"warm_seed": 2}}, "gcpo_batch": {1: {"warm_seed": 1}, 2: {"warm_seed": 2}}}
+    assert warm_starts_line(runs) == "Warm starts: seed 1 from start 1, seed 2 from start 2."
+    runs["gcpo_batch"][2]["warm_seed"] = 0  # arms of one seed from different starts: both named
+    assert warm_starts_line(runs) == "Warm starts: seed 1 from start 1, seed 2 from start 0/2."
+
+
+def test_a_finished_experiment_is_compared_with_the_documented_run_when_the_budgets_match(tmp_path, monkeypatch,
+                                                                                           capsys):
+    from dataclasses import asdict
+
+    import experiments.miniature.runner as runner
+    from tests.experiments.miniature.test_report import _write_run
+
+    _fake_warm_starts(monkeypatch)
+
+    def fake_train(arm, seed, spec, out, *args, warm_seed, **kwargs):
+        answers = [["tiger", "tiger"], ["tiger", "lion"], ["lion", "wolf"]][seed - 1]
+        _write_run(out, arm, seed, {0: {"animal": ["tiger", "x"]}, spec.steps: {"animal": answers}})
+        done = run_dir(out, arm, seed) / "done.json"
+        done.write_text(json.dumps(json.loads(done.read_text()) | {"warm_seed": warm_seed, "spec": asdict(spec)}))
+
+    monkeypatch.setattr(runner, "train", fake_train)
+    reference = tmp_path / "reference"
+    assert main(["run", "--out", str(reference), "--arms", "grpo", "--seeds", "3", "--steps", "4"]) == 0
+    monkeypatch.setattr(cli, "DOCUMENTED_RESULTS", reference / "results.json")
+    capsys.readouterr()
+
+    out = tmp_path / "out"
+    assert main(["run", "--out", str(out), "--arms", "grpo", "--seeds", "3", "--steps", "4"]) == 0
+    assert "Within the 95 % reproduction interval: 5 of 5" in (out / "reproduction.md").read_text()
+    assert (out / "reproduction.md").read_text() in capsys.readouterr().out
+    short = tmp_path / "short"  # a CI-sized run is a different budget: said, not compared, and no failure
+    assert main(["run", "--out", str(short), "--arms", "grpo", "--seeds", "1", "--steps", "2"]) == 0
+    assert "not compared with the documented run (results.json): the runs' budgets differ" in capsys.readouterr().out
+    assert not (short / "reproduction.md").exists()

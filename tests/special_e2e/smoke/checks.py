@@ -1,0 +1,432 @@
+"""What the smoke run checks, on the files the trainer wrote.
+
+* metrics: verl's ``file`` logger (``verl/utils/tracking.py``: one JSON line ``{"step": s, "data": {...}}`` per
+  logged step, at ``VERL_FILE_LOGGER_PATH``); every training step is there, and under GCPO the ``gcpo/*`` and
+  ``timing_s/gcpo_*`` metrics are present and finite;
+* credit: the trainer's credit dumps (``algorithm.gcpo.dump``, ``gcpo_core/evaluation/dump.py``): every all-wrong group
+  got zero advantage (its credit scores are all equal, so any group normalisation gives 0, and the engine's
+  advantage is 0), wrong rollouts of mixed groups got zero Shapley credit, and all-wrong, mixed and all-correct
+  groups all occurred (else the credit path was not really exercised);
+* resume: the first run logged steps 1..S and saved ``global_step_S``; the resumed run's first step is S + 1.
+
+Each check returns :class:`Check` results instead of raising, so that one run reports everything that failed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from gcpo_core.evaluation.dump import read_credit_dump
+
+# written every GCPO step by the trainer (recipe/gcpo/gcpo_trainer.py) and the credit engine
+REQUIRED_GCPO_METRICS = (
+    "gcpo/groups",
+    "gcpo/team_value/mean",
+    "gcpo/contributing/mean",
+    "gcpo/all_correct_groups",
+    "gcpo/mean_credit_score",
+    "timing_s/gcpo_total",
+    "timing_s/gcpo_embed",
+    "timing_s/gcpo_shapley",
+)
+STEP_KEY = "training/global_step"  # verl logs it on every training step (not on validation-only records)
+ZERO_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"[{'PASS' if self.ok else 'FAIL'}] {self.name}: {self.detail}"
+
+
+def read_metrics(path: str | os.PathLike) -> dict[int, dict[str, float]]:
+    """Training steps' metrics from a file-logger JSONL, by step (records without ``training/global_step``,
+    e.g. validation before training, are left out). A line that is not a logger record is an error."""
+    steps: dict[int, dict[str, float]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                step, data = int(record["step"]), dict(record["data"])
+            except (ValueError, KeyError, TypeError) as err:
+                raise ValueError(f"{path}:{number}: not a verl file-logger record ({err})") from None
+            if STEP_KEY in data:
+                steps.setdefault(step, {}).update(data)
+    return steps
+
+
+def _is_finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_metrics(
+    metrics: Mapping[int, Mapping[str, float]], steps: Sequence[int], gcpo: bool, groups_per_step: int | None = None
+) -> list[Check]:
+    """Every expected step logged with a finite step time; under GCPO the required ``gcpo/*`` and
+    ``timing_s/gcpo_*`` metrics present and every one of them finite (and ``gcpo/groups`` = the prompts of a
+    step, when given)."""
+    results = []
+    missing_steps = [s for s in steps if s not in metrics]
+    results.append(Check("steps logged", not missing_steps and sorted(metrics) == sorted(steps),
+                         f"expected {list(steps)}, logged {sorted(metrics)}"))
+    for step in steps:
+        data = metrics.get(step)
+        if data is None:
+            continue
+        step_time = data.get("timing_s/step")
+        results.append(Check(f"step {step} time", _is_finite_number(step_time), f"timing_s/step = {step_time!r}"))
+        if not gcpo:
+            continue
+        absent = [k for k in REQUIRED_GCPO_METRICS if k not in data]
+        gcpo_keys = sorted(k for k in data if k.startswith("gcpo/") or k.startswith("timing_s/gcpo_"))
+        bad = [f"{k}={data[k]!r}" for k in gcpo_keys if not _is_finite_number(data[k])]
+        detail = f"{len(gcpo_keys)} gcpo metrics"
+        if absent:
+            detail += f"; missing {absent}"
+        if bad:
+            detail += f"; not finite: {bad}"
+        results.append(Check(f"step {step} gcpo metrics", not absent and not bad, detail))
+        if groups_per_step is not None and "gcpo/groups" in data:
+            results.append(Check(f"step {step} groups credited", data["gcpo/groups"] == groups_per_step,
+                                 f"gcpo/groups = {data['gcpo/groups']!r}, prompts per step = {groups_per_step}"))
+    return results
+
+
+def group_kind(quality: Sequence[float]) -> str:
+    """``all_wrong``, ``all_correct`` or ``mixed`` from a group's qualities (0 = wrong)."""
+    correct = [q > 0 for q in quality]
+    if not any(correct):
+        return "all_wrong"
+    return "all_correct" if all(correct) else "mixed"
+
+
+def check_credit_dumps(dump_dir: str | os.PathLike, steps: Iterable[int]) -> list[Check]:
+    """The credit dumps of ``steps``: all-wrong groups got zero advantage, wrong rollouts zero credit, and all
+    three kinds of group occurred."""
+    dump_dir = Path(dump_dir)
+    results = []
+    kinds = {"all_wrong": 0, "mixed": 0, "all_correct": 0}
+    correct = rollouts = 0
+    failures = []
+    for step in steps:
+        path = dump_dir / f"credit_step{int(step):06d}.jsonl"
+        if not path.is_file():
+            results.append(Check(f"step {step} credit dump", False, f"{path} was not written"))
+            continue
+        records = list(read_credit_dump(path))
+        results.append(Check(f"step {step} credit dump", bool(records), f"{len(records)} groups in {path.name}"))
+        for record in records:
+            quality = record.get("quality") or [1.0 if r > 0 else 0.0 for r in record["rewards"]]
+            kind = group_kind(quality)
+            kinds[kind] += 1
+            correct, rollouts = correct + sum(q > 0 for q in quality), rollouts + len(quality)
+            where = f"step {step} group {record['uid']}"
+            wrong = [i for i, q in enumerate(quality) if q <= 0]
+            if any(abs(record["shapley"][i]) > ZERO_TOLERANCE for i in wrong):
+                failures.append(f"{where}: a wrong rollout got Shapley credit {[record['shapley'][i] for i in wrong]}")
+            if kind == "all_wrong":
+                if any(abs(a) > ZERO_TOLERANCE for a in record["advantage"]):
+                    failures.append(f"{where} (all wrong): advantage {record['advantage']}")
+                scores = record.get("score", [])
+                if scores and max(scores) - min(scores) > ZERO_TOLERANCE:
+                    failures.append(f"{where} (all wrong): unequal credit scores {scores}")
+    results.append(Check("all-wrong groups: zero advantage; wrong rollouts: zero credit", not failures,
+                         "; ".join(failures) if failures else f"{kinds['all_wrong']} all-wrong groups checked"))
+    absent = [k for k, n in kinds.items() if n == 0]
+    detail = ", ".join(f"{n} {k}" for k, n in kinds.items()) + f" ({correct} of {rollouts} rollouts correct)"
+    results.append(Check("group kinds occurred", not absent, detail + (f"; none {absent}" if absent else "")))
+    return results
+
+
+def check_resume(
+    first_run: Mapping[int, Mapping[str, float]],
+    resumed_run: Mapping[int, Mapping[str, float]],
+    checkpoint_dir: str | os.PathLike,
+    saved_step: int,
+    resumed_steps: int = 1,
+) -> list[Check]:
+    """The first run ended at ``saved_step`` and saved it; the resumed run started right after it."""
+    checkpoint = Path(checkpoint_dir) / f"global_step_{saved_step}"
+    first_steps, resumed = sorted(first_run), sorted(resumed_run)
+    expected_resumed = list(range(saved_step + 1, saved_step + 1 + resumed_steps))
+    wrong_step_values = [s for run in (first_run, resumed_run) for s, d in run.items() if d.get(STEP_KEY) != s]
+    return [
+        Check("checkpoint saved", (checkpoint / "actor").is_dir(), f"{checkpoint / 'actor'}"),
+        Check("first run steps", first_steps == list(range(1, saved_step + 1)),
+              f"expected 1..{saved_step}, logged {first_steps}"),
+        Check("resumed from the saved step", resumed == expected_resumed,
+              f"expected {expected_resumed}, logged {resumed}"),
+        Check("step numbers consistent", not wrong_step_values,
+              f"{STEP_KEY} differs from the logged step at {wrong_step_values}" if wrong_step_values else "ok"),
+    ]
+
+
+VALIDATION_PREFIX = "val-core/"
+# what a run that ended well must not print (a traceback after exit 0 reads as a crash)
+UNCLEAN_MARKERS = ("Traceback (most recent call last)", "is killed by signal")
+
+
+def read_validation_steps(path: str | os.PathLike) -> list[int]:
+    """The steps at which the file logger recorded validation metrics (``val-core/...``), in order."""
+    steps = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                record = json.loads(line)
+                if any(key.startswith(VALIDATION_PREFIX) for key in record.get("data", {})):
+                    steps.append(int(record["step"]))
+    return steps
+
+
+# what a Slurm job that went well must not print either: a step or a Ray node that ended badly
+UNCLEAN_JOB_MARKERS = UNCLEAN_MARKERS + ("srun: error", "slurmstepd: error", " ERR ", "\tERR ", "exited unexpectedly",
+                                         "left the job")
+
+
+def check_clean_log(log: str | os.PathLike, markers: Sequence[str] = UNCLEAN_MARKERS) -> Check:
+    """No line with one of ``markers`` (a traceback, a killed worker, ...) anywhere in the run's output."""
+    try:
+        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as err:
+        return Check("clean output", False, str(err))
+    bad = [line.strip()[:160] for line in lines if any(marker in line for marker in markers)]
+    return Check(f"clean output ({Path(log).name})", not bad,
+                 f"{len(bad)} line(s) like: {bad[0]}" if bad else "no line that reads as a failure")
+
+
+COPO_LOSS_METRICS = ("copo/local_adv_abs", "copo/global_adv_abs", "actor/copo_global_pg_loss")
+
+
+def check_copo_loss(metrics: Mapping[int, Mapping[str, float]], steps: Sequence[int]) -> Check:
+    """COPO's blended loss trained: every step logged its terms and the actor's global loss, and some step had
+    both a local and a global advantage (all-wrong groups give neither)."""
+    missing = {s: [k for k in COPO_LOSS_METRICS if k not in metrics.get(s, {})] for s in steps}
+    missing = {s: keys for s, keys in missing.items() if keys}
+    if missing:
+        return Check("COPO's blended loss", False, "; ".join(f"step {s} lacks {', '.join(k)}" for s, k in missing.items()))
+    both = [s for s in steps if metrics[s]["copo/local_adv_abs"] > 0 and metrics[s]["copo/global_adv_abs"] > 0]
+    return Check("COPO's blended loss", bool(both),
+                 f"local and global advantages at steps {both}" if both else "every advantage was 0 (no mixed group)")
+
+
+def check_launcher_run(metrics_path: str | os.PathLike, log: str | os.PathLike, checkpoint_dir: str | os.PathLike,
+                       steps: int, gcpo: bool, copo: bool = False,
+                       dump_dir: str | os.PathLike | None = None) -> list[Check]:
+    """A launcher's short run: every step logged (with GCPO's metrics under GCPO, COPO's blended loss under COPO),
+    validation before training and after the last step, the last step's checkpoint, an output without tracebacks,
+    and under GCPO (with ``dump_dir``, its credit dumps) non-zero credit in mixed and all-correct groups."""
+    try:
+        metrics = read_metrics(metrics_path)
+        validation = read_validation_steps(metrics_path)
+    except (OSError, ValueError) as err:
+        return [Check("metrics", False, str(err)), check_clean_log(log)]
+    results = check_metrics(metrics, list(range(1, steps + 1)), gcpo=gcpo)
+    if copo:
+        results.append(check_copo_loss(metrics, list(range(1, steps + 1))))
+    results.append(Check("validation before and after training", validation[:1] == [0] and steps in validation,
+                         f"validation logged at steps {validation}, expected 0 and {steps}"))
+    checkpoint = Path(checkpoint_dir) / f"global_step_{steps}" / "actor"
+    results.append(Check("checkpoint saved", checkpoint.is_dir(), str(checkpoint)))
+    if gcpo and dump_dir is not None:
+        results += check_credit_signal(dump_dir, range(1, steps + 1))
+    if gcpo:
+        results.append(check_metric_glossary(metrics))
+        results.append(check_all_correct_push(metrics, run_config_value(checkpoint_dir,
+                                                                        "algorithm.gcpo.credit.all_correct_scale")))
+    results.append(check_clean_log(log))
+    return results
+
+
+def check_fault(target: str, record: Mapping | None, first_run: Mapping[int, Mapping[str, float]], last_step: int,
+                gcpo: bool, log: str | os.PathLike, next_fault_after: int | None = None) -> list[Check]:
+    """After the injected fault (``record``, written by the fault injector), the run went on: something was
+    killed, every later step of the first run was logged, with GCPO's credit (``credit``) or with scores
+    (``reward``), and with all its rollouts up to the step a later fault may affect (``next_fault_after``: the
+    step after which another fault was injected)."""
+    if record is None:
+        return [Check(f"{target} fault injected", False, "no fault record: the step was never reached")]
+    killed = record.get("killed", [])
+    after = int(record["after_step"])
+    results = [Check(f"{target} fault injected", bool(killed),
+                     f"SIGKILL after step {after}: " + (", ".join(str(k["pid"]) for k in killed) or "no process found"))]
+    later = list(range(after + 1, last_step + 1))
+    logged = [s for s in later if s in first_run]
+    results.append(Check(f"steps after the {target} fault", logged == later, f"expected {later}, logged {logged}"))
+    if target == "credit" and gcpo:
+        credited = [s for s in logged if all(k in first_run[s] for k in REQUIRED_GCPO_METRICS)]
+        results.append(Check("credit after the restart", credited == later,
+                             f"steps with GCPO's credit metrics: {credited} of {later}"))
+    if target == "reward":
+        scored = [s for s in logged if _is_finite_number(first_run[s].get("critic/score/mean"))]
+        results.append(Check("scores after the fault", scored == later, f"steps with finite scores: {scored} of {later}"))
+    # every rollout of a later step made it into the batch: verl pads the rows of rollouts that failed, and the GCPO
+    # trainer counts them (gcpo/excluded_rows; not logged by other estimators, so not checked there)
+    own = [s for s in logged if next_fault_after is None or s <= next_fault_after]
+    lost = {s: first_run[s].get("gcpo/excluded_rows") for s in own if "gcpo/excluded_rows" in first_run[s]}
+    if lost:
+        partial = {s: n for s, n in lost.items() if n}
+        results.append(Check(f"complete batches after the {target} fault", not partial,
+                             "; ".join(f"step {s}: {n:g} rollouts lost (padding rows)" for s, n in partial.items())
+                             if partial else f"steps {sorted(lost)}: no rollout lost"))
+    return results
+
+
+def check_credit_signal(dump_dir: str | os.PathLike, steps: Iterable[int]) -> list[Check]:
+    """GCPO's credit pushed something: some mixed group and some all-correct group got a non-zero advantage on a
+    correct rollout, and correct rollouts got positive Shapley credit (a run whose qualities are all 0, e.g.
+    every correct answer cancelled by a length penalty, passes every other check on zeros)."""
+    pushed = {"mixed": 0, "all_correct": 0}
+    seen = {"mixed": 0, "all_correct": 0}
+    positive_credit = correct = 0
+    for step in steps:
+        path = Path(dump_dir) / f"credit_step{int(step):06d}.jsonl"
+        if not path.is_file():
+            continue
+        for record in read_credit_dump(path):
+            quality = record.get("quality") or [1.0 if r > 0 else 0.0 for r in record["rewards"]]
+            kind = group_kind(quality)
+            if kind == "all_wrong":
+                continue
+            seen[kind] += 1
+            right = [i for i, q in enumerate(quality) if q > 0]
+            correct += len(right)
+            positive_credit += sum(record["shapley"][i] > ZERO_TOLERANCE for i in right)
+            if any(abs(record["advantage"][i]) > ZERO_TOLERANCE for i in right):
+                pushed[kind] += 1
+    return [
+        Check("non-zero credit: mixed groups", pushed["mixed"] > 0,
+              f"{pushed['mixed']} of {seen['mixed']} mixed groups with a non-zero advantage on a correct rollout"),
+        Check("non-zero credit: all-correct groups", pushed["all_correct"] > 0,
+              f"{pushed['all_correct']} of {seen['all_correct']} all-correct groups with a non-zero advantage"),
+        Check("positive Shapley credit of correct rollouts", correct > 0 and positive_credit == correct,
+              f"{positive_credit} of {correct} correct rollouts"),
+    ]
+
+
+def check_checkpoint_ranks(checkpoint_dir: str | os.PathLike, step: int, world_size: int) -> Check:
+    """The checkpoint of ``step`` holds the model, optimiser and extra state of every FSDP rank."""
+    actor = Path(checkpoint_dir) / f"global_step_{step}" / "actor"
+    missing = [f"{kind}_world_size_{world_size}_rank_{rank}.pt" for rank in range(world_size)
+               for kind in ("model", "optim", "extra_state")
+               if not (actor / f"{kind}_world_size_{world_size}_rank_{rank}.pt").is_file()]
+    return Check(f"checkpoint of step {step} holds every rank", not missing,
+                 f"missing {missing} in {actor}" if missing else f"{world_size} ranks' shards in {actor}")
+
+
+def check_job(name: str, state: str, exit_code: str) -> Check:
+    """A Slurm job that ended well: COMPLETED with exit code 0:0."""
+    return Check(f"{name} job", state == "COMPLETED" and exit_code == "0:0", f"{state} {exit_code}".strip())
+
+
+# the roles that must run on every node of a multi-node run (tests/special_e2e/smoke/ray_actors.py names them)
+PLACED_ON_EVERY_NODE = ("FSDP ranks", "vLLM replicas", "credit-actor shards")
+
+
+def check_actor_placement(peak: Mapping[str, Mapping[str, int]], node_names_by_ip: Mapping[str, str],
+                          last_error: str = "") -> list[Check]:
+    """FSDP ranks, vLLM replicas and credit-actor shards alive on every node at some point of the run."""
+    if not peak:
+        return [Check("actor placement", False, f"Ray's state API gave no sample ({last_error or 'no record'})")]
+    results = []
+    for role in PLACED_ON_EVERY_NODE:
+        by_ip = peak.get(role, {})
+        on = sorted(node_names_by_ip.get(ip, ip) for ip in by_ip)
+        absent = sorted(set(node_names_by_ip.values()) - set(on))
+        results.append(Check(f"{role} on every node", not absent,
+                             ", ".join(f"{node_names_by_ip.get(ip, ip)}: {n}" for ip, n in sorted(by_ip.items()))
+                             + (f"; none on {absent}" if absent else "")))
+    return results
+
+
+def check_node_loss(state: str, ended_at: float, kill: Mapping, log: str | os.PathLike, bound_s: float) -> list[Check]:
+    """A job that lost a node ended (not COMPLETED) within ``bound_s`` of the crash, with exactly one line naming
+    the lost node."""
+    node = kill["node"]
+    waited = ended_at - float(kill["time"]) if ended_at else float("inf")
+    try:
+        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    naming = [line.strip() for line in lines if f"node {node} " in line and "left the job" in line]
+    return [
+        Check("node loss ends the job", state != "COMPLETED" and waited <= bound_s,
+              f"{state}, {waited:.1f} s after {node} crashed (bound {bound_s:.0f} s)"),
+        Check("node loss named in one line", len(naming) == 1,
+              naming[0][:200] if len(naming) == 1 else f"{len(naming)} lines name {node} as lost"),
+    ]
+
+
+# the glossary of the gcpo/* metrics (docs/metrics.md): each metric's name in backticks in a table row
+GLOSSARY = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
+GLOSSARY_PREFIXES = ("gcpo/", "timing_s/gcpo_")
+
+
+def glossary_metrics(path: str | os.PathLike = GLOSSARY) -> set[str]:
+    """The metric names docs/metrics.md describes (backticked names in the first cell of its table rows)."""
+    import re
+
+    names = set()
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith("| `"):
+            names.update(re.findall(r"`([^`]+)`", line.split(" | ")[0]))
+    return names
+
+
+def check_metric_glossary(metrics: Mapping[int, Mapping[str, float]], path: str | os.PathLike = GLOSSARY) -> Check:
+    """Every ``gcpo/*`` and ``timing_s/gcpo_*`` metric the run logged is described in docs/metrics.md."""
+    logged = {key for data in metrics.values() for key in data if key.startswith(GLOSSARY_PREFIXES)}
+    if not Path(path).is_file():
+        return Check("metrics in the glossary", True, f"{path} not here (an install without docs): not checked")
+    missing = sorted(logged - glossary_metrics(path))
+    return Check("metrics in the glossary", not missing,
+                 f"not in docs/metrics.md: {missing}" if missing else f"{len(logged)} gcpo metrics, each described")
+
+
+# GCPO's push in all-correct groups against the correctness push in mixed groups: under the default
+# all_correct_scale=group both are normalised by their group's own spread, so they are of the same order (about 1
+# to 1 on real rollouts); batch scales the first by the batch's right-vs-wrong spread (20-30x smaller)
+SAME_ORDER = 0.25
+
+
+def run_config_value(checkpoint_dir: str | os.PathLike, key: str):
+    """A key of the composed config the run used, from Hydra's record beside its checkpoints
+    (``<default_local_dir>/hydra/<time>/.hydra/config.yaml``, the latest run's); None when there is none."""
+    import yaml
+
+    records = sorted(Path(checkpoint_dir).glob("hydra/*/.hydra/config.yaml"))
+    if not records:
+        return None
+    node = yaml.safe_load(records[-1].read_text(encoding="utf-8"))
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def check_all_correct_push(metrics: Mapping[int, Mapping[str, float]], scale: str | None) -> Check:
+    """Under ``all_correct_scale=group`` (the default) all-correct groups carry a push of the same order as mixed
+    ones: mean ``gcpo/all_correct_adv_abs`` over the steps that had both kinds of group is at least
+    ``SAME_ORDER`` of mean ``gcpo/mixed_adv_abs``. Under ``batch`` the balance is only reported."""
+    both = [s for s, d in metrics.items()
+            if (d.get("gcpo/all_correct_adv_abs") or 0) > 0 and (d.get("gcpo/mixed_adv_abs") or 0) > 0]
+    if not both:
+        return Check("all-correct push", False, "no step had both an all-correct and a mixed group with advantages")
+    pushed = sum(metrics[s]["gcpo/all_correct_adv_abs"] for s in both) / len(both)
+    mixed = sum(metrics[s]["gcpo/mixed_adv_abs"] for s in both) / len(both)
+    detail = (f"mean |advantage| {pushed:.3f} in all-correct groups, {mixed:.3f} in mixed ones ({pushed / mixed:.2f}) "
+              f"at steps {both}; all_correct_scale={scale}")
+    if scale == "batch":
+        return Check("all-correct push", True, detail + " (scaled by the batch's spread: not required)")
+    return Check("all-correct push", pushed >= SAME_ORDER * mixed, detail + f" (required: >= {SAME_ORDER})")

@@ -1,0 +1,89 @@
+"""The namespace cluster of the cluster smoke: its configuration, its refusals, and (as root, with Debian's Slurm and
+munge installed) a real two-node cluster made, used, crashed, restored and removed."""
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.special_e2e.smoke import cluster as cluster_module
+from tests.special_e2e.smoke.cluster import ClusterError, NamespaceCluster, free_subnet, node_names, slurm_conf
+
+ROUTES = """default via 192.0.2.1 dev eth0
+192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2
+10.213.47.0/24 dev br0 proto kernel scope link src 10.213.47.254
+10.213.48.0/23 dev br1
+"""
+
+
+def test_the_subnet_is_the_first_candidate_no_route_overlaps():
+    assert free_subnet(ROUTES) == ipaddress.ip_network("10.213.50.0/24")  # 47 taken, 48-49 inside a /23
+    assert free_subnet("default via 10.0.0.1 dev eth0\n") == ipaddress.ip_network("10.213.47.0/24")
+    with pytest.raises(ClusterError, match="every candidate subnet"):
+        free_subnet("10.0.0.0/8 dev eth1\n")
+
+
+def test_slurm_conf_declares_every_node_with_its_address_cpus_and_a_gpu():
+    root = Path("/var/tmp/x")
+    conf = slurm_conf(node_names(2), ["10.1.2.1", "10.1.2.2"], root, cpus=24, slurmd_timeout_s=300)
+    lines = conf.splitlines()
+    assert "SlurmctldHost=gcpo-n1(10.1.2.1)" in lines
+    assert "NodeName=gcpo-n2 NodeAddr=10.1.2.2 CPUs=24 Gres=gpu:1 State=UNKNOWN" in lines
+    assert {"ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SlurmdParameters=config_overrides",
+            "ReturnToService=2", "GresTypes=gpu", "SlurmdTimeout=300"} <= set(lines)
+    assert f"AuthInfo=socket={root / 'munge' / 'munge.socket'}" in lines
+
+
+def test_the_cluster_refuses_without_root_or_programs(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(ClusterError, match="needs root"):
+        NamespaceCluster(tmp_path).start()
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda name: None if name in ("slurmd", "munged") else "/usr/bin/" + name)
+    with pytest.raises(ClusterError, match="missing slurmd, munged: apt-get install slurmctld slurmd"):
+        NamespaceCluster(tmp_path).start()
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    with pytest.raises(ClusterError, match="at least 2 nodes"):
+        NamespaceCluster(tmp_path, count=1).start()
+
+
+REAL = os.geteuid() == 0 and not cluster_module.missing_programs()
+
+
+@pytest.mark.skipif(not REAL, reason="needs root and Debian's slurmctld, slurmd, slurm-client and munge "
+                                     "(bash scripts/smoke_cluster_cpu.sh installs them)")
+def test_a_real_two_node_cluster(tmp_path_factory):
+    """Both nodes take a job step with their own host name, address, private folder and process IDs; a crashed node's
+    processes are all gone; a restored one takes steps again; nothing is left after stop."""
+    root = tmp_path_factory.mktemp("cluster")
+    root.chmod(0o755)  # the nodes' slurmd reads its config there
+    cluster = NamespaceCluster(root, count=2, python=sys.executable)
+    private = cluster_module.NODE_PRIVATE
+    try:
+        cluster.start()
+        script = (f'touch "{private}/from-$(hostname)"; sleep 1; '
+                  f'echo "$(hostname) $(hostname --ip-address) $$ $(cd {private} && echo from-*)"')
+        step = cluster.command(["srun", "--nodes=2", "--ntasks=2", "bash", "-c", script], timeout=120)
+        lines = sorted(step.stdout.split("\n")[:2])
+        (n1, a1, pid1, tmp1), (n2, a2, pid2, tmp2) = (line.split() for line in lines)
+        assert (n1, n2) == ("gcpo-n1", "gcpo-n2") and [a1, a2] == [n.address for n in cluster.nodes]
+        assert int(pid1) < 1000 and int(pid2) < 1000  # numbered inside each node's PID namespace
+        assert (tmp1, tmp2) == ("from-gcpo-n1", "from-gcpo-n2")  # each node sees only its own folder there
+        assert not list(private.glob("from-gcpo-n*"))  # and this machine sees neither
+        assert cluster.node_pids("gcpo-n2")
+        record = cluster.kill_node("gcpo-n2")
+        assert record["node"] == "gcpo-n2" and record["processes"] >= 2 and not cluster.node_pids("gcpo-n2")
+        cluster.restore_node("gcpo-n2")
+        again = cluster.command(["srun", "--nodes=1", "--ntasks=1", "-w", "gcpo-n2", "hostname"], timeout=120)
+        assert again.stdout.strip() == "gcpo-n2"
+    finally:
+        cluster.stop()
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert all(node.netns not in netns and node.veth not in links for node in cluster.nodes)
+    assert cluster.bridge not in links
+    assert cluster.munged.poll() is not None and all(node.process.poll() is not None for node in cluster.nodes)
