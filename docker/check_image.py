@@ -137,9 +137,7 @@ def snapshot(model_path: Path, out_dir: Path, path: list[str] | None = None) -> 
     dists = installed_versions(path)
     versions = {name: dist.version for name, dist in dists.items()}
     (out_dir / FREEZE).write_text("".join(f"{n}=={v}\n" for n, v in sorted(versions.items())))
-    (out_dir / STACK).write_text(
-        "".join(f"{n}=={v}\n" for n, v in sorted(versions.items()) if STACK_PATTERN.match(n))
-    )
+    (out_dir / STACK).write_text("".join(f"{n}=={v}\n" for n, v in sorted(versions.items()) if STACK_PATTERN.match(n)))
     problems = []
     for entry in read_model(model_path).stack.values():
         spec = f"{entry.name}=={entry.version}" if entry.version else entry.name

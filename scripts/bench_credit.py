@@ -39,8 +39,8 @@ import time
 import numpy as np
 import torch
 
-from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.compute import compute_group_credit
+from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.shapley.exact import shapley_from_subset_values
 
 TARGETS = {
@@ -86,8 +86,13 @@ def timed(fn, device: torch.device, repeats: int) -> tuple[float, object]:
 def naive_shapley(weighted_kernel: torch.Tensor) -> torch.Tensor:
     """One slogdet per subset of all G rollouts (wrong ones included), then the Shapley sums as in the engine."""
     groups, size, _ = weighted_kernel.shape
-    members = ((torch.arange(2**size, device=weighted_kernel.device)[:, None] >> torch.arange(size,
-               device=weighted_kernel.device)) & 1).bool()
+    members = (
+        (
+            torch.arange(2**size, device=weighted_kernel.device)[:, None]
+            >> torch.arange(size, device=weighted_kernel.device)
+        )
+        & 1
+    ).bool()
     select = (members[:, :, None] & members[:, None, :]).to(torch.float64)
     eye = torch.eye(size, dtype=torch.float64, device=weighted_kernel.device)
     out = []
@@ -146,12 +151,16 @@ def report(rows: list[dict], args: argparse.Namespace) -> bool:
     print(f"# GCPO credit benchmark: B={args.groups} groups, torch {torch.__version__}, {name}")
     print(f"# naive baseline measured on {args.naive_groups} groups, scaled to B; times are medians of {args.repeats}")
     print()
-    print("| G | rewards | method | credit call (ms) | naive (ms) | speed-up vs naive | MC mean rel. err | MC max rel. err |")
+    print(
+        "| G | rewards | method | credit call (ms) | naive (ms) | speed-up vs naive | MC mean rel. err | MC max rel. err |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        err = (f"{100 * r['mean_rel_err']:.2f} % | {100 * r['max_rel_err']:.1f} %" if "mean_rel_err" in r else "– | –")
-        print(f"| {r['G']} | {r['rewards']} | {r['method']} | {r['time_ms']:.1f} | {r['naive_ms']:.0f} | "
-              f"{r['speedup']:.0f}x | {err} |")
+        err = f"{100 * r['mean_rel_err']:.2f} % | {100 * r['max_rel_err']:.1f} %" if "mean_rel_err" in r else "– | –"
+        print(
+            f"| {r['G']} | {r['rewards']} | {r['method']} | {r['time_ms']:.1f} | {r['naive_ms']:.0f} | "
+            f"{r['speedup']:.0f}x | {err} |"
+        )
     print()
     ok = True
     worst = {r["key"]: r for r in rows if r["rewards"] == "all-correct"}
@@ -201,11 +210,19 @@ def coverage(args: argparse.Namespace) -> bool:
         unit = unit / unit.norm(dim=-1, keepdim=True)
         L = unit @ unit.transpose(-1, -2)
         games.append((L, exact_shapley(L)[0]))
-    cosine = float(np.mean([(L.sum((1, 2)) - L.diagonal(dim1=1, dim2=2).sum(1)).mean() / (L.shape[1] * (L.shape[1] - 1))
-                            for L, _ in games]))
-    print(f"# MC standard errors: {args.coverage_groups} groups each of 8, 12 and 16 correct rollouts (mean cosine "
-          f"{cosine:.2f}), {args.coverage_seeds} seeds; coverage = share of estimates within +-1.96 stderr of the "
-          "exact value")
+    cosine = float(
+        np.mean(
+            [
+                (L.sum((1, 2)) - L.diagonal(dim1=1, dim2=2).sum(1)).mean() / (L.shape[1] * (L.shape[1] - 1))
+                for L, _ in games
+            ]
+        )
+    )
+    print(
+        f"# MC standard errors: {args.coverage_groups} groups each of 8, 12 and 16 correct rollouts (mean cosine "
+        f"{cosine:.2f}), {args.coverage_seeds} seeds; coverage = share of estimates within +-1.96 stderr of the "
+        "exact value"
+    )
     print()
     header = "| M | " + " | ".join(f"{name}: coverage | {name}: mean rel. err | {name}: se = 0" for name in engines)
     print(header + " | plain sampling: mean rel. err |")
@@ -218,8 +235,9 @@ def coverage(args: argparse.Namespace) -> bool:
             error = 0.0
             for seed in range(args.coverage_seeds):
                 for L, exact in games:
-                    result = module.shapley_values(L, torch.ones(L.shape[:2], dtype=torch.bool), method="mc",
-                                                   permutations=permutations, seed=seed)
+                    result = module.shapley_values(
+                        L, torch.ones(L.shape[:2], dtype=torch.bool), method="mc", permutations=permutations, seed=seed
+                    )
                     inside += int(((result.values - exact).abs() <= 1.96 * result.stderr).sum())
                     zero += int((result.stderr == 0).sum())
                     error += float(((result.values - exact).abs() / exact).sum())
@@ -231,8 +249,14 @@ def coverage(args: argparse.Namespace) -> bool:
         count = 0
         for seed in range(args.coverage_seeds):
             for L, exact in games:
-                estimate, _ = monte_carlo_shapley(L, permutations=permutations, antithetic=False, stratified=False,
-                                                  control_variate=False, generator=torch.Generator().manual_seed(seed))
+                estimate, _ = monte_carlo_shapley(
+                    L,
+                    permutations=permutations,
+                    antithetic=False,
+                    stratified=False,
+                    control_variate=False,
+                    generator=torch.Generator().manual_seed(seed),
+                )
                 plain += float(((estimate - exact).abs() / exact).sum())
                 count += exact.numel()
         print(f"| {permutations} | " + " | ".join(cells) + f" | {100 * plain / count:.2f} % |")
@@ -259,17 +283,25 @@ def memory(args: argparse.Namespace) -> bool:
     """Peak memory of one Monte-Carlo group of G rollouts, each in a fresh process."""
     import subprocess
 
-    print(f"# Monte-Carlo credit of one group of G distinct correct rollouts, M = {args.permutations}; extra peak "
-          "resident memory over the process before the call (the group's kernel L itself is G^2 x 8 bytes)")
+    print(
+        f"# Monte-Carlo credit of one group of G distinct correct rollouts, M = {args.permutations}; extra peak "
+        "resident memory over the process before the call (the group's kernel L itself is G^2 x 8 bytes)"
+    )
     print()
     print("| G | L itself (MB) | extra peak memory (MB) | time (s) | all M permuted systems at once (MB) |")
     print("|---:|---:|---:|---:|---:|")
     for size in args.memory_sizes:
-        proc = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(size), str(args.permutations)],
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-c", MEMORY_SCRIPT, str(size), str(args.permutations)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         _, extra, seconds = proc.stdout.split()
-        print(f"| {size} | {size * size * 8 / 2**20:.0f} | {float(extra):.0f} | {float(seconds):.1f} | "
-              f"{args.permutations * size * size * 8 / 2**20:.0f} |")
+        print(
+            f"| {size} | {size * size * 8 / 2**20:.0f} | {float(extra):.0f} | {float(seconds):.1f} | "
+            f"{args.permutations * size * size * 8 / 2**20:.0f} |"
+        )
     return True
 
 
@@ -285,8 +317,11 @@ def main(argv=None) -> int:
     parser.add_argument("--coverage", action="store_true", help="measure the MC standard errors' coverage instead")
     parser.add_argument("--coverage-groups", type=int, default=40)
     parser.add_argument("--coverage-seeds", type=int, default=3)
-    parser.add_argument("--baseline-module", help="a module file with another shapley_values to measure beside this "
-                        "one (e.g. gcpo_core/credit/shapley.py of a commit before the package)")
+    parser.add_argument(
+        "--baseline-module",
+        help="a module file with another shapley_values to measure beside this "
+        "one (e.g. gcpo_core/credit/shapley.py of a commit before the package)",
+    )
     parser.add_argument("--memory", action="store_true", help="measure one big MC group's peak memory instead")
     parser.add_argument("--memory-sizes", type=int, nargs="+", default=[128, 512, 1024, 2048, 4096])
     args = parser.parse_args(argv)

@@ -22,9 +22,7 @@ advantage step, for groups with a correct response).
 from __future__ import annotations
 
 import argparse
-import math
 import random
-import statistics
 import time
 import warnings
 from collections import Counter
@@ -69,7 +67,9 @@ def nltk_similarity(texts: list[str], weights=DIVER_BLEU_WEIGHTS) -> np.ndarray:
         for i in range(size):
             for j in range(i + 1, size):
                 a, b = texts[i].split(), texts[j].split()
-                sim[i, j] = sim[j, i] = (sentence_bleu([a], b, weights=weights) + sentence_bleu([b], a, weights=weights)) / 2
+                sim[i, j] = sim[j, i] = (
+                    sentence_bleu([a], b, weights=weights) + sentence_bleu([b], a, weights=weights)
+                ) / 2
     return sim.sum(axis=1) / (size - 1)
 
 
@@ -101,7 +101,9 @@ def main(argv=None) -> int:
 
     rng = random.Random(args.seed)
     print(f"\nG = {args.group_size}, best of {args.repeats}; ms per group")
-    print("| words | nltk (DIVER's loop) | counter | gcpo_core | speed-up vs nltk | vs counter | max abs diff | equation |")
+    print(
+        "| words | nltk (DIVER's loop) | counter | gcpo_core | speed-up vs nltk | vs counter | max abs diff | equation |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     failed = False
     for words in args.words:
@@ -116,10 +118,14 @@ def main(argv=None) -> int:
             diff = max(diff, float(np.max(np.abs(ours - reference))))
             nltk_cell, speedup_cell = f"{1e3 * nltk_s:.1f}", f"{nltk_s / ours_s:.1f}x"
         failed |= not diff <= 1e-12
-        print(f"| {words} | {nltk_cell} | {1e3 * counter_s:.1f} | {1e3 * ours_s:.1f} | {speedup_cell} | "
-              f"{counter_s / ours_s:.1f}x | {diff:.1e} | {1e3 * equation_s:.2f} |")
-        print(f"  per step ({args.groups} groups of {words} words): textual {args.groups * ours_s:.1f} s, "
-              f"equation {args.groups * equation_s:.2f} s")
+        print(
+            f"| {words} | {nltk_cell} | {1e3 * counter_s:.1f} | {1e3 * ours_s:.1f} | {speedup_cell} | "
+            f"{counter_s / ours_s:.1f}x | {diff:.1e} | {1e3 * equation_s:.2f} |"
+        )
+        print(
+            f"  per step ({args.groups} groups of {words} words): textual {args.groups * ours_s:.1f} s, "
+            f"equation {args.groups * equation_s:.2f} s"
+        )
     if failed:
         print("FAIL: the implementations disagree")
         return 1

@@ -130,7 +130,6 @@ def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
     import os
 
     import ray
-
     from ray.util.placement_group import placement_group, remove_placement_group
 
     from recipe.gcpo.config import CreditActorOptions
@@ -145,9 +144,11 @@ def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
     encoder_settings = encoder.config
     device = encoder.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"# credit of a DAPO-length batch: {count} responses ({count // args.group_size} prompts x "
-          f"{args.group_size}), lognormal lengths, mean {args.mean_pieces} word pieces, sigma {args.sigma}, cap "
-          f"{args.max_pieces}; {name}, {os.cpu_count()} CPUs on this machine; medians of {args.repeats}")
+    print(
+        f"# credit of a DAPO-length batch: {count} responses ({count // args.group_size} prompts x "
+        f"{args.group_size}), lognormal lengths, mean {args.mean_pieces} word pieces, sigma {args.sigma}, cap "
+        f"{args.max_pieces}; {name}, {os.cpu_count()} CPUs on this machine; medians of {args.repeats}"
+    )
 
     def run_in_process():
         return credit_rollouts(texts, rewards, groups, encoder, config)
@@ -155,22 +156,33 @@ def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
     seconds = timed(run_in_process, device, args.repeats)
     reference = run_in_process()
     pieces = reference.metrics["gcpo/encoder/tokens"]  # word pieces read, [CLS]/[SEP] included
-    print(f"({pieces:,.0f} word pieces read by the encoder: {pieces / count:,.0f} per response after the "
-          f"{encoder.config.max_chunks}-chunk cap)")
+    print(
+        f"({pieces:,.0f} word pieces read by the encoder: {pieces / count:,.0f} per response after the "
+        f"{encoder.config.max_chunks}-chunk cap)"
+    )
     print()
-    print("| credit | actors | CPUs each | credit call, nothing prefetched (s) | word pieces/s | vs in-process "
-          "| vs 1 actor (target >= 0.8 N) | advantage step, prefetched (s) | embedding per actor, prefetch (s) |")
+    print(
+        "| credit | actors | CPUs each | credit call, nothing prefetched (s) | word pieces/s | vs in-process "
+        "| vs 1 actor (target >= 0.8 N) | advantage step, prefetched (s) | embedding per actor, prefetch (s) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"| in this process ({torch.get_num_threads()} torch threads) | - | - | {seconds:.2f} | {pieces / seconds:,.0f} "
-          f"| 1.00x | - | - | - |")
-    ray.init(num_cpus=max(args.shards) * args.actor_cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}})
+    print(
+        f"| in this process ({torch.get_num_threads()} torch threads) | - | - | {seconds:.2f} | {pieces / seconds:,.0f} "
+        f"| 1.00x | - | - | - |"
+    )
+    ray.init(
+        num_cpus=max(args.shards) * args.actor_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}},
+    )
     one_actor = None
     worst = float("inf")
     try:
         for shards in args.shards:
-            options = CreditActorOptions(num_gpus=args.actor_gpus, num_cpus=args.actor_cpus, shards=shards,
-                                         timeout_s=3600, startup_timeout_s=600)
+            options = CreditActorOptions(
+                num_gpus=args.actor_gpus, num_cpus=args.actor_cpus, shards=shards, timeout_s=3600, startup_timeout_s=600
+            )
             group = placements = None
             if args.actor_gpus > 0:
                 # one bundle per GPU, as verl's global pool: unplaced fractional actors would all pack onto GPU 0
@@ -179,6 +191,7 @@ def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
                 placements = credit_placements([group], shards)
             actors = CreditActor(encoder_settings, config, options, placements=placements)
             try:
+
                 def call():
                     return actors.compute(texts, rewards, groups)
 
@@ -197,14 +210,18 @@ def lengths_mode(args, encoder: RolloutEncoder, corpus: str) -> int:
             one_actor = one_actor or actor_seconds
             scaling = one_actor / actor_seconds
             worst = min(worst, scaling / (0.8 * shards))
-            print(f"| {shards} actor(s) | {shards} | {args.actor_cpus} | {actor_seconds:.2f} | "
-                  f"{pieces / actor_seconds:,.0f} | {seconds / actor_seconds:.2f}x | {scaling:.2f}x | {critical:.3f} | "
-                  f"{' / '.join(format(p['seconds'], '.2f') for p in per_actor)} |")
+            print(
+                f"| {shards} actor(s) | {shards} | {args.actor_cpus} | {actor_seconds:.2f} | "
+                f"{pieces / actor_seconds:,.0f} | {seconds / actor_seconds:.2f}x | {scaling:.2f}x | {critical:.3f} | "
+                f"{' / '.join(format(p['seconds'], '.2f') for p in per_actor)} |"
+            )
     finally:
         ray.shutdown()
     print()
-    print("Same advantages as in this process (|delta| <= 1e-4) for every actor count. Scaling "
-          f"{'meets' if worst >= 1 else 'misses'} the >= 0.8 N target (worst case {worst:.2f} of it).")
+    print(
+        "Same advantages as in this process (|delta| <= 1e-4) for every actor count. Scaling "
+        f"{'meets' if worst >= 1 else 'misses'} the >= 0.8 N target (worst case {worst:.2f} of it)."
+    )
     return 0
 
 
@@ -219,11 +236,18 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--batch-tokens", type=int, default=None, help="padded tokens per forward pass (encoder default)")
+    parser.add_argument(
+        "--batch-tokens", type=int, default=None, help="padded tokens per forward pass (encoder default)"
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--mode", choices=["windows", "lengths"], default="windows")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 254, 512, 1024, 4096],
-                        help="windows: word pieces per text (254 fill the 256-piece window with [CLS] and [SEP])")
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=[64, 128, 254, 512, 1024, 4096],
+        help="windows: word pieces per text (254 fill the 256-piece window with [CLS] and [SEP])",
+    )
     parser.add_argument("--texts-per-length", type=int, default=None, help="default: 2048 on GPU, 64 on CPU")
     parser.add_argument("--prompts", type=int, default=512)
     parser.add_argument("--group-size", type=int, default=16)
@@ -239,8 +263,9 @@ def main(argv=None) -> int:
     parser.add_argument("--actor-gpus", type=float, default=0.0, help="lengths: GPU fraction each actor takes")
     args = parser.parse_args(argv)
 
-    encoder = RolloutEncoder(EncoderConfig(model=args.model, device=args.device, dtype=args.dtype,
-                                           batch_tokens=args.batch_tokens))
+    encoder = RolloutEncoder(
+        EncoderConfig(model=args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
+    )
     device = encoder.device
     on_gpu = device.type == "cuda"
     corpus = corpus_text(args.data)
@@ -249,10 +274,14 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device) if on_gpu else f"CPU ({torch.get_num_threads()} threads)"
     per_length = args.texts_per_length or (2048 if on_gpu else 64)
     tokenizer = encoder.tokenizer
-    print(f"# encoder benchmark: {args.model}, {encoder.dtype}, {encoder.batch_tokens} tokens per forward pass, "
-          f"{name}, torch {torch.__version__}")
-    print(f"# texts: windows of {args.data.name if args.data.is_file() else 'bundled demo solutions'}; "
-          f"medians of {args.repeats}")
+    print(
+        f"# encoder benchmark: {args.model}, {encoder.dtype}, {encoder.batch_tokens} tokens per forward pass, "
+        f"{name}, torch {torch.__version__}"
+    )
+    print(
+        f"# texts: windows of {args.data.name if args.data.is_file() else 'bundled demo solutions'}; "
+        f"medians of {args.repeats}"
+    )
     print()
     print("| word pieces | texts | ours (texts/s) | sentence-transformers encode (texts/s) | speed-up | pieces/text |")
     print("|---:|---:|---:|---:|---:|---:|")
@@ -265,11 +294,14 @@ def main(argv=None) -> int:
         else:
             baseline = timed(
                 lambda: encoder.model.encode(texts, batch_size=32, convert_to_tensor=True, normalize_embeddings=True),
-                device, args.repeats,
+                device,
+                args.repeats,
             )
             base_rate, ratio = per_length / baseline, baseline / ours
-        print(f"| {length} | {per_length} | {per_length / ours:,.0f} | {base_rate:,.0f} | {ratio:.1f}x | "
-              f"{stats.pieces / max(stats.unique_texts, 1):.1f} |")
+        print(
+            f"| {length} | {per_length} | {per_length / ours:,.0f} | {base_rate:,.0f} | {ratio:.1f}x | "
+            f"{stats.pieces / max(stats.unique_texts, 1):.1f} |"
+        )
     print()
 
     total = args.prompts * args.group_size
@@ -278,8 +310,10 @@ def main(argv=None) -> int:
     texts = make_texts(tokenizer, corpus, run, encoder.piece_length, seed=7)
     rewards, groups = rewards_and_groups(run, args.group_size)
     config = CreditConfig()
-    print(f"## whole credit call: {args.prompts} prompts x {args.group_size} responses of 256 word pieces "
-          f"({total} responses), Shapley {config.method}")
+    print(
+        f"## whole credit call: {args.prompts} prompts x {args.group_size} responses of 256 word pieces "
+        f"({total} responses), Shapley {config.method}"
+    )
     scale = total / run
     if scale != 1:
         print(f"(ran {run} responses on the CPU and extrapolated linearly x{scale:.0f})")
@@ -293,17 +327,23 @@ def main(argv=None) -> int:
     prefetched = timed(call, device, args.repeats)
     encoder.forget()
     peak = result.metrics.get("gcpo/encoder/peak_mem_gb")
-    print("| tokenize, not overlapped (s) | encoder forward (s) | embed total (s) | Shapley + advantages (s) "
-          "| credit call (s) | advantage step, prefetched (s) | encoder peak memory (GiB) |")
+    print(
+        "| tokenize, not overlapped (s) | encoder forward (s) | embed total (s) | Shapley + advantages (s) "
+        "| credit call (s) | advantage step, prefetched (s) | encoder peak memory (GiB) |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"| {result.metrics['gcpo/encoder/tokenize_s'] * scale:.3f} | {result.metrics['gcpo/encoder/model_s'] * scale:.3f} "
-          f"| {result.timings['embed'] * scale:.3f} | {result.timings['shapley'] * scale:.3f} | {seconds * scale:.3f} "
-          f"| {prefetched * scale:.3f} | {'-' if peak is None else f'{peak:.2f}'} |")
+    print(
+        f"| {result.metrics['gcpo/encoder/tokenize_s'] * scale:.3f} | {result.metrics['gcpo/encoder/model_s'] * scale:.3f} "
+        f"| {result.timings['embed'] * scale:.3f} | {result.timings['shapley'] * scale:.3f} | {seconds * scale:.3f} "
+        f"| {prefetched * scale:.3f} | {'-' if peak is None else f'{peak:.2f}'} |"
+    )
     print()
     if on_gpu:
         passed = seconds <= 0.3
-        print(f"{'PASS' if passed else 'FAIL'}  whole credit call for {total} responses <= 0.3 s on one GPU "
-              f"({seconds:.3f} s)")
+        print(
+            f"{'PASS' if passed else 'FAIL'}  whole credit call for {total} responses <= 0.3 s on one GPU "
+            f"({seconds:.3f} s)"
+        )
         return 0 if passed else 1
     print(f"(the 0.3 s goal is for one H100; this CPU run extrapolates to {seconds * scale:.1f} s)")
     return 0

@@ -26,9 +26,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
-BUILT_IN = [("Work.\nAnswer: 18", "18"), ("So $\\boxed{\\frac{14}{3}}$.", "\\frac{14}{3}"),
-            ("Answer: (3, \\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)"), ("#### 72", "72"),
-            ("The share is $\\boxed{25}$.", "25\\%"), ("Answer: The answer is $6 - 5i$.", "6 - 5i")]
+BUILT_IN = [
+    ("Work.\nAnswer: 18", "18"),
+    ("So $\\boxed{\\frac{14}{3}}$.", "\\frac{14}{3}"),
+    ("Answer: (3, \\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+    ("#### 72", "72"),
+    ("The share is $\\boxed{25}$.", "25\\%"),
+    ("Answer: The answer is $6 - 5i$.", "6 - 5i"),
+]
 
 
 def load_pairs(data_dir: Path, limit: int) -> list[tuple[str, str]]:
@@ -80,8 +85,10 @@ def main(argv=None) -> int:
 
     pairs = load_pairs(args.data_dir, args.answers)
     n = len(pairs)
-    print(f"{n} answers ({'real responses' if args.data_dir.is_dir() else 'built-in examples'}), "
-          f"{args.workers} workers, median of {args.repeats}")
+    print(
+        f"{n} answers ({'real responses' if args.data_dir.is_dir() else 'built-in examples'}), "
+        f"{args.workers} workers, median of {args.repeats}"
+    )
 
     math_reward.warm_up_worker()  # the same imports and caches the workers have
     math_reward.scoring_pool().warm_up()
@@ -95,8 +102,13 @@ def main(argv=None) -> int:
     one = timed(lambda: [math_reward.score_answer(r, g) for r, g in pairs], args.repeats)
     rows.append(("bounded, one call per answer", per_answer_ms(one, n), one / base))
     batched = timed(lambda: math_reward.score_answers(pairs), args.repeats)
-    rows.append((f"bounded, batched ({math_reward.BATCH_SIZE} per call, {args.workers} workers)",
-                 per_answer_ms(batched, n), batched / base))
+    rows.append(
+        (
+            f"bounded, batched ({math_reward.BATCH_SIZE} per call, {args.workers} workers)",
+            per_answer_ms(batched, n),
+            batched / base,
+        )
+    )
 
     print("\n| scoring | ms per answer | x in-process |\n|---|---:|---:|")
     for name, ms, ratio in rows:
@@ -107,7 +119,9 @@ def main(argv=None) -> int:
     with DeadlinePool("builtins:len", workers=1) as pool:
         pool.warm_up()
         ours = timed(lambda: [pool.map(["x"], 5.0) for _ in range(trips)], 1)
-    print(f"\n| one round trip (a worker applies len) | us per call |\n|---|---:|\n| DeadlinePool | {1e6 * ours / trips:.0f} |")
+    print(
+        f"\n| one round trip (a worker applies len) | us per call |\n|---|---:|\n| DeadlinePool | {1e6 * ours / trips:.0f} |"
+    )
     try:
         import multiprocessing
 
@@ -117,7 +131,9 @@ def main(argv=None) -> int:
     else:
         with ProcessPool(max_workers=1, context=multiprocessing.get_context("spawn")) as pebble_pool:
             pebble_pool.schedule(len, args=("x",), timeout=5).result()
-            theirs = timed(lambda: [pebble_pool.schedule(len, args=("x",), timeout=5).result() for _ in range(trips)], 1)
+            theirs = timed(
+                lambda: [pebble_pool.schedule(len, args=("x",), timeout=5).result() for _ in range(trips)], 1
+            )
         print(f"| pebble ProcessPool (spawn) | {1e6 * theirs / trips:.0f} |")
 
     if not args.skip_pathological:
@@ -128,8 +144,10 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         after = math_reward.score_answer("Answer: 3", "3")
         recovery = time.perf_counter() - start
-        print(f"\npathological answer, bound 1 s: returned in {hit:.2f} s (timed_out={verdict.timed_out}); the next "
-              f"answer took {recovery:.2f} s (the replacement worker's start-up); restarts so far {pool.restarts}")
+        print(
+            f"\npathological answer, bound 1 s: returned in {hit:.2f} s (timed_out={verdict.timed_out}); the next "
+            f"answer took {recovery:.2f} s (the replacement worker's start-up); restarts so far {pool.restarts}"
+        )
         assert verdict.timed_out and not verdict.correct and after.correct
     return 0
 

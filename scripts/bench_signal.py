@@ -38,22 +38,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.compute import compute_credit
+from gcpo_core.credit.config import CreditConfig
 from gcpo_core.encoding.encoder import EncoderConfig, RolloutEncoder
 
 ROOT = Path(__file__).resolve().parents[1]
 # the real model responses live outside the repository (third-party data): where, and how to get them
 DEFAULT_DATA = Path(os.environ.get("GCPO_SHARED_DATA") or ROOT.parent / "shared" / "data")
-SHARED_DATA_HOW = ("the shared data folder (../shared/data beside the checkout, or --data-dir / GCPO_SHARED_DATA): JSONL copies of public files; rollout_groups.jsonl is openai/grade-school-math's grade_school_math/data/example_model_solutions.jsonl regrouped, the others are named with their sources in that folder's README.md")
+SHARED_DATA_HOW = "the shared data folder (../shared/data beside the checkout, or --data-dir / GCPO_SHARED_DATA): JSONL copies of public files; rollout_groups.jsonl is openai/grade-school-math's grade_school_math/data/example_model_solutions.jsonl regrouped, the others are named with their sources in that folder's README.md"
 TARGET_DELTA = 0.02
 FLIP_SIZE = 0.05
 # the encoder's precision on a GPU (EncoderConfig dtype auto): the one the targets are for
 DEFAULT_GPU_DTYPE = "float16"
 
 
-def load_groups(data_dir: Path, limit: int | None, with_reference: bool
-                ) -> tuple[list[str], list[float], list[str], np.ndarray]:
+def load_groups(
+    data_dir: Path, limit: int | None, with_reference: bool
+) -> tuple[list[str], list[float], list[str], np.ndarray]:
     """(texts, rewards +-1, group ids, is-reference flags) of the rollouts, optionally with each problem's
     reference solution as one more correct rollout."""
     path = data_dir / "rollout_groups.jsonl"
@@ -86,8 +87,9 @@ def embed(texts: list[str], dtype: str, device: str) -> tuple[torch.Tensor, torc
 
 def credit(embeddings, empty, rewards, groups, scale: str):
     config = dataclasses.replace(CreditConfig(), all_correct_scale=scale)
-    return compute_credit(torch.tensor(rewards, dtype=torch.float64), embeddings.double(), groups, config,
-                          contributes=(~empty).tolist())
+    return compute_credit(
+        torch.tensor(rewards, dtype=torch.float64), embeddings.double(), groups, config, contributes=(~empty).tolist()
+    )
 
 
 def group_kinds(result) -> tuple[np.ndarray, np.ndarray]:
@@ -143,12 +145,17 @@ def report(title: str, embedded: dict, rewards: list[float], groups: list[str], 
     for scale in ("group", "batch"):
         reference = credit(reference_emb, empty, rewards, groups, scale)
         all_correct, mixed = group_kinds(reference)
-        label = ("default, all_correct_scale=group" if scale == "group"
-                 else "all_correct_scale=batch (all-correct groups scaled by the batch's spread)")
+        label = (
+            "default, all_correct_scale=group"
+            if scale == "group"
+            else "all_correct_scale=batch (all-correct groups scaled by the batch's spread)"
+        )
         print(f"\n## {title}: {label}")
         print(f"{int(all_correct.sum())} rollouts in all-correct groups, {int(mixed.sum())} in mixed groups\n")
-        print("| embeddings | max abs delta adv | ... in all-correct groups | max abs delta phi | sign flips "
-              f"| flips of abs adv > {FLIP_SIZE} | reversed credit pairs (all-correct) | mean abs adv all-correct / mixed |")
+        print(
+            "| embeddings | max abs delta adv | ... in all-correct groups | max abs delta phi | sign flips "
+            f"| flips of abs adv > {FLIP_SIZE} | reversed credit pairs (all-correct) | mean abs adv all-correct / mixed |"
+        )
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
         rows = []
         for dtype in args.dtypes:
@@ -157,42 +164,57 @@ def report(title: str, embedded: dict, rewards: list[float], groups: list[str], 
         for seed in range(args.noise_seeds):
             generator = torch.Generator().manual_seed(seed)
             noisy = reference_emb + args.noise * torch.randn(reference_emb.shape, generator=generator)
-            rows.append((f"float32 + N(0, {args.noise:g}) per coordinate, seed {seed}",
-                         credit(noisy, empty, rewards, groups, scale)))
+            rows.append(
+                (
+                    f"float32 + N(0, {args.noise:g}) per coordinate, seed {seed}",
+                    credit(noisy, empty, rewards, groups, scale),
+                )
+            )
         for name, result in rows:
             stats, b = compare(reference, result, all_correct), balance(result, all_correct, mixed)
-            print(f"| {name} | {stats['max_delta_adv']:.4f} | {stats['max_delta_adv_all_correct']:.4f} | "
-                  f"{stats['max_delta_phi']:.2e} | {stats['flips']} | {stats['flips_large']} | "
-                  f"{stats['reversed_pairs']} | {b['all_correct_adv_abs']:.3f} / {b['mixed_adv_abs']:.3f} = "
-                  f"{b['ratio']:.3f} |")
+            print(
+                f"| {name} | {stats['max_delta_adv']:.4f} | {stats['max_delta_adv_all_correct']:.4f} | "
+                f"{stats['max_delta_phi']:.2e} | {stats['flips']} | {stats['flips_large']} | "
+                f"{stats['reversed_pairs']} | {b['all_correct_adv_abs']:.3f} / {b['mixed_adv_abs']:.3f} = "
+                f"{b['ratio']:.3f} |"
+            )
             if scale == "group" and name == DEFAULT_GPU_DTYPE:
                 passed = stats["max_delta_adv"] <= TARGET_DELTA and stats["flips_large"] == 0
                 ok &= passed
                 checks = getattr(args, "checks", [])
-                checks.append(f"{'PASS' if passed else 'FAIL'}  {title}, {name}: max |delta advantage| "
-                              f"{stats['max_delta_adv']:.4f} <= {TARGET_DELTA} and no sign flip of an advantage "
-                              f"> {FLIP_SIZE}")
+                checks.append(
+                    f"{'PASS' if passed else 'FAIL'}  {title}, {name}: max |delta advantage| "
+                    f"{stats['max_delta_adv']:.4f} <= {TARGET_DELTA} and no sign flip of an advantage "
+                    f"> {FLIP_SIZE}"
+                )
                 args.checks = checks
     return ok
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="the shared data folder (default %(default)s)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=DEFAULT_DATA, help="the shared data folder (default %(default)s)"
+    )
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--groups", type=int, default=None, help="only the first N problems")
-    parser.add_argument("--with-reference", action="store_true",
-                        help="also credit the batch with each problem's reference solution added")
+    parser.add_argument(
+        "--with-reference",
+        action="store_true",
+        help="also credit the batch with each problem's reference solution added",
+    )
     parser.add_argument("--noise", type=float, default=1e-3, help="per-coordinate std of the embedding noise")
     parser.add_argument("--noise-seeds", type=int, default=3)
     args = parser.parse_args(argv)
     args.dtypes = ["float32"] + [d for d in args.dtypes if d != "float32"]
 
     texts, rewards, groups, is_reference = load_groups(args.data_dir, args.groups, args.with_reference)
-    print(f"# GCPO signal fidelity: {int((~is_reference).sum())} real responses"
-          f"{f' and {int(is_reference.sum())} reference solutions' if args.with_reference else ''} in "
-          f"{len(set(groups))} groups; encoder on {args.device}, torch {torch.__version__}")
+    print(
+        f"# GCPO signal fidelity: {int((~is_reference).sum())} real responses"
+        f"{f' and {int(is_reference.sum())} reference solutions' if args.with_reference else ''} in "
+        f"{len(set(groups))} groups; encoder on {args.device}, torch {torch.__version__}"
+    )
     embedded = {dtype: embed(texts, dtype, args.device) for dtype in args.dtypes}
     print("\nembedding time: " + ", ".join(f"{d} {embedded[d][2]:.0f} s" for d in args.dtypes))
     ok = True

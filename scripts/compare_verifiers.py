@@ -38,7 +38,7 @@ from typing import Iterator, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("GCPO_SHARED_DATA") or ROOT.parent / "shared" / "data")
-SHARED_DATA_HOW = ("the shared data folder (../shared/data beside the checkout, or --data-dir / GCPO_SHARED_DATA): JSONL copies of public files; rollout_groups.jsonl is openai/grade-school-math's grade_school_math/data/example_model_solutions.jsonl regrouped, the others are named with their sources in that folder's README.md")
+SHARED_DATA_HOW = "the shared data folder (../shared/data beside the checkout, or --data-dir / GCPO_SHARED_DATA): JSONL copies of public files; rollout_groups.jsonl is openai/grade-school-math's grade_school_math/data/example_model_solutions.jsonl regrouped, the others are named with their sources in that folder's README.md"
 GOLD_FILES = ("math500", "aime24", "aime25", "amc23", "gsm8k_test", "dapo_math_sample", "rollout_groups")
 SOLUTION_FILES = ("math500", "aime24", "gsm8k_test")  # reference solutions that state their final answer
 
@@ -115,12 +115,16 @@ def renderings(gold: str) -> Iterator[tuple[str, str]]:
     choice = _CHOICE.match(g)
     if choice and (g.startswith("\\text") or "(" in g):
         letter = choice.group(1)
-        for name, text in (("choice-letter", letter), ("choice-paren", f"({letter})"),
-                           ("choice-text", f"\\text{{({letter})}}"), ("choice-textbf", f"\\textbf{{({letter})}}"),
-                           ("choice-text-letter", f"\\text{{{letter}}}")):
+        for name, text in (
+            ("choice-letter", letter),
+            ("choice-paren", f"({letter})"),
+            ("choice-text", f"\\text{{({letter})}}"),
+            ("choice-textbf", f"\\textbf{{({letter})}}"),
+            ("choice-text-letter", f"\\text{{{letter}}}"),
+        ):
             yield name, text
     elif g.startswith("\\text{") and g.endswith("}"):
-        yield "text-dropped", g[len("\\text{"):-1]
+        yield "text-dropped", g[len("\\text{") : -1]
     fraction = _FRACTION.match(g)
     if fraction:
         sign, num, den = fraction.groups()
@@ -171,7 +175,9 @@ WRAPPERS = {
     "answer-line": lambda a: f"Adding them up gives the result.\nAnswer: {a}",
     "answer-line-math": lambda a: f"Adding them up gives the result.\nAnswer: ${a}$",
     "gsm8k": lambda a: f"Adding them up gives the result.\n#### {a}",
-    "final-answer-is": lambda a: f"Adding them up gives the result.\nFinal Answer: The final answer is ${a}$. I hope it is correct.",
+    "final-answer-is": lambda a: (
+        f"Adding them up gives the result.\nFinal Answer: The final answer is ${a}$. I hope it is correct."
+    ),
     "answer-line-bold": lambda a: f"Adding them up gives the result.\n**Answer:** {a}",
     "answer-line-emphasis": lambda a: f"Adding them up gives the result.\nAnswer: **{a}**",
     "answer-line-then-remark": lambda a: f"Adding them up gives the result.\nAnswer: {a}\n\nI hope this helps.",
@@ -193,8 +199,10 @@ SEVERAL_PARTS = {
     "boxes-and": lambda a, b: (f"{a}, {b}", f"The answers are $\\boxed{{{a}}}$ and $\\boxed{{{b}}}$."),
     "boxes-named": lambda a, b: (f"{a}, {b}", f"So $a = \\boxed{{{a}}}$, $b = \\boxed{{{b}}}$."),
     "boxes-display": lambda a, b: (f"{a}, {b}", f"So\n\\[\\boxed{{{a}}}\\]\nand\n\\[\\boxed{{{b}}}\\]"),
-    "named-equations": lambda a, b: (f"y_1 = {a}, y_2 = {b}",
-                                     f"Thus\n$$y_1 = \\boxed{{{a}}}$$\nand\n$$y_2 = \\boxed{{{b}}}$$"),
+    "named-equations": lambda a, b: (
+        f"y_1 = {a}, y_2 = {b}",
+        f"Thus\n$$y_1 = \\boxed{{{a}}}$$\nand\n$$y_2 = \\boxed{{{b}}}$$",
+    ),
     "words-between": lambda a, b: (f"{a}, {b}", f"So $\\boxed{{{a}}}$, and checking the other case, $\\boxed{{{b}}}$."),
     "labelled-parts": lambda a, b: (f"{a}, {b}", f"(a) $\\boxed{{{a}}}$\n\n(b) $\\boxed{{{b}}}$"),
 }
@@ -328,8 +336,12 @@ def report(cases: list[Case], ours: list[bool], references: list[tuple[bool, boo
         s["gcpo"] += gcpo
         s["mv"] += mv
         s["dapo"] += dapo
-        for name, flag in (("gcpo-/mv+", not gcpo and mv), ("gcpo+/mv-", gcpo and not mv),
-                           ("gcpo-/dapo+", not gcpo and dapo), ("gcpo+/dapo-", gcpo and not dapo)):
+        for name, flag in (
+            ("gcpo-/mv+", not gcpo and mv),
+            ("gcpo+/mv-", gcpo and not mv),
+            ("gcpo-/dapo+", not gcpo and dapo),
+            ("gcpo+/dapo-", gcpo and not dapo),
+        ):
             if flag:
                 s[name] += 1
                 if len(shown[(case.kind, name)]) < examples:
@@ -347,24 +359,32 @@ def report(cases: list[Case], ours: list[bool], references: list[tuple[bool, boo
     total = Counter()
     for s in stats.values():
         total.update(s)
-    print(f"| **all** | " + " | ".join(str(total[c]) for c in columns) + " |")
+    print("| **all** | " + " | ".join(str(total[c]) for c in columns) + " |")
     if examples:
         for (kind, name), items in sorted(shown.items()):
             print(f"\n{kind} {name}:")
             for case in items:
                 tail = case.response[-120:].replace("\n", "\\n")
                 print(f"  gold {case.gold!r}  response ...{tail!r}")
-    print(f"\ngcpo rejects what math-verify accepts: {total['gcpo-/mv+']} of {total['n']} cases "
-          f"({len([k for k, s in stats.items() if s['gcpo-/mv+']])} classes)")
+    print(
+        f"\ngcpo rejects what math-verify accepts: {total['gcpo-/mv+']} of {total['n']} cases "
+        f"({len([k for k, s in stats.items() if s['gcpo-/mv+']])} classes)"
+    )
     return total["gcpo-/mv+"]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="the shared data folder (default %(default)s)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=DEFAULT_DATA, help="the shared data folder (default %(default)s)"
+    )
     parser.add_argument("--examples", type=int, default=2, help="disagreeing cases to print per class")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="use only the first N distinct gold answers and N rows of each file of responses")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="use only the first N distinct gold answers and N rows of each file of responses",
+    )
     parser.add_argument("--processes", type=int, default=2, help="processes for the reference graders")
     args = parser.parse_args(argv)
     if not args.data_dir.is_dir():

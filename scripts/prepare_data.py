@@ -16,8 +16,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from recipe.gcpo.data import (DATASETS, INSTRUCTIONS, PrepareReport, load_source, output_name, prepare, summary_table,
-                              write_parquet)
+from recipe.gcpo.data import (
+    DATASETS,
+    INSTRUCTIONS,
+    PrepareReport,
+    load_source,
+    output_name,
+    prepare,
+    summary_table,
+    write_parquet,
+)
 
 
 def output_path(out_dir: Path, name: str, split: str) -> Path:
@@ -30,14 +38,21 @@ def main(argv=None) -> int:
     parser.add_argument("--local-dir", type=Path, default=None, help="folder with local copies (jsonl/parquet)")
     parser.add_argument("--download", action="store_true", help="fetch sets missing locally from the hub")
     parser.add_argument("--datasets", default="all", help=f"comma-separated subset of: {', '.join(DATASETS)}")
-    parser.add_argument("--instruction", choices=sorted(INSTRUCTIONS), default="dapo",
-                        help="answer instruction added to every prompt (default: DAPO's 'Answer: $Answer')")
+    parser.add_argument(
+        "--instruction",
+        choices=sorted(INSTRUCTIONS),
+        default="dapo",
+        help="answer instruction added to every prompt (default: DAPO's 'Answer: $Answer')",
+    )
     parser.add_argument("--train-limit", type=int, default=None, help="keep at most this many training prompts")
     args = parser.parse_args(argv)
 
     # "all": DAPO-Math-17K and the validation sets (MATH train only on request)
-    names = [n for n in DATASETS if n != "math"] if args.datasets == "all" else [
-        n.strip() for n in args.datasets.split(",") if n.strip()]
+    names = (
+        [n for n in DATASETS if n != "math"]
+        if args.datasets == "all"
+        else [n.strip() for n in args.datasets.split(",") if n.strip()]
+    )
     unknown = [n for n in names if n not in DATASETS]
     if unknown:
         parser.error(f"unknown dataset(s) {unknown}; known: {', '.join(DATASETS)}")

@@ -40,8 +40,11 @@ def check_model_dir(path: Path) -> list[str]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        problems += [f"weight shard {shard} (named in {index.name}) is missing" for shard in shards
-                     if not (path / shard).is_file()]
+        problems += [
+            f"weight shard {shard} (named in {index.name}) is missing"
+            for shard in shards
+            if not (path / shard).is_file()
+        ]
     elif not any(path.glob("*.safetensors")):
         problems.append("no *.safetensors weights (this step downloads safetensors only)")
     if problems:
@@ -60,8 +63,9 @@ def check_model_dir(path: Path) -> list[str]:
 def download(model_id: str, dest: Path, revision: str | None) -> Path:
     from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(repo_id=model_id, revision=revision, local_dir=str(dest),
-                                  allow_patterns=ALLOW_PATTERNS))
+    return Path(
+        snapshot_download(repo_id=model_id, revision=revision, local_dir=str(dest), allow_patterns=ALLOW_PATTERNS)
+    )
 
 
 def main(argv=None) -> int:
@@ -80,8 +84,11 @@ def main(argv=None) -> int:
         if not (args.model and args.dest):
             parser.error("give a hub id and a destination folder, or --check DIR")
         if hub_offline():
-            print("HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE is set: run this where the hub is reachable "
-                  "(a login node), then point MODEL_PATH at the folder", file=sys.stderr)
+            print(
+                "HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE is set: run this where the hub is reachable "
+                "(a login node), then point MODEL_PATH at the folder",
+                file=sys.stderr,
+            )
             return 2
         folder = download(args.model, args.dest, args.revision)
 

@@ -24,6 +24,7 @@ tempfile.tempdir = SESSION_TMP
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
+
 settings.register_profile(
     "ci", derandomize=True, deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow]
 )

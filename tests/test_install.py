@@ -40,8 +40,22 @@ def test_a_non_editable_install_runs_the_entry_point_from_another_directory(tmp_
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = _site_packages(venv)
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(site), str(source)], capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(site),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     # this environment's packages after the install's own (a .pth line adds a path, it runs no .pth files there,
     # so the editable install of this checkout stays out)
@@ -49,19 +63,29 @@ def test_a_non_editable_install_runs_the_entry_point_from_another_directory(tmp_
     python = venv / "bin" / "python"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "RAY_ADDRESS", "HYDRA_FULL_ERROR")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "RAY_ADDRESS", "HYDRA_FULL_ERROR")
+    }
     env["GCPO_DRY_RUN"] = "1"
     proc = subprocess.run(
-        [str(python), "-m", "recipe.gcpo.main_gcpo", *VALID],
-        capture_output=True, text=True, env=env, cwd=elsewhere)
+        [str(python), "-m", "recipe.gcpo.main_gcpo", *VALID], capture_output=True, text=True, env=env, cwd=elsewhere
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"# entry point: {(site / 'recipe' / 'gcpo' / 'main_gcpo.py').resolve()}" in proc.stdout.splitlines()
     assert "# dry run (adv_estimator=gcpo): the config composes and validates; nothing was started." in proc.stdout
     assert list(elsewhere.iterdir()) == []
     # the reward function verl loads by name (pkg://recipe.gcpo.reward) and the bundled encoder's data resolve too
     probe = subprocess.run(
-        [str(python), "-c", "import recipe, recipe.gcpo.reward, gcpo_core, transfer_queue; "
-                            "print(recipe.gcpo.reward.__file__); print(gcpo_core.__file__)"],
-        capture_output=True, text=True, env=env, cwd=elsewhere)
+        [
+            str(python),
+            "-c",
+            "import recipe, recipe.gcpo.reward, gcpo_core, transfer_queue; "
+            "print(recipe.gcpo.reward.__file__); print(gcpo_core.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=elsewhere,
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert [Path(line).resolve().is_relative_to(site.resolve()) for line in probe.stdout.split()] == [True, True]

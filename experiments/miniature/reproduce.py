@@ -33,8 +33,9 @@ from experiments.miniature.report import TABLE_KEYS
 
 COMPARED_KEYS = tuple(k for k in TABLE_KEYS if k != "pass@1")
 # Each GCPO arm against GRPO in what GCPO claims to change: the diversity of correct answers.
-HEADLINE_CELLS = tuple((f"{arm} − grpo", key) for arm in ("gcpo_batch", "gcpo_group")
-                       for key in ("distinct_correct", "answer_entropy"))
+HEADLINE_CELLS = tuple(
+    (f"{arm} − grpo", key) for arm in ("gcpo_batch", "gcpo_group") for key in ("distinct_correct", "answer_entropy")
+)
 MAX_CELLS_OUTSIDE = 3
 
 
@@ -53,15 +54,20 @@ def load_results(path: Path) -> dict[str, dict[int, dict]]:
                 raise ValueError(f"{path}: {arm} seed {seed} has no evaluations; is it a miniature results.json?")
             run = dict(run)
             run["evals"] = {int(step): metrics for step, metrics in run["evals"].items()}
-            run["training"] = {key: {int(s): v for s, v in series.items()}
-                               for key, series in run.get("training", {}).items()}
+            run["training"] = {
+                key: {int(s): v for s, v in series.items()} for key, series in run.get("training", {}).items()
+            }
             runs[arm][int(seed)] = run
     return runs
 
 
 def _budgets(runs: Mapping[str, Mapping[int, dict]]) -> set[str]:
-    return {json.dumps(r.get("spec"), sort_keys=True) for seeds in runs.values() for r in seeds.values()
-            if r.get("spec") is not None}
+    return {
+        json.dumps(r.get("spec"), sort_keys=True)
+        for seeds in runs.values()
+        for r in seeds.values()
+        if r.get("spec") is not None
+    }
 
 
 def _warm_starts(runs: Mapping[str, Mapping[int, dict]]) -> dict[int, set]:
@@ -75,16 +81,18 @@ def _warm_starts(runs: Mapping[str, Mapping[int, dict]]) -> dict[int, set]:
 def check_comparable(reference: Mapping[str, Mapping[int, dict]], runs: Mapping[str, Mapping[int, dict]]) -> None:
     """Refuse to compare runs of other budgets (steps, batch, lr...) or of other warm starts for a seed."""
     if not reference or not runs:
-        raise ValueError("nothing to compare: " + ("the reference" if not reference else "the runs")
-                         + " hold no finished run")
+        raise ValueError(
+            "nothing to compare: " + ("the reference" if not reference else "the runs") + " hold no finished run"
+        )
     ours, theirs = _budgets(runs), _budgets(reference)
     if ours and theirs and ours != theirs:
         raise ValueError(f"the runs' budgets differ from the reference's: {sorted(ours)} against {sorted(theirs)}")
     ref_starts = _warm_starts(reference)
     for seed, starts in _warm_starts(runs).items():
         if seed in ref_starts and starts != ref_starts[seed] and None not in starts | ref_starts[seed]:
-            raise ValueError(f"seed {seed} trained from warm start {sorted(starts)}, the reference's from "
-                             f"{sorted(ref_starts[seed])}")
+            raise ValueError(
+                f"seed {seed} trained from warm start {sorted(starts)}, the reference's from {sorted(ref_starts[seed])}"
+            )
 
 
 def _shared_step(*sides: Mapping[str, Mapping[int, dict]]) -> int:
@@ -95,8 +103,9 @@ def _shared_step(*sides: Mapping[str, Mapping[int, dict]]) -> int:
     return max(common)
 
 
-def table_cells(runs: Mapping[str, Mapping[int, dict]], step: int, keys: Iterable[str], baseline: str = "grpo"
-                ) -> dict[tuple[str, str], np.ndarray]:
+def table_cells(
+    runs: Mapping[str, Mapping[int, dict]], step: int, keys: Iterable[str], baseline: str = "grpo"
+) -> dict[tuple[str, str], np.ndarray]:
     """The values behind each cell of the table at ``step``: per arm its seeds' values, per ``arm − baseline`` the
     differences of the seeds both ran, in seed order."""
     cells: dict[tuple[str, str], np.ndarray] = {}
@@ -108,7 +117,8 @@ def table_cells(runs: Mapping[str, Mapping[int, dict]], step: int, keys: Iterabl
             shared = sorted(set(runs[arm]) & set(runs[baseline]))
             for key in keys:
                 cells[(f"{arm} − {baseline}", key)] = np.array(
-                    [runs[arm][s]["evals"][step][key] - runs[baseline][s]["evals"][step][key] for s in shared])
+                    [runs[arm][s]["evals"][step][key] - runs[baseline][s]["evals"][step][key] for s in shared]
+                )
     return cells
 
 
@@ -130,9 +140,13 @@ def expected_share_within_sd(n: int, m: int) -> float:
     return float(2 * stats.t.cdf(1 / math.sqrt(1 / n + 1 / m), n - 1) - 1)
 
 
-def compare(reference: Mapping[str, Mapping[int, dict]], runs: Mapping[str, Mapping[int, dict]],
-            step: Optional[int] = None, keys: Iterable[str] = COMPARED_KEYS, confidence: float = 0.95
-            ) -> tuple[str, dict]:
+def compare(
+    reference: Mapping[str, Mapping[int, dict]],
+    runs: Mapping[str, Mapping[int, dict]],
+    step: Optional[int] = None,
+    keys: Iterable[str] = COMPARED_KEYS,
+    confidence: float = 0.95,
+) -> tuple[str, dict]:
     """Markdown, cell by cell, and a summary: is each cell of ``runs``' table within the reference's mean ± sd and
     within the reproduction interval? Cells only one side has are listed apart."""
     if not 0 < confidence < 1:
@@ -143,12 +157,17 @@ def compare(reference: Mapping[str, Mapping[int, dict]], runs: Mapping[str, Mapp
         missing = [f"{arm} seed {s}" for arm, seeds in side.items() for s, r in seeds.items() if step not in r["evals"]]
         if missing:
             raise ValueError(f"{name} have no evaluation at step {step}: {', '.join(missing)}")
-    keys = [k for k in keys if all(k in r["evals"][step] for side in (reference, runs)
-                                   for seeds in side.values() for r in seeds.values())]
+    keys = [
+        k
+        for k in keys
+        if all(k in r["evals"][step] for side in (reference, runs) for seeds in side.values() for r in seeds.values())
+    ]
     ours, theirs = table_cells(runs, step, keys), table_cells(reference, step, keys)
     level = _percent(confidence)
-    lines = [f"| row (step {step}) | metric | reference | this run | within ± sd | {level} reproduction interval "
-             "| within |", "|---" * 7 + "|"]
+    lines = [
+        f"| row (step {step}) | metric | reference | this run | within ± sd | {level} reproduction interval | within |",
+        "|---" * 7 + "|",
+    ]
     within_sd = 0
     shares, judged, outside = [], [], []
     for cell in (c for c in theirs if c in ours):
@@ -164,14 +183,23 @@ def compare(reference: Mapping[str, Mapping[int, dict]], runs: Mapping[str, Mapp
         if not in_interval:
             outside.append(cell)
         shares.append(expected_share_within_sd(len(ref), len(new)))
-        lines.append(f"| {cell[0]} | {cell[1]} | {ref_mean:+.3f} ± {ref_sd:.3f} ({len(ref)}) | {new_mean:+.3f} "
-                     f"({len(new)}) | {'yes' if in_sd else 'no'} | [{low:+.3f}, {high:+.3f}] | "
-                     f"{'yes' if in_interval else '**no**'} |")
+        lines.append(
+            f"| {cell[0]} | {cell[1]} | {ref_mean:+.3f} ± {ref_sd:.3f} ({len(ref)}) | {new_mean:+.3f} "
+            f"({len(new)}) | {'yes' if in_sd else 'no'} | [{low:+.3f}, {high:+.3f}] | "
+            f"{'yes' if in_interval else '**no**'} |"
+        )
     unmatched = sorted(set(ours) ^ set(theirs))
-    summary = {"step": step, "cells": len(judged), "within_sd": within_sd,
-               "within_interval": len(judged) - len(outside),
-               "expected_within_sd": float(np.mean(shares)) if shares else float("nan"), "confidence": confidence,
-               "unmatched": [" ".join(c) for c in unmatched], "judged": judged, "outside": outside}
+    summary = {
+        "step": step,
+        "cells": len(judged),
+        "within_sd": within_sd,
+        "within_interval": len(judged) - len(outside),
+        "expected_within_sd": float(np.mean(shares)) if shares else float("nan"),
+        "confidence": confidence,
+        "unmatched": [" ".join(c) for c in unmatched],
+        "judged": judged,
+        "outside": outside,
+    }
     summary["verdict"] = verdict(summary)
     text = "\n".join(lines) + "\n\n" + summary_line(summary) + "\n" + summary["verdict"]
     if unmatched:
@@ -188,13 +216,16 @@ def summary_line(summary: Mapping) -> str:
     if not cells:
         return "No cell has two reference seeds to compare with."
     level = _percent(summary["confidence"])
-    return (f"Within the reference's mean ± sd: {summary['within_sd']} of {cells} cells (about "
-            f"{_percent(summary['expected_within_sd'])} are when both runs come from one distribution). Within the "
-            f"{level} reproduction interval: {summary['within_interval']} of {cells} (about {level} are).")
+    return (
+        f"Within the reference's mean ± sd: {summary['within_sd']} of {cells} cells (about "
+        f"{_percent(summary['expected_within_sd'])} are when both runs come from one distribution). Within the "
+        f"{level} reproduction interval: {summary['within_interval']} of {cells} (about {level} are)."
+    )
 
 
-def verdict(summary: Mapping, headline: Iterable[tuple[str, str]] = HEADLINE_CELLS,
-            max_outside: int = MAX_CELLS_OUTSIDE) -> str:
+def verdict(
+    summary: Mapping, headline: Iterable[tuple[str, str]] = HEADLINE_CELLS, max_outside: int = MAX_CELLS_OUTSIDE
+) -> str:
     """Does the run reproduce the reference under the documented criterion (``compare``'s summary: the cells judged
     and those outside the reproduction interval)? Undecided unless every headline cell was judged."""
     headline = list(headline)
@@ -205,9 +236,11 @@ def verdict(summary: Mapping, headline: Iterable[tuple[str, str]] = HEADLINE_CEL
     headline_out = [" ".join(c) for c in headline if c in summary["outside"]]
     held = len(outside) <= max_outside and not headline_out
     named = f" ({', '.join(outside)})" if outside else ""
-    return (f"Reproduction: {'holds' if held else 'fails'}: {len(outside)} of {summary['cells']} cells outside the "
-            f"{_percent(summary['confidence'])} interval{named}, at most {max_outside} allowed; headline cells "
-            f"outside: {', '.join(headline_out) if headline_out else 'none'}.")
+    return (
+        f"Reproduction: {'holds' if held else 'fails'}: {len(outside)} of {summary['cells']} cells outside the "
+        f"{_percent(summary['confidence'])} interval{named}, at most {max_outside} allowed; headline cells "
+        f"outside: {', '.join(headline_out) if headline_out else 'none'}."
+    )
 
 
 def pool(*sides: Mapping[str, Mapping[int, dict]], step: int) -> dict[str, dict[int, dict]]:
@@ -220,5 +253,6 @@ def pool(*sides: Mapping[str, Mapping[int, dict]], step: int) -> dict[str, dict[
             keys = set.intersection(*(set(e) for e in evals))
             pooled.setdefault(arm, {})[seed] = {
                 "evals": {step: {k: float(np.mean([e[k] for e in evals])) for k in sorted(keys)}},
-                "runs": len(evals)}
+                "runs": len(evals),
+            }
     return pooled

@@ -9,7 +9,8 @@ from typing import Any, Optional
 from experiments.miniature.task import is_correct
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Optional[dict] = None,
-                  **kwargs: Any) -> dict[str, float]:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Optional[dict] = None, **kwargs: Any
+) -> dict[str, float]:
     correct = is_correct(solution_str, str(ground_truth))
     return {"score": 1.0 if correct else -1.0, "acc": 1.0 if correct else 0.0}

@@ -41,8 +41,18 @@ def policy_dir(out: Path, warm_seed: int) -> Path:
     return out / f"policy-warm{warm_seed}"
 
 
-def train(arm: str, seed: int, spec: RunSpec, out: Path, timeout_s: float, extra: Sequence[str] = (),
-          python: str = sys.executable, dry_run: bool = False, *, warm_seed: int) -> Optional[dict]:
+def train(
+    arm: str,
+    seed: int,
+    spec: RunSpec,
+    out: Path,
+    timeout_s: float,
+    extra: Sequence[str] = (),
+    python: str = sys.executable,
+    dry_run: bool = False,
+    *,
+    warm_seed: int,
+) -> Optional[dict]:
     """One run of ``arm`` from warm start ``warm_seed`` (:func:`policy_dir`); returns its ``done.json`` record (None
     for a dry run). Raises RuntimeError when it fails."""
     folder = run_dir(out, arm, seed)
@@ -52,16 +62,23 @@ def train(arm: str, seed: int, spec: RunSpec, out: Path, timeout_s: float, extra
         if record.get("warm_seed") == warm_seed:
             print(f"miniature: {arm} seed {seed}: done before, kept ({folder})", flush=True)
             return record
-        print(f"miniature: {arm} seed {seed}: done before from warm start {record.get('warm_seed')}, "
-              f"this experiment's is {warm_seed}: trained again", flush=True)
+        print(
+            f"miniature: {arm} seed {seed}: done before from warm start {record.get('warm_seed')}, "
+            f"this experiment's is {warm_seed}: trained again",
+            flush=True,
+        )
     ray_dir = Path(tempfile.mkdtemp(prefix="gcpo-ray.", dir=os.environ.get("TMPDIR", "/tmp")))
     args = run_overrides(arm, seed, spec, out / "data", policy_dir(out, warm_seed), folder, ray_dir) + list(extra)
     marker = f"gcpo-miniature-{os.getpid()}-{arm}-{seed}-{time.time_ns()}"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # always a local Ray of its own
-    env.update(CPU_ENVIRONMENT, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", str(os.cpu_count() or 1)),
-               GCPO_SMOKE_MARKER=marker, TMPDIR=str(ray_dir),
-               # the experiment and the CPU platform from this checkout (not in the wheel), in every process
-               PYTHONPATH=checkout_path(env.get("PYTHONPATH")))
+    env.update(
+        CPU_ENVIRONMENT,
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", str(os.cpu_count() or 1)),
+        GCPO_SMOKE_MARKER=marker,
+        TMPDIR=str(ray_dir),
+        # the experiment and the CPU platform from this checkout (not in the wheel), in every process
+        PYTHONPATH=checkout_path(env.get("PYTHONPATH")),
+    )
     command = [python, "-m", "recipe.gcpo.main_gcpo", *args]
     try:
         if dry_run:
@@ -76,7 +93,9 @@ def train(arm: str, seed: int, spec: RunSpec, out: Path, timeout_s: float, extra
         start = time.monotonic()
         with open(folder / "log.txt", "w") as log:
             try:
-                rc = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+                rc = subprocess.run(
+                    command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s
+                ).returncode
             except subprocess.TimeoutExpired:
                 rc = None
         wall = time.monotonic() - start
@@ -87,8 +106,14 @@ def train(arm: str, seed: int, spec: RunSpec, out: Path, timeout_s: float, extra
         raise RuntimeError(f"{arm} seed {seed} did not finish in {timeout_s:.0f} s; log: {folder / 'log.txt'}")
     if rc != 0:
         raise RuntimeError(f"{arm} seed {seed} exited {rc}; log: {folder / 'log.txt'}")
-    record = {"arm": arm, "seed": seed, "warm_seed": warm_seed, "wall_s": round(wall, 1), "spec": spec.__dict__,
-              "overrides": list(extra)}
+    record = {
+        "arm": arm,
+        "seed": seed,
+        "warm_seed": warm_seed,
+        "wall_s": round(wall, 1),
+        "spec": spec.__dict__,
+        "overrides": list(extra),
+    }
     done.write_text(json.dumps(record, indent=2) + "\n")
     print(f"miniature: {arm} seed {seed}: finished in {wall:.0f} s", flush=True)
     return record

@@ -61,8 +61,9 @@ def target_distribution(category: str, correct_share: float) -> dict[str, float]
 
 
 def _encode(tokenizer, prompt_text: str) -> list[int]:
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt_text}], add_generation_prompt=True,
-                                         tokenize=False)
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt_text}], add_generation_prompt=True, tokenize=False
+    )
     return tokenizer.encode(chat, add_special_tokens=False)
 
 

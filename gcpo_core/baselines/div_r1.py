@@ -36,7 +36,9 @@ def sampled_token_entropy(log_prob: torch.Tensor, old_log_prob: torch.Tensor) ->
     return -ratio * log_prob
 
 
-def diversity_rows(rewards: torch.Tensor, samples: str = "correct", correct: torch.Tensor | None = None) -> torch.Tensor:
+def diversity_rows(
+    rewards: torch.Tensor, samples: str = "correct", correct: torch.Tensor | None = None
+) -> torch.Tensor:
     """Which responses the diversity term applies to: ``correct`` (the paper's 1(r = 1) on the correctness reward:
     ``correct``, the verifier's verdict, not the shaped score), ``positive_score`` (score > 0: the shaped score,
     which an overlong penalty can push to <= 0 for a correct answer) or ``all`` (the paper's "pos+neg" ablation,

@@ -105,13 +105,20 @@ class DiverConfig:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise FieldError("diver config", name, f"must be an integer >= 1 or null, got {value!r}")
         if not isinstance(self.scale_by_group_accuracy, bool):
-            raise FieldError("diver config", "scale_by_group_accuracy", f"must be true or false, got "
-                             f"{self.scale_by_group_accuracy!r}")
+            raise FieldError(
+                "diver config",
+                "scale_by_group_accuracy",
+                f"must be true or false, got {self.scale_by_group_accuracy!r}",
+            )
         weights = tuple(self.bleu_weights)
-        if not weights or any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights) \
-                or sum(weights) <= 0:
-            raise FieldError("diver config", "bleu_weights",
-                             f"must be non-negative numbers, not all 0, got {self.bleu_weights!r}")
+        if (
+            not weights
+            or any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights)
+            or sum(weights) <= 0
+        ):
+            raise FieldError(
+                "diver config", "bleu_weights", f"must be non-negative numbers, not all 0, got {self.bleu_weights!r}"
+            )
         object.__setattr__(self, "bleu_weights", tuple(float(w) for w in weights))
 
 
@@ -131,8 +138,9 @@ def _ngram_overlaps(texts: Sequence[str], order: int) -> tuple[np.ndarray, np.nd
         lengths: `(np.ndarray)` int64 (G,) tokens per text.
     """
     vocabulary: dict[str, int] = {}
-    token_ids = [np.fromiter((vocabulary.setdefault(w, len(vocabulary)) for w in t.split()), dtype=np.int64)
-                 for t in texts]
+    token_ids = [
+        np.fromiter((vocabulary.setdefault(w, len(vocabulary)) for w in t.split()), dtype=np.int64) for t in texts
+    ]
     lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
     size = len(texts)
     overlap = np.zeros((order, size, size), dtype=np.int64)
@@ -169,7 +177,9 @@ def _bleu(overlap: Sequence[int], hyp_len: int, ref_len: int, weights: Sequence[
     """
     if hyp_len == 0 or any(w > 0 and m == 0 for w, m in zip(weights, overlap)):
         return 0.0
-    log_precision = sum(w * math.log(m / max(1, hyp_len - n)) for n, (w, m) in enumerate(zip(weights, overlap)) if w > 0)
+    log_precision = sum(
+        w * math.log(m / max(1, hyp_len - n)) for n, (w, m) in enumerate(zip(weights, overlap)) if w > 0
+    )
     brevity = 1.0 if hyp_len > ref_len else math.exp(1.0 - ref_len / hyp_len)
     return brevity * math.exp(log_precision)
 
@@ -300,8 +310,10 @@ def diver_bonus(
     size = len(texts)
     rewards = np.asarray(rewards, dtype=np.float64)
     if len(rewards) != size or len(group_ids) != size:
-        raise ValueError(f"texts, rewards and group_ids must have one entry per rollout, got {size}, {len(rewards)}, "
-                         f"{len(group_ids)}")
+        raise ValueError(
+            f"texts, rewards and group_ids must have one entry per rollout, got {size}, {len(rewards)}, "
+            f"{len(group_ids)}"
+        )
     if not np.all(np.isfinite(rewards)):
         raise ValueError("DIVER needs finite rewards; got NaN or inf")
     valid = np.ones(size, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)

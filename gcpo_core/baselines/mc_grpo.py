@@ -9,7 +9,6 @@ import torch
 
 from gcpo_core.credit.advantages import group_statistics
 
-
 MC_GRPO_EPSILON = 1e-3  # the official code's: added to the MAD
 MAD_ZERO_RULES = ("std", "official")
 

@@ -66,8 +66,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 128 + stop.signum
     except Exception:
         traceback.print_exc()
-        print(f"{prefix}: a bug in gcpo (the traceback above): please report it with the command and its input",
-              file=sys.stderr)
+        print(
+            f"{prefix}: a bug in gcpo (the traceback above): please report it with the command and its input",
+            file=sys.stderr,
+        )
         return EXIT_BUG
 
 

@@ -14,14 +14,33 @@ from typing import Any
 
 # dataclasses.asdict(CreditConfig())
 CREDIT_DEFAULTS: dict[str, Any] = {
-    "kernel": "cosine", "rbf_bandwidth": None, "quality": "clip", "method": "auto", "exact_max_contributors": 16,
-    "permutations": 64, "antithetic": True, "stratified": True, "seed": 0, "advantage": "shapley", "mix_coef": 1.0,
-    "norm_by_std": True, "all_correct_scale": "group", "epsilon": 1e-6, "std_floor": 0.0, "max_group_size": 128,
+    "kernel": "cosine",
+    "rbf_bandwidth": None,
+    "quality": "clip",
+    "method": "auto",
+    "exact_max_contributors": 16,
+    "permutations": 64,
+    "antithetic": True,
+    "stratified": True,
+    "seed": 0,
+    "advantage": "shapley",
+    "mix_coef": 1.0,
+    "norm_by_std": True,
+    "all_correct_scale": "group",
+    "epsilon": 1e-6,
+    "std_floor": 0.0,
+    "max_group_size": 128,
 }
 # dataclasses.asdict(EncoderConfig())
 ENCODER_DEFAULTS: dict[str, Any] = {
-    "model": "sentence-transformers/all-MiniLM-L6-v2", "device": "auto", "dtype": "auto", "batch_tokens": None,
-    "max_seq_length": None, "text_span": "full", "long_text": "chunk", "max_chunks": 16,
+    "model": "sentence-transformers/all-MiniLM-L6-v2",
+    "device": "auto",
+    "dtype": "auto",
+    "batch_tokens": None,
+    "max_seq_length": None,
+    "text_span": "full",
+    "long_text": "chunk",
+    "max_chunks": 16,
 }
 # the engine's registries (KERNELS, QUALITY_MAPS, SHAPLEY_METHODS, ADVANTAGE_MODES, TEXT_SPANS, ...)
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -39,14 +58,32 @@ MAX_GROUP_SIZE_LIMIT = 4096  # CreditConfig's upper bound on max_group_size
 
 # settings-file key -> command-line destination (the files in configs/ use the engine's field names)
 CREDIT_KEYS = {
-    "kernel": "kernel", "rbf_bandwidth": "rbf_bandwidth", "quality": "quality", "method": "method",
-    "exact_max_contributors": "exact_max", "permutations": "permutations", "antithetic": "antithetic",
-    "stratified": "stratified", "seed": "seed", "advantage": "advantage", "mix_coef": "mix_coef",
-    "norm_by_std": "norm_by_std", "all_correct_scale": "all_correct_scale", "epsilon": "epsilon", "std_floor": "std_floor", "max_group_size": "max_group_size",
+    "kernel": "kernel",
+    "rbf_bandwidth": "rbf_bandwidth",
+    "quality": "quality",
+    "method": "method",
+    "exact_max_contributors": "exact_max",
+    "permutations": "permutations",
+    "antithetic": "antithetic",
+    "stratified": "stratified",
+    "seed": "seed",
+    "advantage": "advantage",
+    "mix_coef": "mix_coef",
+    "norm_by_std": "norm_by_std",
+    "all_correct_scale": "all_correct_scale",
+    "epsilon": "epsilon",
+    "std_floor": "std_floor",
+    "max_group_size": "max_group_size",
 }
 ENCODER_KEYS = {
-    "model": "encoder", "text_span": "text_span", "long_text": "long_text", "max_chunks": "max_chunks",
-    "device": "device", "dtype": "dtype", "batch_tokens": "batch_tokens", "max_seq_length": "max_seq_length",
+    "model": "encoder",
+    "text_span": "text_span",
+    "long_text": "long_text",
+    "max_chunks": "max_chunks",
+    "device": "device",
+    "dtype": "dtype",
+    "batch_tokens": "batch_tokens",
+    "max_seq_length": "max_seq_length",
 }
 # destinations whose flag is not "--" + dest with dashes
 FLAGS = {"antithetic": "--no-antithetic", "stratified": "--no-stratified", "norm_by_std": "--no-std-norm"}
@@ -127,48 +164,102 @@ def read_settings_file(path: str) -> tuple[dict, dict]:
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="SETTINGS.yaml",
-                        help="credit / encoder settings (e.g. configs/credit_default.yaml); flags win over it")
+    parser.add_argument(
+        "--config",
+        metavar="SETTINGS.yaml",
+        help="credit / encoder settings (e.g. configs/credit_default.yaml); flags win over it",
+    )
 
 
 def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for every :class:`CreditConfig` choice; defaults are the recipe's."""
     d = CREDIT_DEFAULTS
     group = parser.add_argument_group("credit engine")
-    group.add_argument("--method", choices=CHOICES["method"], default=d["method"],
-                       help="Shapley estimator; auto: exact up to --exact-max correct rollouts, else mc "
-                            "(default %(default)s)")
-    group.add_argument("--exact-max", type=int, default=d["exact_max_contributors"], metavar="C",
-                       help=f"auto: most correct rollouts solved exactly (default %(default)s, at most {EXACT_LIMIT})")
-    group.add_argument("--permutations", type=int, default=d["permutations"], metavar="M",
-                       help="Monte-Carlo permutations per group (default %(default)s)")
+    group.add_argument(
+        "--method",
+        choices=CHOICES["method"],
+        default=d["method"],
+        help="Shapley estimator; auto: exact up to --exact-max correct rollouts, else mc (default %(default)s)",
+    )
+    group.add_argument(
+        "--exact-max",
+        type=int,
+        default=d["exact_max_contributors"],
+        metavar="C",
+        help=f"auto: most correct rollouts solved exactly (default %(default)s, at most {EXACT_LIMIT})",
+    )
+    group.add_argument(
+        "--permutations",
+        type=int,
+        default=d["permutations"],
+        metavar="M",
+        help="Monte-Carlo permutations per group (default %(default)s)",
+    )
     group.add_argument("--no-antithetic", dest="antithetic", action="store_false", help="no reversed permutations")
-    group.add_argument("--no-stratified", dest="stratified", action="store_false",
-                       help="no position-stratified permutations")
+    group.add_argument(
+        "--no-stratified", dest="stratified", action="store_false", help="no position-stratified permutations"
+    )
     group.add_argument("--seed", type=int, default=d["seed"], help="Monte-Carlo seed (default %(default)s)")
-    group.add_argument("--kernel", choices=CHOICES["kernel"], default=d["kernel"],
-                       help="similarity of rollouts (default %(default)s)")
-    group.add_argument("--rbf-bandwidth", type=float, default=None, metavar="SIGMA",
-                       help="RBF sigma (default: the median heuristic)")
-    group.add_argument("--quality", choices=CHOICES["quality"], default=d["quality"],
-                       help="reward -> quality mapping (default %(default)s)")
-    group.add_argument("--advantage", choices=CHOICES["advantage"], default=d["advantage"],
-                       help="what is group-normalised: shapley: phi; mix: r + LAMBDA * phi; dra: DRA-GRPO's "
-                            "similarity-discounted reward (default %(default)s)")
-    group.add_argument("--mix-coef", type=float, default=d["mix_coef"], metavar="LAMBDA",
-                       help="LAMBDA of --advantage mix (default %(default)s)")
-    group.add_argument("--no-std-norm", dest="norm_by_std", action="store_false",
-                       help="centre advantages without dividing by the group std (Dr.GRPO)")
-    group.add_argument("--all-correct-scale", choices=CHOICES["all_correct_scale"], default=d["all_correct_scale"],
-                       help="groups whose rewards are all equal: scaled by the batch's right-vs-wrong spread (batch) "
-                            "or by their own std (group) (default %(default)s)")
-    group.add_argument("--epsilon", type=float, default=d["epsilon"],
-                       help="added to the group std, keeps a constant group finite (> 0) (default %(default)s)")
-    group.add_argument("--std-floor", type=float, default=d["std_floor"], metavar="NATS",
-                       help="take the group std as at least this (default %(default)s: GRPO's normalisation)")
-    group.add_argument("--max-group-size", type=int, default=d["max_group_size"], metavar="G",
-                       help="larger groups are refused: they mean rollouts were grouped wrongly "
-                            f"(default %(default)s, at most {MAX_GROUP_SIZE_LIMIT})")
+    group.add_argument(
+        "--kernel", choices=CHOICES["kernel"], default=d["kernel"], help="similarity of rollouts (default %(default)s)"
+    )
+    group.add_argument(
+        "--rbf-bandwidth", type=float, default=None, metavar="SIGMA", help="RBF sigma (default: the median heuristic)"
+    )
+    group.add_argument(
+        "--quality",
+        choices=CHOICES["quality"],
+        default=d["quality"],
+        help="reward -> quality mapping (default %(default)s)",
+    )
+    group.add_argument(
+        "--advantage",
+        choices=CHOICES["advantage"],
+        default=d["advantage"],
+        help="what is group-normalised: shapley: phi; mix: r + LAMBDA * phi; dra: DRA-GRPO's "
+        "similarity-discounted reward (default %(default)s)",
+    )
+    group.add_argument(
+        "--mix-coef",
+        type=float,
+        default=d["mix_coef"],
+        metavar="LAMBDA",
+        help="LAMBDA of --advantage mix (default %(default)s)",
+    )
+    group.add_argument(
+        "--no-std-norm",
+        dest="norm_by_std",
+        action="store_false",
+        help="centre advantages without dividing by the group std (Dr.GRPO)",
+    )
+    group.add_argument(
+        "--all-correct-scale",
+        choices=CHOICES["all_correct_scale"],
+        default=d["all_correct_scale"],
+        help="groups whose rewards are all equal: scaled by the batch's right-vs-wrong spread (batch) "
+        "or by their own std (group) (default %(default)s)",
+    )
+    group.add_argument(
+        "--epsilon",
+        type=float,
+        default=d["epsilon"],
+        help="added to the group std, keeps a constant group finite (> 0) (default %(default)s)",
+    )
+    group.add_argument(
+        "--std-floor",
+        type=float,
+        default=d["std_floor"],
+        metavar="NATS",
+        help="take the group std as at least this (default %(default)s: GRPO's normalisation)",
+    )
+    group.add_argument(
+        "--max-group-size",
+        type=int,
+        default=d["max_group_size"],
+        metavar="G",
+        help="larger groups are refused: they mean rollouts were grouped wrongly "
+        f"(default %(default)s, at most {MAX_GROUP_SIZE_LIMIT})",
+    )
 
 
 def _config_error(args: argparse.Namespace, err: ValueError, keys: dict[str, str]) -> CommandError:
@@ -195,24 +286,52 @@ def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for :class:`EncoderConfig`; defaults are the recipe's."""
     d = ENCODER_DEFAULTS
     group = parser.add_argument_group("encoder (for text input)")
-    group.add_argument("--encoder", default=d["model"], metavar="MODEL",
-                       help="sentence-transformers model name or path (default %(default)s, bundled offline)")
-    group.add_argument("--text-span", choices=CHOICES["text_span"], default=d["text_span"],
-                       help="what is embedded (default %(default)s)")
-    group.add_argument("--long-text", choices=CHOICES["long_text"], default=d["long_text"],
-                       help="texts longer than the encoder reads (default %(default)s)")
-    group.add_argument("--max-chunks", type=int, default=d["max_chunks"],
-                       help="most pieces pooled per text under --long-text chunk (default %(default)s)")
+    group.add_argument(
+        "--encoder",
+        default=d["model"],
+        metavar="MODEL",
+        help="sentence-transformers model name or path (default %(default)s, bundled offline)",
+    )
+    group.add_argument(
+        "--text-span",
+        choices=CHOICES["text_span"],
+        default=d["text_span"],
+        help="what is embedded (default %(default)s)",
+    )
+    group.add_argument(
+        "--long-text",
+        choices=CHOICES["long_text"],
+        default=d["long_text"],
+        help="texts longer than the encoder reads (default %(default)s)",
+    )
+    group.add_argument(
+        "--max-chunks",
+        type=int,
+        default=d["max_chunks"],
+        help="most pieces pooled per text under --long-text chunk (default %(default)s)",
+    )
     group.add_argument("--device", default=d["device"], help="auto, cpu, cuda, cuda:1, ... (default %(default)s)")
-    group.add_argument("--dtype", choices=CHOICES["dtype"], default=d["dtype"],
-                       help="auto: float16 on a GPU, float32 on a CPU (default %(default)s)")
-    group.add_argument("--max-seq-length", type=int, default=d["max_seq_length"],
-                       help="word pieces the encoder reads (default: the model's)")
-    group.add_argument("--batch-tokens", type=int, default=d["batch_tokens"],
-                       help="padded tokens per forward pass, bounding the encoder's memory (default: 262144 on a GPU, "
-                            "16384 on a CPU)")
-    group.add_argument("-v", "--verbose", action="store_true",
-                       help="show the encoder's own output (its weight-loading progress bar)")
+    group.add_argument(
+        "--dtype",
+        choices=CHOICES["dtype"],
+        default=d["dtype"],
+        help="auto: float16 on a GPU, float32 on a CPU (default %(default)s)",
+    )
+    group.add_argument(
+        "--max-seq-length",
+        type=int,
+        default=d["max_seq_length"],
+        help="word pieces the encoder reads (default: the model's)",
+    )
+    group.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=d["batch_tokens"],
+        help="padded tokens per forward pass, bounding the encoder's memory (default: 262144 on a GPU, 16384 on a CPU)",
+    )
+    group.add_argument(
+        "-v", "--verbose", action="store_true", help="show the encoder's own output (its weight-loading progress bar)"
+    )
 
 
 def encoder_config_from_args(args: argparse.Namespace):

@@ -18,6 +18,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gcpo_core.cli.common import (
     CREDIT_DEFAULTS,
@@ -37,6 +38,9 @@ from gcpo_core.cli.common import (
 from gcpo_core.cli.jsonl import finite_number, read_jsonl
 from gcpo_core.cli.output import check_output, write_output
 
+if TYPE_CHECKING:  # the encoding pipeline (torch, the encoder) is imported only when credit is computed
+    from gcpo_core.encoding.pipeline import RolloutCredit
+
 ADDED_FIELDS = ("quality", "shapley", "advantage")
 
 
@@ -49,10 +53,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("input", metavar="IN.jsonl", help="rollouts, one JSON object per line ('-' for stdin)")
     parser.add_argument("-o", "--output", metavar="OUT.jsonl", help="where to write (default: stdout)")
-    parser.add_argument("--dump", metavar="DIR", type=Path, default=None,
-                        help="also write every group as a credit dump, DIR/credit_step<N>.jsonl, for `gcpo report DIR`")
-    parser.add_argument("--dump-step", type=int, default=0, metavar="N",
-                        help="the step number the dump carries (default %(default)s)")
+    parser.add_argument(
+        "--dump",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="also write every group as a credit dump, DIR/credit_step<N>.jsonl, for `gcpo report DIR`",
+    )
+    parser.add_argument(
+        "--dump-step", type=int, default=0, metavar="N", help="the step number the dump carries (default %(default)s)"
+    )
     add_credit_arguments(parser)
     add_encoder_arguments(parser)
     add_config_argument(parser)
@@ -105,14 +115,23 @@ def _credit(rollouts: "ParsedRollouts", config, args) -> tuple[dict, dict, "Roll
             from gcpo_core.encoding.pipeline import credit_rollouts
 
             encoder = load_encoder(args)
-            result = credit_rollouts(rollouts.texts, rollouts.rewards, rollouts.groups, encoder, config,
-                                     return_embeddings=args.dump is not None)
+            result = credit_rollouts(
+                rollouts.texts,
+                rollouts.rewards,
+                rollouts.groups,
+                encoder,
+                config,
+                return_embeddings=args.dump is not None,
+            )
             _report_embedding(result, rollouts, args)
         else:
             embeddings = torch.tensor(rollouts.embeddings, dtype=torch.float64)
             credit = compute_credit(rollouts.rewards, embeddings, rollouts.groups, config)
-            result = RolloutCredit(**{name: getattr(credit, name).numpy() for name in PER_ROLLOUT_FIELDS},
-                                   metrics=credit.metrics(), embeddings=np.asarray(rollouts.embeddings, np.float32))
+            result = RolloutCredit(
+                **{name: getattr(credit, name).numpy() for name in PER_ROLLOUT_FIELDS},
+                metrics=credit.metrics(),
+                embeddings=np.asarray(rollouts.embeddings, np.float32),
+            )
         return {name: getattr(result, name).tolist() for name in ADDED_FIELDS}, result.metrics, result
     except ValueError as err:
         raise CommandError(f"{args.input}: {one_line(err)}") from None
@@ -130,8 +149,16 @@ def _write_dump(args: argparse.Namespace, rollouts: "ParsedRollouts", result, gr
 
     texts = rollouts.texts or [f"(line {n} of {args.input}: given as an embedding)" for n in rollouts.line_numbers]
     try:
-        path = write_credit_dump(args.dump, args.dump_step, texts, rollouts.rewards, rollouts.groups,
-                                 [True] * len(texts), result, max_groups=max(groups, 1))
+        path = write_credit_dump(
+            args.dump,
+            args.dump_step,
+            texts,
+            rollouts.rewards,
+            rollouts.groups,
+            [True] * len(texts),
+            result,
+            max_groups=max(groups, 1),
+        )
     except OSError as err:
         raise CommandError(f"--dump {args.dump}: {err.strerror or err}") from None
     print(f"gcpo credit: dump for `gcpo report {args.dump}`: {path}", file=sys.stderr)
@@ -141,7 +168,8 @@ def _settings(args: argparse.Namespace) -> str:
     """The credit flags that differ from the defaults, as they would be typed."""
     changed = [
         f"{flag_of(dest)}" + ("" if isinstance(getattr(args, dest), bool) else f" {getattr(args, dest)}")
-        for field, dest in CREDIT_KEYS.items() if getattr(args, dest) != CREDIT_DEFAULTS[field]
+        for field, dest in CREDIT_KEYS.items()
+        if getattr(args, dest) != CREDIT_DEFAULTS[field]
     ]
     return " ".join(changed) if changed else "the default settings"
 
@@ -190,9 +218,11 @@ def parse_rollouts(path: str, max_group_size: int = MAX_GROUP_SIZE_LIMIT) -> Par
         form = group_forms.setdefault(str(group), (type(group), number))
         if form[0] is not type(group):
             here, there = (("a string", "number"), ("a number", "string"))[isinstance(group, int)]
-            raise CommandError(f"{where}: group {json_text(group)} is {here} here but the {there} "
-                               f"{json_text(str(group) if isinstance(group, int) else int(group))} on line {form[1]}; "
-                               "write each group id one way")
+            raise CommandError(
+                f"{where}: group {json_text(group)} is {here} here but the {there} "
+                f"{json_text(str(group) if isinstance(group, int) else int(group))} on line {form[1]}; "
+                "write each group id one way"
+            )
         group_sizes[group] = group_sizes.get(group, 0) + 1
         if group_sizes[group] > max_group_size:
             raise CommandError(
@@ -205,8 +235,10 @@ def parse_rollouts(path: str, max_group_size: int = MAX_GROUP_SIZE_LIMIT) -> Par
         if reward_value is None:
             raise CommandError(f"{where}: 'reward' must be a finite number, got {shown(reward)}")
         if "embedding" in record and "text" in record:
-            raise CommandError(f"{where}: has both 'text' and 'embedding': give one (rename the other, e.g. to "
-                               "'response', to keep it in the output)")
+            raise CommandError(
+                f"{where}: has both 'text' and 'embedding': give one (rename the other, e.g. to "
+                "'response', to keep it in the output)"
+            )
         line_kind = "embedding" if "embedding" in record else "text" if "text" in record else None
         if line_kind is None:
             raise CommandError(f"{where}: needs an 'embedding' (list of numbers) or a 'text' (string)")
@@ -252,8 +284,9 @@ def _embedding(embedding: object, where: str) -> list[float]:
     vector = [finite_number(x) for x in embedding]
     bad = next((i for i, x in enumerate(vector) if x is None), None)
     if bad is not None:
-        raise CommandError(f"{where}: 'embedding' must hold only finite numbers; item {bad + 1} is "
-                           f"{shown(embedding[bad])}")
+        raise CommandError(
+            f"{where}: 'embedding' must hold only finite numbers; item {bad + 1} is {shown(embedding[bad])}"
+        )
     if not any(vector):
         raise CommandError(f"{where}: 'embedding' is all zeros (no direction to compare)")
     return vector

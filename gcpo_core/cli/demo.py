@@ -42,7 +42,9 @@ How to read it:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "demo", help="GCPO vs GRPO credit on bundled real math solutions (offline)", description=__doc__,
+        "demo",
+        help="GCPO vs GRPO credit on bundled real math solutions (offline)",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object per solution instead")
@@ -79,8 +81,10 @@ def run(args: argparse.Namespace) -> int:
         for r, reward, phi, adv, base in zip(rows, rewards, shapley, advantage, grpo):
             print(json.dumps({**r, "reward": reward, "shapley": phi, "gcpo_advantage": adv, "grpo_advantage": base}))
         return 0
-    print(f"GCPO credit on {len(rows)} real GSM8K solutions ({encoder.config.model}, {args.text_span} span, "
-          f"Shapley {config.method}). Rewards from math-verify.\n")
+    print(
+        f"GCPO credit on {len(rows)} real GSM8K solutions ({encoder.config.model}, {args.text_span} span, "
+        f"Shapley {config.method}). Rewards from math-verify.\n"
+    )
     print(LEGEND)
     routes = []
     for g, group in enumerate(result.layout.keys):
@@ -89,40 +93,57 @@ def run(args: argparse.Namespace) -> int:
         print(f"## {group}: {rows[members[0]]['problem']}  (answer {rows[members[0]]['answer']})")
         print(f"   {'solution':<46} {'correct':>7} {'GRPO adv':>9} {'Shapley':>8} {'GCPO adv':>9}")
         for i in members:
-            print(f"   {rows[i]['kind'][:46]:<46} {'yes' if rewards[i] else 'no':>7} {grpo[i]:>+9.2f} "
-                  f"{shapley[i]:>8.3f} {advantage[i]:>+9.2f}")
+            print(
+                f"   {rows[i]['kind'][:46]:<46} {'yes' if rewards[i] else 'no':>7} {grpo[i]:>+9.2f} "
+                f"{shapley[i]:>8.3f} {advantage[i]:>+9.2f}"
+            )
             if args.show_text:
                 print("      " + rows[i]["text"].replace("\n", "\n      "))
         diagnostics = result.groups
-        print(f"   team value {float(diagnostics.team_value[g]):.3f} nats shared by {len(correct)} correct solutions; "
-              f"effective distinct solutions {float(diagnostics.effective_solutions[g]):.2f}; mean cosine between "
-              f"correct solutions {_mean_cosine(embeddings[correct]):.2f}")
+        print(
+            f"   team value {float(diagnostics.team_value[g]):.3f} nats shared by {len(correct)} correct solutions; "
+            f"effective distinct solutions {float(diagnostics.effective_solutions[g]):.2f}; mean cosine between "
+            f"correct solutions {_mean_cosine(embeddings[correct]):.2f}"
+        )
         for i in members:
             if rows[i].get("route") and rewards[i] > 0:
                 rank = 1 + sum(shapley[j] > shapley[i] for j in correct)
                 others = [j for j in correct if j != i]
-                cosine = [float(embeddings[i] @ embeddings[j] / (embeddings[i].norm() * embeddings[j].norm()))
-                          for j in others]
+                cosine = [
+                    float(embeddings[i] @ embeddings[j] / (embeddings[i].norm() * embeddings[j].norm())) for j in others
+                ]
                 nearest = others[max(range(len(others)), key=cosine.__getitem__)] if others else i
-                routes.append((group, rows[i]["kind"], rank, len(correct), rows[nearest]["kind"], max(cosine, default=1.0)))
-                print(f"   the one solution that takes {rows[i]['route']}: {rows[i]['kind']}, credit rank {rank} of "
-                      f"{len(correct)}; its nearest correct neighbour to the encoder: {rows[nearest]['kind']} "
-                      f"(cosine {max(cosine, default=1.0):.2f})")
+                routes.append(
+                    (group, rows[i]["kind"], rank, len(correct), rows[nearest]["kind"], max(cosine, default=1.0))
+                )
+                print(
+                    f"   the one solution that takes {rows[i]['route']}: {rows[i]['kind']}, credit rank {rank} of "
+                    f"{len(correct)}; its nearest correct neighbour to the encoder: {rows[nearest]['kind']} "
+                    f"(cosine {max(cosine, default=1.0):.2f})"
+                )
         print()
     metrics = result.metrics()
-    print(f"All-correct groups that GRPO ignores but GCPO gives a signal: {int(metrics['gcpo/rescued_groups'])}. "
-          f"Mean effective distinct solutions per group: {metrics['gcpo/effective_solutions/mean']:.2f}.")
+    print(
+        f"All-correct groups that GRPO ignores but GCPO gives a signal: {int(metrics['gcpo/rescued_groups'])}. "
+        f"Mean effective distinct solutions per group: {metrics['gcpo/effective_solutions/mean']:.2f}."
+    )
     print("Wrong solutions get 0 credit, and identical solutions share their credit exactly.")
     kept = [r for r in routes if r[2] == 1]
     lost = [r for r in routes if r[2] > 1]
     if kept:
-        print("A solution that takes another route gets the most credit in " + ", ".join(f"`{r[0]}`" for r in kept)
-              + ".")
+        print(
+            "A solution that takes another route gets the most credit in " + ", ".join(f"`{r[0]}`" for r in kept) + "."
+        )
     if lost:
-        print("But the encoder compares wording more than routes: in " + ", ".join(
-            f"`{group}` the solution that takes another route ranks {rank} of {n}, as its wording is close to "
-            f"the {neighbour} (cosine {cosine:.2f})" for group, _, rank, n, neighbour, cosine in lost)
-              + ". GCPO credits what the encoder tells apart; see docs/method.md (\"What the encoder sees\").")
+        print(
+            "But the encoder compares wording more than routes: in "
+            + ", ".join(
+                f"`{group}` the solution that takes another route ranks {rank} of {n}, as its wording is close to "
+                f"the {neighbour} (cosine {cosine:.2f})"
+                for group, _, rank, n, neighbour, cosine in lost
+            )
+            + '. GCPO credits what the encoder tells apart; see docs/method.md ("What the encoder sees").'
+        )
     return 0
 
 

@@ -38,19 +38,38 @@ TABLE_COLUMNS = (
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("eval", help="accuracy, pass@k and diversity of sampled solutions",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "eval",
+        help="accuracy, pass@k and diversity of sampled solutions",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("generations", nargs="*", metavar="GENERATIONS.jsonl", help="a run each (named by file)")
-    parser.add_argument("--run", action="append", default=[], metavar="NAME=GENERATIONS.jsonl",
-                        help="a run under a name of your choice (repeatable)")
-    parser.add_argument("--benchmark", action="append", default=[], metavar="FILE",
-                        help="gold answers (and prompts for --generate): prepared verl parquet or JSONL")
-    parser.add_argument("--out-dir", type=Path, default=Path("eval_results"),
-                        help="where the tables and plots go (default %(default)s)")
+    parser.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="NAME=GENERATIONS.jsonl",
+        help="a run under a name of your choice (repeatable)",
+    )
+    parser.add_argument(
+        "--benchmark",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="gold answers (and prompts for --generate): prepared verl parquet or JSONL",
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, default=Path("eval_results"), help="where the tables and plots go (default %(default)s)"
+    )
     parser.add_argument("--ks", type=int, nargs="+", default=None, help="k values of pass@k (default: powers of 2)")
     parser.add_argument("--no-embeddings", action="store_true", help="skip the embedding-based diversity metrics")
-    parser.add_argument("--cluster-threshold", type=float, default=0.9,
-                        help="cosine at which two correct solutions are one cluster (default %(default)s)")
+    parser.add_argument(
+        "--cluster-threshold",
+        type=float,
+        default=0.9,
+        help="cosine at which two correct solutions are one cluster (default %(default)s)",
+    )
     gen = parser.add_argument_group("generation with vLLM (GPU)")
     gen.add_argument("--generate", metavar="MODEL", help="sample the --benchmark problems with this model first")
     gen.add_argument("--name", help="run name of the generated samples (default: the model's folder name)")
@@ -60,8 +79,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--max-tokens", type=int, default=8192, help="most tokens per sample (default %(default)s)")
     gen.add_argument("--tp", type=int, default=1, help="tensor parallel size (default %(default)s)")
     gen.add_argument("--seed", type=int, default=0, help="sampling seed (default %(default)s)")
-    gen.add_argument("--instruction", choices=sorted(INSTRUCTIONS), default="dapo",
-                     help="wraps bare problems (verl parquet prompts are used as they are) (default %(default)s)")
+    gen.add_argument(
+        "--instruction",
+        choices=sorted(INSTRUCTIONS),
+        default="dapo",
+        help="wraps bare problems (verl parquet prompts are used as they are) (default %(default)s)",
+    )
     add_encoder_arguments(parser)
     add_config_argument(parser)
     parser.set_defaults(handler=run)
@@ -91,7 +114,11 @@ def _runs(args, benchmarks) -> dict[str, list]:
 
 def run(args: argparse.Namespace) -> int:
     from gcpo_core.evaluation.evaluate import (
-        benchmark_metrics, generate_with_vllm, load_benchmark, score_generations, write_generations,
+        benchmark_metrics,
+        generate_with_vllm,
+        load_benchmark,
+        score_generations,
+        write_generations,
     )
 
     benchmarks = []
@@ -108,8 +135,17 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError("--generate needs --benchmark files with the problems to sample")
         name = args.name or Path(args.generate.rstrip("/")).name
         try:
-            generated = generate_with_vllm(args.generate, benchmarks, args.samples, args.temperature, args.top_p,
-                                           args.max_tokens, args.tp, args.seed, args.instruction)
+            generated = generate_with_vllm(
+                args.generate,
+                benchmarks,
+                args.samples,
+                args.temperature,
+                args.top_p,
+                args.max_tokens,
+                args.tp,
+                args.seed,
+                args.instruction,
+            )
         except RuntimeError as err:
             raise CommandError(str(err)) from None
         write_generations(generated, args.out_dir / f"generations_{name}.jsonl")
@@ -127,7 +163,9 @@ def run(args: argparse.Namespace) -> int:
         by_benchmark = defaultdict(list)
         for scored in score_generations(problems):
             by_benchmark[scored.generations.benchmark].append(scored)
-        results[name] = {b: benchmark_metrics(s, embed, args.ks, args.cluster_threshold) for b, s in by_benchmark.items()}
+        results[name] = {
+            b: benchmark_metrics(s, embed, args.ks, args.cluster_threshold) for b, s in by_benchmark.items()
+        }
     write_results(results, args.out_dir)
     print(markdown_table(results))
     print(f"\nresults and plots in {args.out_dir}/", file=sys.stderr)
@@ -143,12 +181,17 @@ def _row(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def markdown_table(results: dict) -> str:
-    lines = ["| run | benchmark | " + " | ".join(label for _, label, _ in TABLE_COLUMNS) + " |",
-             "|---|---|" + "---:|" * len(TABLE_COLUMNS)]
+    lines = [
+        "| run | benchmark | " + " | ".join(label for _, label, _ in TABLE_COLUMNS) + " |",
+        "|---|---|" + "---:|" * len(TABLE_COLUMNS),
+    ]
     for run_name, per_benchmark in results.items():
         for benchmark, metrics in sorted(per_benchmark.items()):
             row = _row(metrics)
-            cells = [fmt.format(row[key]) if key in row and not math.isnan(row[key]) else "–" for key, _, fmt in TABLE_COLUMNS]
+            cells = [
+                fmt.format(row[key]) if key in row and not math.isnan(row[key]) else "–"
+                for key, _, fmt in TABLE_COLUMNS
+            ]
             lines.append(f"| {run_name} | {benchmark} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -169,5 +212,6 @@ def write_results(results: dict, out_dir: Path) -> None:
     for benchmark in sorted({b for per in results.values() for b in per}):
         pass_at_k_curves(results, benchmark, out_dir / f"pass_at_k_{benchmark}.png")
     has_vendi = any("correct_vendi" in m for per in results.values() for m in per.values())
-    accuracy_vs_diversity(results, "correct_vendi" if has_vendi else "correct_distinct_4",
-                          out_dir / "accuracy_vs_diversity.png")
+    accuracy_vs_diversity(
+        results, "correct_vendi" if has_vendi else "correct_distinct_4", out_dir / "accuracy_vs_diversity.png"
+    )

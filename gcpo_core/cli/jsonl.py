@@ -73,8 +73,9 @@ def _check_writable(record: dict, where: str) -> None:
             json.dumps({key: value}, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except UnicodeEncodeError as err:
             surrogate = f"\\u{ord(err.object[err.start]):04x}"
-            raise CommandError(f"{where}: {name} holds a lone surrogate ({surrogate}), which is not a character; "
-                               "UTF-8 cannot hold it") from None
+            raise CommandError(
+                f"{where}: {name} holds a lone surrogate ({surrogate}), which is not a character; UTF-8 cannot hold it"
+            ) from None
         except ValueError:
             if isinstance(value, float):
                 raise CommandError(f"{where}: {name} must be a finite number, got {value}") from None

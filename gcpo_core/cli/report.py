@@ -14,19 +14,28 @@ from pathlib import Path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("report", help="HTML credit report from trainer dumps", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "report",
+        help="HTML credit report from trainer dumps",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("dump", type=Path, metavar="DUMP", help="a credit_step*.jsonl file or a folder of them")
-    parser.add_argument("-o", "--out-dir", type=Path, default=Path("credit_report"),
-                        help="where index.html and the PNGs go (default %(default)s)")
+    parser.add_argument(
+        "-o",
+        "--out-dir",
+        type=Path,
+        default=Path("credit_report"),
+        help="where index.html and the PNGs go (default %(default)s)",
+    )
     parser.add_argument("--max-groups", type=int, default=50, help="most groups drawn (default %(default)s)")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from gcpo_core.cli.common import CommandError
-    from gcpo_core.evaluation.dump import read_credit_dump
     from gcpo_core.evaluation.credit_report import build_report
+    from gcpo_core.evaluation.dump import read_credit_dump
 
     if not args.dump.exists():
         raise CommandError(f"{args.dump}: no such file or folder")

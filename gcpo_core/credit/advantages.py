@@ -122,7 +122,6 @@ def normalize_credit(
     r = x if rewards is None else rewards.to(torch.float64)
     _, reward_std = group_statistics(r, mask)
     mixed = (_spread(r, mask) > 0) & (count > 1)
-    equal = ~mixed & (count > 1)
     noise = NOISE_FLOOR * _masked_max(stderr, mask) if stderr is not None else torch.zeros_like(std)
     floor = torch.maximum(noise, torch.full_like(noise, float(std_floor)))
     if all_correct_scale == "group":  # GRPO's normalisation of the score: every group by its own std, epsilon added
@@ -188,8 +187,11 @@ def _spread(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def _masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     values = values.to(torch.float64)
-    return torch.where(mask, values, torch.zeros_like(values)).amax(dim=1, keepdim=True) if values.shape[1] else \
-        values.new_zeros(values.shape[0], 1)
+    return (
+        torch.where(mask, values, torch.zeros_like(values)).amax(dim=1, keepdim=True)
+        if values.shape[1]
+        else values.new_zeros(values.shape[0], 1)
+    )
 
 
 def group_statistics(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,7 +203,10 @@ def group_statistics(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Te
     singleton = count <= 1
     mean = (x * m).sum(dim=1, keepdim=True) / count.clamp_min(1)
     var = (((x - mean) * m) ** 2).sum(dim=1, keepdim=True) / (count - 1).clamp_min(1)
-    return (torch.where(singleton, torch.zeros_like(mean), mean), torch.where(singleton, torch.ones_like(var), var.sqrt()))
+    return (
+        torch.where(singleton, torch.zeros_like(mean), mean),
+        torch.where(singleton, torch.ones_like(var), var.sqrt()),
+    )
 
 
 def credit_advantages(
@@ -238,9 +243,16 @@ def credit_advantages(
         kernel=None if kernel is None else kernel.to(torch.float64),
     )
     score = ADVANTAGE_MODES.get(mode)(inputs) * mask
-    advantage = normalize_credit(score, mask, inputs.rewards, norm_by_std=norm_by_std, epsilon=epsilon,
-                                 std_floor=std_floor, all_correct_scale=all_correct_scale,
-                                 stderr=score_stderr(stderr, mode, mix_coef))
+    advantage = normalize_credit(
+        score,
+        mask,
+        inputs.rewards,
+        norm_by_std=norm_by_std,
+        epsilon=epsilon,
+        std_floor=std_floor,
+        all_correct_scale=all_correct_scale,
+        stderr=score_stderr(stderr, mode, mix_coef),
+    )
     return score, advantage
 
 

@@ -33,13 +33,15 @@ def classes_of_game(weighted_kernel: torch.Tensor, contributing: torch.Tensor) -
     L = weighted_kernel.to(torch.float64)
     identical = identical_members(L, contributing)
     masked = torch.where(contributing.unsqueeze(-2), L, torch.zeros((), dtype=L.dtype, device=L.device))
-    invariant = torch.cat([torch.diagonal(L, dim1=-2, dim2=-1).unsqueeze(-1),
-                           masked.sort(dim=-1, descending=True).values], dim=-1)
+    invariant = torch.cat(
+        [torch.diagonal(L, dim1=-2, dim2=-1).unsqueeze(-1), masked.sort(dim=-1, descending=True).values], dim=-1
+    )
     order_key = identical_members(invariant, contributing)
     # rank by (order key, identity class): the order key first, so that row order only breaks exact ties
     group_size = L.shape[-1]
-    combined = torch.where(contributing, order_key * (group_size + 1) + identical,
-                           torch.full_like(identical, (group_size + 1) ** 2))
+    combined = torch.where(
+        contributing, order_key * (group_size + 1) + identical, torch.full_like(identical, (group_size + 1) ** 2)
+    )
     return torch.where(contributing, dense_ranks(combined), torch.full_like(identical, -1))
 
 
@@ -80,12 +82,14 @@ def class_statistics(classes: torch.Tensor, contributing: torch.Tensor) -> Class
     sizes = torch.zeros_like(classes).scatter_add_(1, key, contributing.to(classes.dtype))
     present = sizes > 0
     ids = torch.arange(group_size, device=classes.device).expand(num_groups, -1)
-    order_key = torch.where(present, (group_size + 1 - sizes) * (group_size + 1) + ids,
-                            torch.full_like(sizes, (group_size + 2) ** 2))
+    order_key = torch.where(
+        present, (group_size + 1 - sizes) * (group_size + 1) + ids, torch.full_like(sizes, (group_size + 2) ** 2)
+    )
     by_rank = torch.argsort(order_key, dim=1, stable=True)  # rank -> class id
     rank = torch.argsort(by_rank, dim=1)  # class id -> rank
     first_slot = torch.full_like(classes, group_size).scatter_reduce(
-        1, key, torch.where(contributing, ids, torch.full_like(ids, group_size)), reduce="amin")
+        1, key, torch.where(contributing, ids, torch.full_like(ids, group_size)), reduce="amin"
+    )
     representative = torch.gather(first_slot, 1, by_rank).clamp_max(group_size - 1) if group_size else first_slot
     return ClassStatistics(sizes=sizes, rank=rank, representative=representative)
 
@@ -107,7 +111,8 @@ def class_mean(values: torch.Tensor, classes: Optional[torch.Tensor]) -> torch.T
     index = classes.view(n, *([1] * (values.ndim - 2)), c).expand_as(values)
     sums = torch.zeros_like(values).scatter_add_(-1, index, values)
     sizes = torch.zeros(n, c, dtype=values.dtype, device=values.device).scatter_add_(
-        -1, classes, torch.ones_like(classes, dtype=values.dtype))
+        -1, classes, torch.ones_like(classes, dtype=values.dtype)
+    )
     sizes = sizes.view(n, *([1] * (values.ndim - 2)), c)
     return (sums / sizes.clamp_min(1.0)).gather(-1, index)
 
@@ -127,7 +132,8 @@ def first_of_class(values: torch.Tensor, classes: torch.Tensor, contributing: to
     num_groups, group_size = values.shape
     slot = torch.arange(group_size, device=values.device).expand(num_groups, -1)
     key = torch.where(contributing, classes, torch.zeros_like(classes))
-    first = torch.full_like(slot, group_size).scatter_reduce(1, key, torch.where(contributing, slot, group_size),
-                                                             reduce="amin")
+    first = torch.full_like(slot, group_size).scatter_reduce(
+        1, key, torch.where(contributing, slot, group_size), reduce="amin"
+    )
     source = torch.where(contributing, torch.gather(first, 1, key), slot)
     return torch.gather(values, 1, source)

@@ -205,7 +205,9 @@ def compute_credit(
     if contributes is not None:
         contributes = _real_tensor(contributes, "contributes", allow_bool=True, device=device)
         if contributes.shape != (n,):
-            raise ValueError(f"contributes must have one flag per rollout, shape ({n},); got {tuple(contributes.shape)}")
+            raise ValueError(
+                f"contributes must have one flag per rollout, shape ({n},); got {tuple(contributes.shape)}"
+            )
         contributes = contributes.to(torch.bool)
     check_finite(rewards, "rewards")
     layout = layout_groups(group_ids, device=device)

@@ -128,5 +128,6 @@ def _finite_at_least(name: str, value: object, low: float, strict: bool = False)
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > low if strict else value >= low)
     if not ok:
-        raise FieldError("credit config", name,
-                         f"must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
+        raise FieldError(
+            "credit config", name, f"must be a finite number {'>' if strict else '>='} {low}, got {value!r}"
+        )

@@ -67,7 +67,9 @@ class GroupDiagnostics:
             # the balance of the two signals: all-correct groups (diversity only) against mixed ones
             several = self.size > 1
             mixed = several & (self.contributing > 0) & (self.contributing < self.size)
-            metrics[f"{prefix}all_correct_adv_abs"] = _rollout_mean(self.advantage_abs, self.size, several & self.all_correct)
+            metrics[f"{prefix}all_correct_adv_abs"] = _rollout_mean(
+                self.advantage_abs, self.size, several & self.all_correct
+            )
             metrics[f"{prefix}mixed_adv_abs"] = _rollout_mean(self.advantage_abs, self.size, mixed)
         return metrics
 
@@ -103,8 +105,9 @@ def group_diagnostics(
         rescued=(size > 1) & (reward_spread == 0) & (credit_spread > RESCUE_TOLERANCE),
         mc_stderr=stderr.amax(dim=1) if stderr.shape[1] else stderr.new_zeros(stderr.shape[0]),
         methods=list(methods),
-        advantage_abs=None if advantage is None else
-        (advantage.to(torch.float64).abs() * mask).sum(dim=1) / size.clamp_min(1).to(torch.float64),
+        advantage_abs=None
+        if advantage is None
+        else (advantage.to(torch.float64).abs() * mask).sum(dim=1) / size.clamp_min(1).to(torch.float64),
     )
 
 

@@ -156,8 +156,14 @@ def group_content_keys(fingerprints: torch.Tensor, members: torch.Tensor) -> tor
     return torch.where(members, x, torch.zeros_like(x)).sum(dim=1)
 
 
-_SAME_WIDTH_INT = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-                   torch.bfloat16: torch.int16, torch.int64: torch.int64, torch.int32: torch.int32}
+_SAME_WIDTH_INT = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.int64: torch.int64,
+    torch.int32: torch.int32,
+}
 
 
 def _sorted_class_index(group: torch.Tensor, fingerprint: torch.Tensor) -> torch.Tensor:

@@ -37,7 +37,9 @@ def normalize_embeddings(embeddings: torch.Tensor, mask: torch.Tensor) -> torch.
         ValueError: wrong shapes, or a valid row is non-finite or exactly zero.
     """
     if embeddings.ndim != 3 or mask.shape != embeddings.shape[:2]:
-        raise ValueError(f"embeddings must be (B, G, d) with mask (B, G); got {tuple(embeddings.shape)} and {tuple(mask.shape)}")
+        raise ValueError(
+            f"embeddings must be (B, G, d) with mask (B, G); got {tuple(embeddings.shape)} and {tuple(mask.shape)}"
+        )
     finite = torch.isfinite(embeddings).all(dim=-1)  # on the input dtype: half the bytes of float64
     if bool((mask & ~finite).any()):
         raise ValueError(f"embeddings contain NaN or inf in {int((mask & ~finite).sum())} rollout(s)")

@@ -72,14 +72,17 @@ class EncoderConfig:
         if not isinstance(self.model, str) or not self.model:
             raise FieldError("encoder config", "model", f"must be a model name or path, got {self.model!r}")
         if self.dtype != "auto" and self.dtype not in DTYPES:
-            raise FieldError("encoder config", "dtype",
-                             f"must be one of ['auto', {', '.join(DTYPES)}], got {self.dtype!r}")
+            raise FieldError(
+                "encoder config", "dtype", f"must be one of ['auto', {', '.join(DTYPES)}], got {self.dtype!r}"
+            )
         if self.text_span not in TEXT_SPANS:
-            raise FieldError("encoder config", "text_span",
-                             f"must be one of {TEXT_SPANS.names()}, got {self.text_span!r}")
+            raise FieldError(
+                "encoder config", "text_span", f"must be one of {TEXT_SPANS.names()}, got {self.text_span!r}"
+            )
         if self.long_text not in LONG_TEXT_POLICIES:
-            raise FieldError("encoder config", "long_text",
-                             f"must be one of {list(LONG_TEXT_POLICIES)}, got {self.long_text!r}")
+            raise FieldError(
+                "encoder config", "long_text", f"must be one of {list(LONG_TEXT_POLICIES)}, got {self.long_text!r}"
+            )
         checked = [("max_chunks", self.max_chunks, 1)]
         if self.batch_tokens is not None:
             checked.append(("batch_tokens", self.batch_tokens, 8))
@@ -89,13 +92,15 @@ class EncoderConfig:
         if self.max_seq_length is not None and (
             isinstance(self.max_seq_length, bool) or not isinstance(self.max_seq_length, int) or self.max_seq_length < 8
         ):
-            raise FieldError("encoder config", "max_seq_length",
-                             f"must be an integer >= 8 or null, got {self.max_seq_length!r}")
+            raise FieldError(
+                "encoder config", "max_seq_length", f"must be an integer >= 8 or null, got {self.max_seq_length!r}"
+            )
         try:
             torch.device(self.device if self.device != "auto" else "cpu")
         except (RuntimeError, TypeError):
-            raise FieldError("encoder config", "device",
-                             f"must be 'auto' or a torch device, got {self.device!r}") from None
+            raise FieldError(
+                "encoder config", "device", f"must be 'auto' or a torch device, got {self.device!r}"
+            ) from None
 
 
 @dataclass
@@ -146,8 +151,18 @@ class EncoderStats:
         if not parts:
             raise ValueError("no encoder stats to combine")
         out = cls(policy=parts[0].policy)
-        for name in ("texts", "unique_texts", "empty_texts", "long_texts", "truncated_texts", "span_fallbacks",
-                     "pieces", "tokens", "prefetched_texts", "fp32_redone_pieces"):
+        for name in (
+            "texts",
+            "unique_texts",
+            "empty_texts",
+            "long_texts",
+            "truncated_texts",
+            "span_fallbacks",
+            "pieces",
+            "tokens",
+            "prefetched_texts",
+            "fp32_redone_pieces",
+        ):
             setattr(out, name, sum(getattr(p, name) for p in parts))
         out.tokenize_s = max(p.tokenize_s for p in parts)
         out.model_s = max(p.model_s for p in parts)
@@ -171,8 +186,10 @@ class _DistinctTexts:
     def zeros(cls, count: int, dimension: int, device: torch.device) -> "_DistinctTexts":
         return cls(
             embeddings=torch.zeros(count, dimension, dtype=torch.float32, device=device),
-            long=np.zeros(count, dtype=bool), truncated=np.zeros(count, dtype=bool),
-            pieces=np.zeros(count, dtype=np.int64), tokens=np.zeros(count, dtype=np.int64),
+            long=np.zeros(count, dtype=bool),
+            truncated=np.zeros(count, dtype=bool),
+            pieces=np.zeros(count, dtype=np.int64),
+            tokens=np.zeros(count, dtype=np.int64),
         )
 
 
@@ -288,14 +305,18 @@ class RolloutEncoder:
         if self.piece_length < 4:
             raise ValueError(f"max_seq_length {self.model.max_seq_length} leaves no room for text")
         self.dimension = int(self.model.get_embedding_dimension())
-        self.batch_tokens = config.batch_tokens or (BATCH_TOKENS_GPU if self.device.type == "cuda" else BATCH_TOKENS_CPU)
+        self.batch_tokens = config.batch_tokens or (
+            BATCH_TOKENS_GPU if self.device.type == "cuda" else BATCH_TOKENS_CPU
+        )
         if self.batch_tokens < int(self.model.max_seq_length):
             raise ValueError(
                 f"encoder config: batch_tokens ({self.batch_tokens}) must hold one full piece "
                 f"({self.model.max_seq_length} tokens)"
             )
         self._prefetched: Optional[_DistinctTexts] = None
-        self.word_pieces = PieceTokenizer(self.tokenizer, PieceRules(self.piece_length, config.long_text, config.max_chunks))
+        self.word_pieces = PieceTokenizer(
+            self.tokenizer, PieceRules(self.piece_length, config.long_text, config.max_chunks)
+        )
 
     # ------------------------------------------------------------------ encoding
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
@@ -447,7 +468,9 @@ class RolloutEncoder:
         if unique:
             index = distinct.index or {text: u for u, text in enumerate(unique)}
             rows = np.flatnonzero(~np.asarray(is_empty, dtype=bool))
-            embeddings[self._to_device(rows)] = distinct.embeddings[self._to_device(np.array([index[spans[i]] for i in rows]))]
+            embeddings[self._to_device(rows)] = distinct.embeddings[
+                self._to_device(np.array([index[spans[i]] for i in rows]))
+            ]
         if on_gpu:
             torch.cuda.synchronize(self.device)
             stats.peak_mem_gb = torch.cuda.max_memory_allocated(self.device) / 2**30

@@ -17,8 +17,8 @@ from typing import Hashable, Optional, Sequence
 import numpy as np
 import torch
 
-from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.compute import compute_credit
+from gcpo_core.credit.config import CreditConfig
 from gcpo_core.encoding.encoder import Encoded, RolloutEncoder
 
 PER_ROLLOUT_FIELDS = ("quality", "shapley", "shapley_stderr", "score", "advantage")

@@ -99,7 +99,9 @@ def windows_of(text: str, rules: PieceRules) -> tuple[list[str], str]:
     return [text[s : s + width] for s in starts], "each"
 
 
-def cut(token_lists: list[list[int]], mode: str, text_length: int, rules: PieceRules) -> tuple[list[list[int]], bool, bool]:
+def cut(
+    token_lists: list[list[int]], mode: str, text_length: int, rules: PieceRules
+) -> tuple[list[list[int]], bool, bool]:
     """(pieces, long, truncated) of one text from the tokens of its windows (see :func:`windows_of`)."""
     length = rules.piece_length
     policy = rules.long_text
@@ -162,7 +164,9 @@ def cut_into_pieces(texts: Sequence[str], tokenize: Tokenize, rules: PieceRules)
     )
 
 
-def padded_rows(pieces: Pieces, rows: np.ndarray, prefix: Sequence[int], suffix: Sequence[int], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+def padded_rows(
+    pieces: Pieces, rows: np.ndarray, prefix: Sequence[int], suffix: Sequence[int], pad_id: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Model inputs ``[prefix] piece [suffix]``, right-padded, for the pieces ``rows`` (numpy throughout).
 
     Returns:

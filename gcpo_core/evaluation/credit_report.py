@@ -66,9 +66,16 @@ def build_report(records: Iterable[dict], out_dir: str | Path, title: str = "GCP
         labels = [f"{i}: r={r:+.2g}" for i, r in enumerate(rewards)]
         quality = record.get("quality") or [1.0 if r > 0 else 0.0 for r in rewards]
         all_wrong = not any(q > 0 for q in quality)
-        picture = group_credit(group_kernel(record), labels, record["shapley"], record["advantage"], grpo,
-                               f"step {step}, prompt {record['uid']}", out_dir / f"group_{n:03d}.png",
-                               all_wrong=all_wrong)
+        picture = group_credit(
+            group_kernel(record),
+            labels,
+            record["shapley"],
+            record["advantage"],
+            grpo,
+            f"step {step}, prompt {record['uid']}",
+            out_dir / f"group_{n:03d}.png",
+            all_wrong=all_wrong,
+        )
         rows = []
         for i, text in enumerate(record["texts"]):
             rows.append(
@@ -94,9 +101,9 @@ def build_report(records: Iterable[dict], out_dir: str | Path, title: str = "GCP
 table{{border-collapse:collapse;font-size:13px}} td,th{{border:1px solid #ccc;padding:3px 6px;vertical-align:top}}
 pre{{white-space:pre-wrap;max-width:700px}}</style></head>
 <body><h1>{html.escape(title)}</h1>
-<p>{len(records)} group(s) from {len({r['step'] for r in records})} step(s). Wrong rollouts get zero credit; near-copies
+<p>{len(records)} group(s) from {len({r["step"] for r in records})} step(s). Wrong rollouts get zero credit; near-copies
 share theirs. GRPO's advantage is what verl's GRPO would give the same rewards.</p>
-{steps_html}{''.join(sections)}</body></html>"""
+{steps_html}{"".join(sections)}</body></html>"""
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
     return index

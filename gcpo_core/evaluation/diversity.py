@@ -75,7 +75,9 @@ def self_bleu(texts: Sequence[str]) -> float:
     from sacrebleu.metrics import BLEU
 
     bleu = BLEU(effective_order=True)
-    scores = [bleu.sentence_score(texts[i], [t for j, t in enumerate(texts) if j != i]).score for i in range(len(texts))]
+    scores = [
+        bleu.sentence_score(texts[i], [t for j, t in enumerate(texts) if j != i]).score for i in range(len(texts))
+    ]
     return float(np.mean(scores))
 
 

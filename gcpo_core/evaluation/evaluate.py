@@ -79,13 +79,15 @@ def load_benchmark(path: str | Path, name: Optional[str] = None) -> list[dict]:
         answer = _gold(row)
         if answer is None:
             raise ValueError(f"{path}: row {index} has no gold answer")
-        problems.append({
-            "benchmark": name or row.get("data_source") or path.stem.removeprefix("val_"),
-            "id": str(_first_present(row.get("id"), extra.get("source_id"), index)),
-            "problem": problem,
-            "answer": answer,
-            "prompt": prompt,
-        })
+        problems.append(
+            {
+                "benchmark": name or row.get("data_source") or path.stem.removeprefix("val_"),
+                "id": str(_first_present(row.get("id"), extra.get("source_id"), index)),
+                "problem": problem,
+                "answer": answer,
+                "prompt": prompt,
+            }
+        )
     return problems
 
 
@@ -115,8 +117,9 @@ class _BenchmarkIndex:
         return self._cache[key]
 
 
-def load_generations(path: str | Path, benchmarks: Sequence[dict] = (), default_benchmark: Optional[str] = None
-                     ) -> list[ProblemGenerations]:
+def load_generations(
+    path: str | Path, benchmarks: Sequence[dict] = (), default_benchmark: Optional[str] = None
+) -> list[ProblemGenerations]:
     """Generations of one run; gold answers from the lines or, by id / problem text, from ``benchmarks`` (which
     also name the benchmark of lines that do not)."""
     path = Path(path)
@@ -137,7 +140,9 @@ def load_generations(path: str | Path, benchmarks: Sequence[dict] = (), default_
         else:
             raise ValueError(f"{where}: needs 'responses' (list) or 'output' (one sample, verl's dump format)")
         answer = _gold(row)
-        match = index.find(benchmark, problem_id, problem) if benchmarks and (answer is None or benchmark is None) else None
+        match = (
+            index.find(benchmark, problem_id, problem) if benchmarks and (answer is None or benchmark is None) else None
+        )
         if answer is None:
             if match is None:
                 raise ValueError(f"{where}: no gold answer in the line and no benchmark problem matches it")
@@ -167,8 +172,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def score_generations(problems: Sequence[ProblemGenerations], progress: bool = True,
-                      timeout_s: Optional[float] = None) -> list[ScoredProblem]:
+def score_generations(
+    problems: Sequence[ProblemGenerations], progress: bool = True, timeout_s: Optional[float] = None
+) -> list[ScoredProblem]:
     """math-verify every response against its problem's gold answer, batched over worker processes, each answer
     within ``timeout_s`` (default: math_reward's bound); one that misses it is wrong."""
     from gcpo_core.rewards.math_reward import DEFAULT_TIMEOUT_S, score_answers
@@ -219,7 +225,9 @@ def benchmark_metrics(
     metrics["distinct_answers"] = float(np.mean([len({a for a in p.answers if a}) for p in scored]))
     solved = [p for p in scored if any(p.correct)]
     metrics["distinct_correct_answers"] = (
-        float(np.mean([len({a for a, ok in zip(p.answers, p.correct) if ok and a}) for p in solved])) if solved else math.nan
+        float(np.mean([len({a for a, ok in zip(p.answers, p.correct) if ok and a}) for p in solved]))
+        if solved
+        else math.nan
     )
 
     multi = [p for p in scored if sum(p.correct) >= 2]
@@ -227,7 +235,7 @@ def benchmark_metrics(
     texts = [[r for r, ok in zip(p.generations.responses, p.correct) if ok] for p in multi]
     embeddings = _embed_groups(texts, embed) if embed is not None else [None] * len(texts)
     per_problem = [diversity_metrics(group, emb, cluster_threshold) for group, emb in zip(texts, embeddings)]
-    for name in (per_problem[0] if per_problem else {}):
+    for name in per_problem[0] if per_problem else {}:
         values = [v[name] for v in per_problem if not math.isnan(v[name])]
         metrics[f"correct_{name}"] = float(np.mean(values)) if values else math.nan
     return metrics
@@ -267,8 +275,10 @@ def generate_with_vllm(
         from vllm import SamplingParams
     except ImportError:
         if llm_factory is None:
-            raise RuntimeError("generation needs vLLM (a GPU machine with `pip install vllm`); "
-                               "to evaluate existing generations pass their JSONL instead") from None
+            raise RuntimeError(
+                "generation needs vLLM (a GPU machine with `pip install vllm`); "
+                "to evaluate existing generations pass their JSONL instead"
+            ) from None
         SamplingParams = dict  # noqa: N806  (tests: parameters passed as a dict)
     if llm_factory is None:
         from vllm import LLM
@@ -277,10 +287,14 @@ def generate_with_vllm(
     else:
         llm = llm_factory(model, tensor_parallel_size, seed)
     params = SamplingParams(n=samples, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
-    conversations = [p["prompt"] or [{"role": "user", "content": instruct(p["problem"], instruction)}] for p in problems]
+    conversations = [
+        p["prompt"] or [{"role": "user", "content": instruct(p["problem"], instruction)}] for p in problems
+    ]
     outputs = llm.chat(conversations, params)
     return [
-        ProblemGenerations(p["benchmark"], p["id"], p["problem"], p["answer"], [o.text for o in out.outputs], p["prompt"])
+        ProblemGenerations(
+            p["benchmark"], p["id"], p["problem"], p["answer"], [o.text for o in out.outputs], p["prompt"]
+        )
         for p, out in zip(problems, outputs)
     ]
 
@@ -290,5 +304,16 @@ def write_generations(problems: Sequence[ProblemGenerations], path: str | Path) 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
         for p in problems:
-            handle.write(json.dumps({"benchmark": p.benchmark, "id": p.problem_id, "problem": p.problem,
-                                     "answer": p.answer, "responses": p.responses}, ensure_ascii=False) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "benchmark": p.benchmark,
+                        "id": p.problem_id,
+                        "problem": p.problem,
+                        "answer": p.answer,
+                        "responses": p.responses,
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )

@@ -31,8 +31,9 @@ def pass_at_k_curves(results: Mapping[str, Mapping[str, Mapping[str, float]]], b
         ks = sorted(int(key.split("@")[1]) for key in metrics if key.startswith("pass@"))
         ax.plot(ks, [100 * metrics[f"pass@{k}"] for k in ks], marker="o", label=run)
     ax.set_xscale("log", base=2)
-    every_k = sorted({int(key.split("@")[1]) for m in results.values() for key in m.get(benchmark, {})
-                      if key.startswith("pass@")}) or [1]
+    every_k = sorted(
+        {int(key.split("@")[1]) for m in results.values() for key in m.get(benchmark, {}) if key.startswith("pass@")}
+    ) or [1]
     largest = every_k[-1]
     # every k while there are few (k = 3 of three samples has a tick), else the powers of two and the largest
     ticks = every_k if len(every_k) <= 8 else sorted({2**i for i in range(int(math.log2(largest)) + 1)} | {largest})
@@ -45,8 +46,9 @@ def pass_at_k_curves(results: Mapping[str, Mapping[str, Mapping[str, float]]], b
     return _save(fig, path)
 
 
-def accuracy_vs_diversity(results: Mapping[str, Mapping[str, Mapping[str, float]]], diversity_key: str,
-                          path: Path) -> Path:
+def accuracy_vs_diversity(
+    results: Mapping[str, Mapping[str, Mapping[str, float]]], diversity_key: str, path: Path
+) -> Path:
     """One point per (run, benchmark): accuracy (avg@k) against a diversity metric of the correct solutions."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
     markers = "osD^vP*X"
@@ -57,8 +59,13 @@ def accuracy_vs_diversity(results: Mapping[str, Mapping[str, Mapping[str, float]
             if not metrics or math.isnan(metrics.get(diversity_key, math.nan)):
                 continue
             accuracy = next(v for k, v in metrics.items() if k.startswith("avg@"))
-            ax.scatter(metrics[diversity_key], 100 * accuracy, marker=markers[j % len(markers)], color=f"C{i}",
-                       label=f"{run} / {benchmark}")
+            ax.scatter(
+                metrics[diversity_key],
+                100 * accuracy,
+                marker=markers[j % len(markers)],
+                color=f"C{i}",
+                label=f"{run} / {benchmark}",
+            )
     ax.set_xlabel(diversity_key.replace("correct_", "diversity of correct solutions: "))
     ax.set_ylabel("accuracy, avg@k (%)")
     ax.grid(alpha=0.3)
@@ -66,14 +73,23 @@ def accuracy_vs_diversity(results: Mapping[str, Mapping[str, Mapping[str, float]
     return _save(fig, path)
 
 
-def group_credit(kernel: np.ndarray, labels: Sequence[str], shapley: Sequence[float], gcpo: Sequence[float],
-                 grpo: Sequence[float], title: str, path: Path, all_wrong: bool = False) -> Path:
+def group_credit(
+    kernel: np.ndarray,
+    labels: Sequence[str],
+    shapley: Sequence[float],
+    gcpo: Sequence[float],
+    grpo: Sequence[float],
+    title: str,
+    path: Path,
+    all_wrong: bool = False,
+) -> Path:
     """A group's kernel heatmap beside its Shapley credit and the GCPO vs GRPO advantages of each rollout. A zero
     advantage is drawn as a marker on the axis (a bar of length 0 would not show); an all-wrong group's credit and
     advantage panels say so instead of standing empty."""
     n = len(labels)
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(13, 0.35 * n + 2.5),
-                                              gridspec_kw={"width_ratios": [1.1, 1, 1]}, constrained_layout=True)
+    fig, (left, middle, right) = plt.subplots(
+        1, 3, figsize=(13, 0.35 * n + 2.5), gridspec_kw={"width_ratios": [1.1, 1, 1]}, constrained_layout=True
+    )
     # colour range from the smallest similarity, so that near-copies stand out among similar solutions
     image = left.imshow(kernel, vmin=float(np.floor(np.min(kernel) * 10) / 10), vmax=1.0, cmap="viridis")
     if n <= 12:
@@ -101,8 +117,16 @@ def group_credit(kernel: np.ndarray, labels: Sequence[str], shapley: Sequence[fl
     right.legend(fontsize=7)
     if all_wrong:
         for ax in (middle, right):
-            ax.text(0.5, 0.5, "all wrong: no credit", transform=ax.transAxes, ha="center", va="center", fontsize=10,
-                    color="0.3")
+            ax.text(
+                0.5,
+                0.5,
+                "all wrong: no credit",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                fontsize=10,
+                color="0.3",
+            )
     elif n and not np.any(np.asarray(grpo, dtype=float)):
         right.text(0.02, 0.02, "GRPO: 0 for every rollout", transform=right.transAxes, fontsize=7, color="C7")
     fig.suptitle(title, fontsize=9)
@@ -122,7 +146,7 @@ def metrics_over_steps(series: Mapping[str, Mapping[int, float]], path: Path, ti
         ax.set_title(name, fontsize=8)
         ax.set_xlabel("step", fontsize=8)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     if title:
         fig.suptitle(title)

@@ -68,10 +68,15 @@ class _Worker:
         self._live = live
         live.add(self)
         self._stderr = tempfile.TemporaryFile()
-        bootstrap = (f"import sys; sys.path[:] = {list(sys.path)!r}; "
-                     f"from gcpo_core.rewards.deadline_pool import _serve; _serve({function!r}, {initializer!r})")
+        bootstrap = (
+            f"import sys; sys.path[:] = {list(sys.path)!r}; "
+            f"from gcpo_core.rewards.deadline_pool import _serve; _serve({function!r}, {initializer!r})"
+        )
         self.process = subprocess.Popen(
-            [sys.executable, "-c", bootstrap], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            [sys.executable, "-c", bootstrap],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
             close_fds=True,
         )
         self._buffer = bytearray()
@@ -147,8 +152,9 @@ class DeadlinePool:
             work that must not count against an item's deadline).
     """
 
-    def __init__(self, function: str, workers: int = 2, startup_timeout_s: float = 120.0,
-                 initializer: Optional[str] = None):
+    def __init__(
+        self, function: str, workers: int = 2, startup_timeout_s: float = 120.0, initializer: Optional[str] = None
+    ):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         for role, path in (("function", function), ("initializer", initializer)):
@@ -260,8 +266,10 @@ class DeadlinePool:
                 detail = worker.stderr_tail()
                 worker.stop(kill=True)
                 slot[0] = None
-                raise RuntimeError(f"a worker for {self.function} did not start within {self.startup_timeout_s:g} s"
-                                   f" (exit code {worker.process.returncode}); its stderr:\n{detail}")
+                raise RuntimeError(
+                    f"a worker for {self.function} did not start within {self.startup_timeout_s:g} s"
+                    f" (exit code {worker.process.returncode}); its stderr:\n{detail}"
+                )
             worker.ready = True
         return worker
 

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from gcpo_core.rewards.deadline_pool import DeadlinePool
 from gcpo_core.encoding.text_span import last_boxed
+from gcpo_core.rewards.deadline_pool import DeadlinePool
 
 logger = logging.getLogger(__name__)
 
@@ -203,13 +203,17 @@ def unwrap_gold(gold: str) -> str:
     text = gold.strip()
     while True:
         for left, right in _GOLD_DELIMITERS:
-            inner = text[len(left):-len(right)] if len(text) > len(left) + len(right) else ""
+            inner = text[len(left) : -len(right)] if len(text) > len(left) + len(right) else ""
             if text.startswith(left) and text.endswith(right) and inner.strip() and "$" not in inner:
                 text = inner.strip()
                 break
         else:
-            if text.startswith("\\boxed{") and text.endswith("}") and _closing_brace(text, len("\\boxed")) == len(text) - 1:
-                text = text[len("\\boxed{"):-1].strip()
+            if (
+                text.startswith("\\boxed{")
+                and text.endswith("}")
+                and _closing_brace(text, len("\\boxed")) == len(text) - 1
+            ):
+                text = text[len("\\boxed{") : -1].strip()
                 continue
             return text
 
@@ -313,8 +317,9 @@ def scoring_pool() -> DeadlinePool:
     global _pool
     with _pool_lock:
         if _pool is None or _pool._pid != os.getpid():
-            _pool = DeadlinePool(f"{__name__}:verdict_unbounded", workers=default_workers(),
-                                 initializer=f"{__name__}:warm_up_worker")
+            _pool = DeadlinePool(
+                f"{__name__}:verdict_unbounded", workers=default_workers(), initializer=f"{__name__}:warm_up_worker"
+            )
         return _pool
 
 
@@ -343,8 +348,13 @@ def score_answers(
         for index, outcome in zip(batch, outcomes):
             if outcome.timed_out:
                 verdicts[index] = Verdict(False, "", True, outcome.retried)
-                logger.warning("an answer missed its %g s bound on both tries and is scored wrong (%d in this "
-                               "process); it ends with %r", timeout_s, pool.timeouts, str(pairs[index][0])[-160:])
+                logger.warning(
+                    "an answer missed its %g s bound on both tries and is scored wrong (%d in this "
+                    "process); it ends with %r",
+                    timeout_s,
+                    pool.timeouts,
+                    str(pairs[index][0])[-160:],
+                )
             else:
                 verdicts[index] = Verdict(*outcome.value, retried=outcome.retried)
 
@@ -355,8 +365,9 @@ def score_answers(
         from tqdm import tqdm
 
         with ThreadPoolExecutor(min(pool.workers, len(batches))) as threads:
-            for _ in tqdm(threads.map(run, batches), total=len(batches), desc="scoring", unit="batch",
-                          disable=not progress):
+            for _ in tqdm(
+                threads.map(run, batches), total=len(batches), desc="scoring", unit="batch", disable=not progress
+            ):
                 pass
     return verdicts  # type: ignore[return-value]
 

@@ -155,7 +155,9 @@ class CreditActorOptions:
             if not _number(value) or not 0 <= value <= 64:
                 raise FieldError(section, name, f"must be in [0, 64], got {value!r}")
         if self.num_cpus < 1 and self.num_cpus != 0:
-            raise FieldError(section, "num_cpus", f"must be 0 or >= 1 (the tokenizer needs a CPU), got {self.num_cpus!r}")
+            raise FieldError(
+                section, "num_cpus", f"must be 0 or >= 1 (the tokenizer needs a CPU), got {self.num_cpus!r}"
+            )
         parse_shards(self.shards)
         for name in ("max_restarts", "max_task_retries"):
             value = getattr(self, name)
@@ -188,8 +190,9 @@ class GCPOSettings:
     dump: DumpSettings = field(default_factory=DumpSettings)
 
     @classmethod
-    def from_algorithm_config(cls, algorithm: DictConfig | Mapping[str, Any], estimator: str = GCPO_ESTIMATOR
-                              ) -> "GCPOSettings":
+    def from_algorithm_config(
+        cls, algorithm: DictConfig | Mapping[str, Any], estimator: str = GCPO_ESTIMATOR
+    ) -> "GCPOSettings":
         """Parse ``algorithm.gcpo`` (absent: defaults), with the keys ``estimator`` fixes applied."""
         block = algorithm_block(algorithm, "gcpo") or {}
         if not isinstance(block, Mapping):
@@ -241,10 +244,15 @@ class TrainerNeed(NamedTuple):
 
 def estimator_need(estimator: str) -> TrainerNeed:
     """Why a :data:`TRAINER_ESTIMATORS` estimator needs the GCPO trainer."""
-    inputs = "decodes the responses for DIVER's diversity bonus" if estimator == DIVER_ESTIMATOR else \
-        "embeds the responses and computes their credit"
-    return TrainerNeed(f"algorithm.adv_estimator={estimator}",
-                       f"{inputs} before the advantages (verl's stock trainers give an estimator neither)")
+    inputs = (
+        "decodes the responses for DIVER's diversity bonus"
+        if estimator == DIVER_ESTIMATOR
+        else "embeds the responses and computes their credit"
+    )
+    return TrainerNeed(
+        f"algorithm.adv_estimator={estimator}",
+        f"{inputs} before the advantages (verl's stock trainers give an estimator neither)",
+    )
 
 
 def setting_needing_recipe_trainer(config: DictConfig) -> Optional[TrainerNeed]:
@@ -255,16 +263,23 @@ def setting_needing_recipe_trainer(config: DictConfig) -> Optional[TrainerNeed]:
     if OmegaConf.select(config, "algorithm.div_r1.enable", default=False):
         return TrainerNeed("algorithm.div_r1.enable=true", "gives the actor workers the Div-R1 loss")
     if estimator == COPO_ESTIMATOR and OmegaConf.select(config, "algorithm.copo.blend", default="loss") == "loss":
-        return TrainerNeed("algorithm.copo.blend=loss", "gives the actor workers COPO's blended loss",
-                           "; or use algorithm.copo.blend=advantage, which any trainer runs")
+        return TrainerNeed(
+            "algorithm.copo.blend=loss",
+            "gives the actor workers COPO's blended loss",
+            "; or use algorithm.copo.blend=advantage, which any trainer runs",
+        )
     if OmegaConf.select(config, "algorithm.group_contrastive.enable", default=False):
-        return TrainerNeed("algorithm.group_contrastive.enable=true",
-                           "injects the reference solutions before the old log-probabilities")
+        return TrainerNeed(
+            "algorithm.group_contrastive.enable=true",
+            "injects the reference solutions before the old log-probabilities",
+        )
     return None
 
 
 def recipe_trainer_message(need: TrainerNeed, found: str) -> str:
     """The one message for a setting run without the GCPO trainer (``found``: what runs instead)."""
-    return (f"{need.setting} needs the GCPO trainer, which {need.does}: launch with `python -m recipe.gcpo.main_gcpo` "
-            f"(or a launcher in scripts/), which runs the recipe's trainer as verl's V1 sync trainer (trainer.use_v1="
-            f"true, trainer.v1.trainer_mode={SYNC_TRAINER_MODE}: verl's defaults){need.instead} (found: {found}).")
+    return (
+        f"{need.setting} needs the GCPO trainer, which {need.does}: launch with `python -m recipe.gcpo.main_gcpo` "
+        f"(or a launcher in scripts/), which runs the recipe's trainer as verl's V1 sync trainer (trainer.use_v1="
+        f"true, trainer.v1.trainer_mode={SYNC_TRAINER_MODE}: verl's defaults){need.instead} (found: {found})."
+    )

@@ -155,8 +155,9 @@ class CreditWorker:
             empty=torch.from_numpy(empty[keep]),
             stats=stats,
         )
-        result = credit_encoded(encoded, rewards, group_ids, self.credit_config, valid, expected_group_size,
-                                return_embeddings, seed)
+        result = credit_encoded(
+            encoded, rewards, group_ids, self.credit_config, valid, expected_group_size, return_embeddings, seed
+        )
         pieces = np.array([part["stats"].pieces for part in parts], dtype=np.float64)
         result.metrics["gcpo/encoder/shards"] = float(len(parts))
         result.metrics["gcpo/encoder/shard_pieces_max_over_mean"] = (
@@ -266,8 +267,9 @@ class CreditActor:
         valid = None if valid is None else [bool(v) for v in valid]
         prefetched = self._collect_prefetch()
         if self.shards == 1:
-            ref = self.handle.compute.remote(texts, rewards, group_ids, valid, expected_group_size,
-                                             return_embeddings, seed)
+            ref = self.handle.compute.remote(
+                texts, rewards, group_ids, valid, expected_group_size, return_embeddings, seed
+            )
         else:
             if len(rewards) != len(texts):
                 raise ValueError(
@@ -281,8 +283,9 @@ class CreditActor:
             ]
             # the parts are passed as top-level arguments, so the gathering actor receives them resolved and the
             # embeddings never pass through the driver
-            ref = self.handle.credit_gathered.remote(plan, rewards, group_ids, valid, expected_group_size,
-                                                     return_embeddings, seed, *parts)
+            ref = self.handle.credit_gathered.remote(
+                plan, rewards, group_ids, valid, expected_group_size, return_embeddings, seed, *parts
+            )
         result = self._get(ref, f"return credit for {len(texts)} rollouts")
         result.timings["embed_prefetch"] = max((p.get("seconds", 0.0) for p in prefetched), default=0.0)
         return result
@@ -295,8 +298,11 @@ class CreditActor:
             restarted = self._restart()
             raise CreditActorTimeout(
                 f"the GCPO credit actor did not {what} within {self.options.timeout_s:.0f} s; "
-                + ("it was restarted (a running call cannot be cancelled), so the next call starts afresh; "
-                   if restarted else "it could not be restarted (max_restarts is used up); ")
+                + (
+                    "it was restarted (a running call cannot be cancelled), so the next call starts afresh; "
+                    if restarted
+                    else "it could not be restarted (max_restarts is used up); "
+                )
                 + "raise algorithm.gcpo.actor.timeout_s or check the actor's log"
             ) from None
         except RayActorError as err:

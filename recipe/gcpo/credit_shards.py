@@ -71,7 +71,9 @@ def shard_rows(costs: np.ndarray, shards: int) -> list[np.ndarray]:
 def parse_shards(value) -> int | str:
     """``algorithm.gcpo.actor.shards``: an integer >= 1, or one of auto, per_gpu, per_node."""
     if isinstance(value, bool) or not (isinstance(value, int) and value >= 1 or value in SHARD_MODES):
-        raise FieldError("credit actor", "shards", f"must be an integer >= 1 or one of {list(SHARD_MODES)}, got {value!r}")
+        raise FieldError(
+            "credit actor", "shards", f"must be an integer >= 1 or one of {list(SHARD_MODES)}, got {value!r}"
+        )
     return value
 
 

@@ -24,8 +24,8 @@ from typing import Any, Iterable, Optional
 import pandas as pd
 from tqdm import tqdm
 
-from gcpo_core.rewards.prompts import INSTRUCTIONS
 from gcpo_core.encoding.text_span import last_boxed
+from gcpo_core.rewards.prompts import INSTRUCTIONS
 
 # The DAPO release wraps each problem in its own instruction: recognise it to recover the bare problem.
 _DAPO_WRAPPED = re.compile(
@@ -54,11 +54,17 @@ class DatasetSpec:
 DATASETS: dict[str, DatasetSpec] = {
     spec.name: spec
     for spec in (
-        DatasetSpec("dapo_math_17k", "train", ("dapo-math-17k.parquet", "dapo_math_17k.jsonl", "dapo_math_sample.jsonl"),
-                    "BytedTsinghua-SIA/DAPO-Math-17k", "train"),
+        DatasetSpec(
+            "dapo_math_17k",
+            "train",
+            ("dapo-math-17k.parquet", "dapo_math_17k.jsonl", "dapo_math_sample.jsonl"),
+            "BytedTsinghua-SIA/DAPO-Math-17k",
+            "train",
+        ),
         # MATH train (7.5k, with reference solutions): the training set of the Group Contrastive PO baseline
-        DatasetSpec("math", "train", ("math_train.jsonl", "math_train.parquet"), "DigitalLearningGmbH/MATH-lighteval",
-                    "train"),
+        DatasetSpec(
+            "math", "train", ("math_train.jsonl", "math_train.parquet"), "DigitalLearningGmbH/MATH-lighteval", "train"
+        ),
         DatasetSpec("aime24", "val", ("aime24.jsonl", "aime-2024.parquet"), "Maxwell-Jia/AIME_2024", "train"),
         DatasetSpec("aime25", "val", ("aime25.jsonl", "aime-2025.parquet"), "yentinglin/aime_2025", "train"),
         DatasetSpec("math500", "val", ("math500.jsonl", "math500.parquet"), "HuggingFaceH4/MATH-500", "test"),
@@ -113,8 +119,9 @@ def hub_problem(timeout_s: float = 5.0) -> Optional[str]:
     import socket
     from urllib.parse import urlparse
 
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE") or \
-            os.environ.get("HF_DATASETS_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE") or os.environ.get(
+        "HF_DATASETS_OFFLINE", ""
+    ).strip().upper() in ("1", "ON", "YES", "TRUE"):
         return "the hub is off (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE); use --local-dir with local copies"
     endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
@@ -173,7 +180,10 @@ def problem_and_answer(row: dict, spec: DatasetSpec) -> tuple[str, str]:
 
 
 def prepare(
-    spec: DatasetSpec, rows: Iterable[dict], instruction: str = "dapo", limit: Optional[int] = None,
+    spec: DatasetSpec,
+    rows: Iterable[dict],
+    instruction: str = "dapo",
+    limit: Optional[int] = None,
     report: Optional[PrepareReport] = None,
 ) -> tuple[pd.DataFrame, PrepareReport]:
     """verl rows of one set: cleaned, deduplicated by problem text, with the answer instruction."""
@@ -202,16 +212,23 @@ def prepare(
             report.dropped["over --limit"] += 1
             continue
         seen.add(key)
-        extra_info = {"index": len(out), "split": spec.split, "problem": problem, "source_id": str(_source_id(row, position))}
+        extra_info = {
+            "index": len(out),
+            "split": spec.split,
+            "problem": problem,
+            "source_id": str(_source_id(row, position)),
+        }
         if isinstance(row.get("solution"), str) and row["solution"].strip():
             extra_info["solution"] = row["solution"].strip()  # a reference solution (Group Contrastive PO)
-        out.append({
-            "data_source": spec.name,
-            "prompt": [{"role": "user", "content": template.format(problem=problem)}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": answer},
-            "extra_info": extra_info,
-        })
+        out.append(
+            {
+                "data_source": spec.name,
+                "prompt": [{"role": "user", "content": template.format(problem=problem)}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": answer},
+                "extra_info": extra_info,
+            }
+        )
     report.kept = len(out)
     return pd.DataFrame(out), report
 
@@ -238,5 +255,7 @@ def summary_table(reports: list[PrepareReport]) -> str:
     ]
     for r in reports:
         dropped = ", ".join(f"{n} {why}" for why, n in sorted(r.dropped.items())) or "0"
-        lines.append(f"| {r.name} | {r.split} | {r.read} | {r.kept} | {r.duplicates} | {dropped} | {r.repaired} | {r.output} |")
+        lines.append(
+            f"| {r.name} | {r.split} | {r.read} | {r.kept} | {r.duplicates} | {dropped} | {r.repaired} | {r.output} |"
+        )
     return "\n".join(lines)

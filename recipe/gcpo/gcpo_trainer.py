@@ -32,8 +32,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_to_nested
 
-from recipe.gcpo.baselines.copo import (GLOBAL_ADVANTAGE_FIELD, copo_loss_fn, copo_loss_settings, provide_copo,
-                                        step_copo)
+from recipe.gcpo.baselines.copo import GLOBAL_ADVANTAGE_FIELD, copo_loss_fn, copo_loss_settings, provide_copo, step_copo
 from recipe.gcpo.baselines.div_r1 import div_r1_loss_fn, div_r1_settings
 from recipe.gcpo.baselines.diver import diver_credit, diver_normalisation, diver_settings
 from recipe.gcpo.baselines.group_contrastive import group_contrastive_settings, inject_references
@@ -65,8 +64,11 @@ def reward_timeout_metrics(batch: KVBatchMeta) -> dict[str, float]:
             retried += float(info.get("timeout_retried") or 0.0) > 0
     if not flags:
         return {}
-    return {"gcpo/reward/timeouts": float(sum(flags)), "gcpo/reward/timeout_frac": sum(flags) / len(flags),
-            "gcpo/reward/timeout_retries": float(retried)}
+    return {
+        "gcpo/reward/timeouts": float(sum(flags)),
+        "gcpo/reward/timeout_frac": sum(flags) / len(flags),
+        "gcpo/reward/timeout_retries": float(retried),
+    }
 
 
 class GCPOTrainer(PPOTrainerSync):
@@ -79,8 +81,9 @@ class GCPOTrainer(PPOTrainerSync):
     def __init__(self, config):
         mode = config.trainer.v1.trainer_mode
         if mode != SYNC_TRAINER_MODE:  # verl's mode branches would then not match the sync trainer's hooks
-            raise ValueError(f"GCPOTrainer is verl's sync trainer: trainer.v1.trainer_mode must be "
-                             f"{SYNC_TRAINER_MODE}, got {mode}")
+            raise ValueError(
+                f"GCPOTrainer is verl's sync trainer: trainer.v1.trainer_mode must be {SYNC_TRAINER_MODE}, got {mode}"
+            )
         # the recipe's blocks, parsed once in this process (the driver's pre-flight checked the whole config already;
         # the settings objects then travel as they are: to the credit actors, and with each step's credit)
         self.gcpo = gcpo_settings(config)
@@ -182,8 +185,13 @@ class GCPOTrainer(PPOTrainerSync):
         if self.copo is not None:
             return self._compute_copo_advantage(batch, metrics)
         if self.diver is not None:
-            credit, diver_metrics = diver_credit(batch, self._decode_responses(batch), self.diver,
-                                                 self.diver_normalisation, int(getattr(self, "global_steps", 0)))
+            credit, diver_metrics = diver_credit(
+                batch,
+                self._decode_responses(batch),
+                self.diver,
+                self.diver_normalisation,
+                int(getattr(self, "global_steps", 0)),
+            )
             metrics.update(diver_metrics)
             with provide_credit(credit):
                 return super()._compute_advantage(batch, metrics)
@@ -196,15 +204,22 @@ class GCPOTrainer(PPOTrainerSync):
     def _compute_copo_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """COPO's loss blend: the local term becomes verl's ``advantages`` (through the ``copo`` estimator), the
         global term is written beside it for the actor's loss."""
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                               select_fields=["uid", "rm_scores", "response_mask", "extra_fields"])
+        data = tq.kv_batch_get(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            select_fields=["uid", "rm_scores", "response_mask", "extra_fields"],
+        )
         valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
         extras = data["extra_fields"]
         extras = extras.tolist() if hasattr(extras, "tolist") else list(extras)
         algorithm = self.config.algorithm
         step = step_copo(
-            list(data["uid"]), data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).double().cpu().numpy(),
-            extras, valid, self.copo, norm_by_std=bool(algorithm.get("norm_adv_by_std_in_grpo", True)),
+            list(data["uid"]),
+            data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).double().cpu().numpy(),
+            extras,
+            valid,
+            self.copo,
+            norm_by_std=bool(algorithm.get("norm_adv_by_std_in_grpo", True)),
         )
         metrics.update(step.metrics)
         with provide_copo(step):
@@ -212,8 +227,9 @@ class GCPOTrainer(PPOTrainerSync):
         response_mask = data["response_mask"]
         padded = response_mask.to_padded_tensor(padding=0)
         global_adv = torch.as_tensor(step.global_, dtype=torch.float32).unsqueeze(-1) * padded.to(torch.float32)
-        output = TensorDict({GLOBAL_ADVANTAGE_FIELD: response_to_nested(global_adv, response_mask)},
-                            batch_size=len(batch))
+        output = TensorDict(
+            {GLOBAL_ADVANTAGE_FIELD: response_to_nested(global_adv, response_mask)}, batch_size=len(batch)
+        )
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
 
     def _compute_credit(self, batch: KVBatchMeta, metrics: dict) -> StepCredit:
@@ -233,8 +249,12 @@ class GCPOTrainer(PPOTrainerSync):
             # a new draw of Monte-Carlo permutations each step, the same one when a resumed run repeats a step
             seed = self.gcpo.credit.seed + int(getattr(self, "global_steps", 0))
             result = self.credit_actor.compute(
-                texts, reward.tolist(), uids.tolist(), valid=valid.tolist(),
-                expected_group_size=self._expected_group_size(), seed=seed,
+                texts,
+                reward.tolist(),
+                uids.tolist(),
+                valid=valid.tolist(),
+                expected_group_size=self._expected_group_size(),
+                seed=seed,
                 return_embeddings=self._dumping_now(),
             )
         timing_raw["gcpo_embed"] = result.timings["embed"]
@@ -244,8 +264,14 @@ class GCPOTrainer(PPOTrainerSync):
         metrics["gcpo/mean_credit_score"] = float(result.score[valid].mean()) if valid.any() else 0.0
         if self._dumping_now():
             self._dump_credit(texts, reward, uids, valid, result)
-        return StepCredit(uids=uids, reward=reward, score=result.score, valid=valid, config=self.gcpo.credit,
-                          stderr=result.shapley_stderr)
+        return StepCredit(
+            uids=uids,
+            reward=reward,
+            score=result.score,
+            valid=valid,
+            config=self.gcpo.credit,
+            stderr=result.shapley_stderr,
+        )
 
     def _expected_group_size(self) -> int:
         # multi-turn agent loops (several outputs per session) are refused at start-up

@@ -18,6 +18,7 @@ run directory that is removed on exit; a training run keeps Hydra's run director
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import sys
 import tempfile
@@ -25,8 +26,6 @@ import traceback
 from pathlib import Path
 from pprint import pprint
 from typing import NoReturn
-
-import logging
 
 import hydra
 import ray
@@ -38,8 +37,9 @@ class _NoPlatformFallbackWarning(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not (message.startswith("No supported accelerator detected")
-                    or "is registered but not available" in message)
+        return not (
+            message.startswith("No supported accelerator detected") or "is registered but not available" in message
+        )
 
 
 # before verl is imported: verl looks for its platform once per process, possibly while being imported
@@ -229,8 +229,10 @@ def accept_run(config) -> None:
         fail(problem)
     missing = missing_data_files(config)
     if missing:
-        fail(f"{missing[0]} does not exist (data.train_files / data.val_files): {missing_data_hint(missing[0])}"
-             + (f" ({len(missing) - 1} more missing)" if len(missing) > 1 else ""))
+        fail(
+            f"{missing[0]} does not exist (data.train_files / data.val_files): {missing_data_hint(missing[0])}"
+            + (f" ({len(missing) - 1} more missing)" if len(missing) > 1 else "")
+        )
 
 
 def dry_run_requested() -> bool:
@@ -269,8 +271,14 @@ def cli() -> None:
 
 
 # Hydra's flags that choose the primary config (long and short forms)
-CONFIG_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name", "--config-dir": "dir",
-                "-cd": "dir"}
+CONFIG_FLAGS = {
+    "--config-path": "path",
+    "-cp": "path",
+    "--config-name": "name",
+    "-cn": "name",
+    "--config-dir": "dir",
+    "-cd": "dir",
+}
 RECIPE_KEYS = "+gcpo_keys=recipe"  # config/gcpo_keys/recipe.yaml: algorithm.gcpo and the baselines' blocks
 
 
@@ -308,12 +316,19 @@ def recipe_keys_for_own_config(argv: list[str]) -> list[str]:
     if OmegaConf.select(own, "algorithm.gcpo") is not None:
         return []
     if "dir" in flags:
-        print(f"gcpo: your config ({flags.get('name')}) has no algorithm.gcpo, and --config-dir is taken: add "
-              f"`- gcpo_keys: recipe` to its defaults with {CONFIG_DIR} on its hydra.searchpath, or set GCPO keys "
-              "with a leading + (+algorithm.gcpo.credit.method=mc)", file=sys.stderr, flush=True)
+        print(
+            f"gcpo: your config ({flags.get('name')}) has no algorithm.gcpo, and --config-dir is taken: add "
+            f"`- gcpo_keys: recipe` to its defaults with {CONFIG_DIR} on its hydra.searchpath, or set GCPO keys "
+            "with a leading + (+algorithm.gcpo.credit.method=mc)",
+            file=sys.stderr,
+            flush=True,
+        )
         return []
-    print(f"gcpo: your config ({flags.get('name')}) has no algorithm.gcpo: the recipe's keys are added "
-          f"({RECIPE_KEYS}, from {CONFIG_DIR}/gcpo_keys/recipe.yaml)", flush=True)
+    print(
+        f"gcpo: your config ({flags.get('name')}) has no algorithm.gcpo: the recipe's keys are added "
+        f"({RECIPE_KEYS}, from {CONFIG_DIR}/gcpo_keys/recipe.yaml)",
+        flush=True,
+    )
     return [f"--config-dir={CONFIG_DIR}", RECIPE_KEYS]
 
 

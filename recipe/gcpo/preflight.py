@@ -39,11 +39,23 @@ from gcpo_core.credit.shapley.exact import EXACT_LIMIT
 from recipe.gcpo.baselines.copo import CopoSettings, copo_loss_settings
 from recipe.gcpo.baselines.div_r1 import DivR1Settings, div_r1_settings
 from recipe.gcpo.baselines.diver import diver_settings
-from recipe.gcpo.baselines.group_contrastive import (GroupContrastiveSettings, group_contrastive_settings,
-                                                     solution_coverage)
+from recipe.gcpo.baselines.group_contrastive import (
+    GroupContrastiveSettings,
+    group_contrastive_settings,
+    solution_coverage,
+)
 from recipe.gcpo.baselines.mc_grpo import MCGRPOSettings
-from recipe.gcpo.config import (DIVER_ESTIMATOR, GCPO_FILTER_METRIC, SYNC_TRAINER_MODE, GCPOSettings, check_known,
-                                gcpo_settings, plain, recipe_trainer_message, setting_needing_recipe_trainer)
+from recipe.gcpo.config import (
+    DIVER_ESTIMATOR,
+    GCPO_FILTER_METRIC,
+    SYNC_TRAINER_MODE,
+    GCPOSettings,
+    check_known,
+    gcpo_settings,
+    plain,
+    recipe_trainer_message,
+    setting_needing_recipe_trainer,
+)
 from recipe.gcpo.data import prepared_file_names
 
 # the recipe's own reward (config/gcpo_trainer.yaml): what runs when a config names no other
@@ -67,8 +79,15 @@ REWARD_KWARGS: dict[str, dict[str, frozenset[str] | None]] = {
 # W&B modes that need no API key
 WANDB_KEYLESS_MODES = ("offline", "disabled", "dryrun")
 # a logger backend -> the module it imports in verl's Tracking (verl/utils/tracking.py)
-LOGGER_MODULES = {"wandb": "wandb", "mlflow": "mlflow", "swanlab": "swanlab", "vemlp_wandb": "volcengine_ml_platform",
-                  "tensorboard": "tensorboard", "clearml": "clearml", "trackio": "trackio"}
+LOGGER_MODULES = {
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+    "swanlab": "swanlab",
+    "vemlp_wandb": "volcengine_ml_platform",
+    "tensorboard": "tensorboard",
+    "clearml": "clearml",
+    "trackio": "trackio",
+}
 
 
 def _set(values: Mapping) -> bool:
@@ -90,8 +109,12 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
         ValueError: ``custom_reward_function.path`` set together with a different ``reward.custom_reward_function.path``
             that is not the recipe's default (which of the two should run is not ours to guess).
     """
-    legacy = {key: OmegaConf.to_container(config[key], resolve=True) if isinstance(config.get(key), DictConfig)
-              else config.get(key) for key in ("custom_reward_function", "reward_model", "sandbox_fusion")}
+    legacy = {
+        key: OmegaConf.to_container(config[key], resolve=True)
+        if isinstance(config.get(key), DictConfig)
+        else config.get(key)
+        for key in ("custom_reward_function", "reward_model", "sandbox_fusion")
+    }
     moved = [key for key, values in legacy.items() if isinstance(values, Mapping) and _set(values)]
     if not moved:
         return []
@@ -101,9 +124,11 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
         current = OmegaConf.select(config, "reward.custom_reward_function.path")
         wanted = function.get("path")
         if wanted and current and current not in (RECIPE_REWARD[0], wanted):
-            raise ValueError(f"custom_reward_function.path={wanted} (verl's legacy key, which the V1 trainer does not "
-                             f"read) and reward.custom_reward_function.path={current} are both set: keep one, "
-                             "reward.custom_reward_function.path")
+            raise ValueError(
+                f"custom_reward_function.path={wanted} (verl's legacy key, which the V1 trainer does not "
+                f"read) and reward.custom_reward_function.path={current} are both set: keep one, "
+                "reward.custom_reward_function.path"
+            )
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
 
     migrate_legacy_reward_impl(config)
@@ -112,10 +137,15 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
             if not config.reward.custom_reward_function.get("name"):
                 config.reward.custom_reward_function.name = DEFAULT_REWARD_FN_NAME
         reward = config.reward.custom_reward_function
-        lines.append(f"custom_reward_function (verl's legacy key) -> reward.custom_reward_function: {reward.path}:"
-                     f"{reward.name}, moved as verl's migrate_legacy_reward_impl moves it")
-    lines += [f"{key} (verl's legacy keys) -> reward.{key}, moved as verl's migrate_legacy_reward_impl moves them"
-              for key in moved if key != "custom_reward_function"]
+        lines.append(
+            f"custom_reward_function (verl's legacy key) -> reward.custom_reward_function: {reward.path}:"
+            f"{reward.name}, moved as verl's migrate_legacy_reward_impl moves it"
+        )
+    lines += [
+        f"{key} (verl's legacy keys) -> reward.{key}, moved as verl's migrate_legacy_reward_impl moves them"
+        for key in moved
+        if key != "custom_reward_function"
+    ]
     return lines
 
 
@@ -133,16 +163,22 @@ def check_filter_signal(config: DictConfig) -> None:
         return
     function_config = OmegaConf.select(config, "reward.custom_reward_function") or {}
     path, name = function_config.get("path"), function_config.get("name")
-    fix = (f"return it from the reward function (0 for a wrong response, 1 + a tiny fingerprint of the text for a "
-           f"correct one: recipe/gcpo/reward.py does), use the recipe's reward (reward.custom_reward_function.path="
-           f"pkg://recipe.gcpo.reward), or filter on acc (algorithm.filter_groups.metric=acc)")
+    fix = (
+        "return it from the reward function (0 for a wrong response, 1 + a tiny fingerprint of the text for a "
+        "correct one: recipe/gcpo/reward.py does), use the recipe's reward (reward.custom_reward_function.path="
+        "pkg://recipe.gcpo.reward), or filter on acc (algorithm.filter_groups.metric=acc)"
+    )
     if not path:
-        raise ValueError(f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} is read from the reward, but verl's "
-                         f"built-in reward does not report it: {fix}")
+        raise ValueError(
+            f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} is read from the reward, but verl's "
+            f"built-in reward does not report it: {fix}"
+        )
     source = _reward_source(path)
     if source is not None and GCPO_FILTER_METRIC not in source:
-        raise ValueError(f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} is read from the reward, but the reward "
-                         f"function {path}:{name} never reports {GCPO_FILTER_METRIC!r}: {fix}")
+        raise ValueError(
+            f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} is read from the reward, but the reward "
+            f"function {path}:{name} never reports {GCPO_FILTER_METRIC!r}: {fix}"
+        )
 
 
 def _reward_source(path: str) -> str | None:
@@ -150,7 +186,7 @@ def _reward_source(path: str) -> str | None:
     found here (it may exist only on the cluster: verl reports that)."""
     try:
         if path.startswith("pkg://"):
-            spec = importlib.util.find_spec(path[len("pkg://"):])
+            spec = importlib.util.find_spec(path[len("pkg://") :])
             origin = spec.origin if spec is not None else None
         else:
             origin = os.path.expanduser(path)
@@ -179,8 +215,10 @@ def check_reward_kwargs(config: DictConfig) -> None:
     accepted = REWARD_KWARGS.get(manager.name)
     if accepted is None:
         readers = ", ".join(sorted(REWARD_KWARGS))
-        raise ValueError(f"reward.reward_kwargs ({sorted(kwargs)}) is read only by reward.reward_manager.name="
-                         f"{readers} in verl 0.9.1: reward_manager.name={manager.name} would ignore it")
+        raise ValueError(
+            f"reward.reward_kwargs ({sorted(kwargs)}) is read only by reward.reward_manager.name="
+            f"{readers} in verl 0.9.1: reward_manager.name={manager.name} would ignore it"
+        )
     check_known("reward.reward_kwargs", kwargs, set(accepted))
     for key, fields in accepted.items():
         value = kwargs.get(key)
@@ -192,14 +230,19 @@ def check_reward_kwargs(config: DictConfig) -> None:
     if buffer.get("enable"):
         missing = sorted(REWARD_KWARGS["dapo"]["overlong_buffer_cfg"] - set(buffer))
         if missing:
-            raise ValueError(f"reward.reward_kwargs.overlong_buffer_cfg.enable=true: the DAPO reward manager also reads "
-                             f"{', '.join(f'overlong_buffer_cfg.{key}' for key in missing)}; set them")
+            raise ValueError(
+                f"reward.reward_kwargs.overlong_buffer_cfg.enable=true: the DAPO reward manager also reads "
+                f"{', '.join(f'overlong_buffer_cfg.{key}' for key in missing)}; set them"
+            )
         max_len, length = kwargs.get("max_resp_len"), buffer["len"]
         if max_len is None:
-            raise ValueError("reward.reward_kwargs.overlong_buffer_cfg.enable=true needs reward.reward_kwargs.max_resp_len")
+            raise ValueError(
+                "reward.reward_kwargs.overlong_buffer_cfg.enable=true needs reward.reward_kwargs.max_resp_len"
+            )
         if not length or length <= 0:
-            raise ValueError(f"reward.reward_kwargs.overlong_buffer_cfg.len must be > 0 when the buffer is enabled, "
-                             f"got {length}")
+            raise ValueError(
+                f"reward.reward_kwargs.overlong_buffer_cfg.len must be > 0 when the buffer is enabled, got {length}"
+            )
         if max_len < length:
             raise ValueError(f"reward.reward_kwargs.max_resp_len={max_len} must be >= overlong_buffer_cfg.len={length}")
 
@@ -230,26 +273,36 @@ def check_custom_reward_kwargs(config: DictConfig) -> None:
         raise ValueError(f"reward.custom_reward_function.reward_kwargs must be a mapping, got {kwargs!r}")
     path, name = function_config.get("path"), function_config.get("name")
     if not path:
-        raise ValueError("reward.custom_reward_function.reward_kwargs is set but custom_reward_function.path is not: "
-                         "verl would ignore them")
+        raise ValueError(
+            "reward.custom_reward_function.reward_kwargs is set but custom_reward_function.path is not: "
+            "verl would ignore them"
+        )
     clash = sorted(set(kwargs) & set(REWARD_FN_ARGS + REWARD_FN_ROUTER_ARGS))
     if clash:
-        raise ValueError(f"reward.custom_reward_function.reward_kwargs: {clash} would replace the argument(s) verl "
-                         "passes the reward function for each response")
+        raise ValueError(
+            f"reward.custom_reward_function.reward_kwargs: {clash} would replace the argument(s) verl "
+            "passes the reward function for each response"
+        )
     from verl.utils.import_utils import load_extern_object
 
     try:
         function = load_extern_object(module_path=path, object_name=name)
     except Exception as err:
-        raise ValueError(f"reward.custom_reward_function ({path}, {name}) cannot be loaded here to check its "
-                         f"reward_kwargs: {type(err).__name__}: {err}") from err
+        raise ValueError(
+            f"reward.custom_reward_function ({path}, {name}) cannot be loaded here to check its "
+            f"reward_kwargs: {type(err).__name__}: {err}"
+        ) from err
     parameters = inspect.signature(function).parameters.values()
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
     if takes_any and getattr(function, "__module__", None) not in STRICT_REWARD_MODULES:
         return  # a function of the user's own that reads **kwargs: what it reads is its business
-    accepted = {p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                          inspect.Parameter.KEYWORD_ONLY)} - set(REWARD_FN_ARGS)
+    accepted = {
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    } - set(REWARD_FN_ARGS)
     check_known(f"reward.custom_reward_function.reward_kwargs (keyword arguments of {path}:{name})", kwargs, accepted)
+
 
 def _reward_function(config: DictConfig) -> tuple[Optional[str], str]:
     block = OmegaConf.select(config, "reward.custom_reward_function") or {}
@@ -269,7 +322,7 @@ def check_reward_function(config: DictConfig) -> None:
         return
     key = "reward.custom_reward_function.path"
     if path.startswith("pkg://"):
-        module = path[len("pkg://"):]
+        module = path[len("pkg://") :]
         try:
             found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
@@ -277,8 +330,10 @@ def check_reward_function(config: DictConfig) -> None:
         if not found:
             raise ValueError(f"{key}={path}: no module {module} is importable here")
     elif not os.path.isfile(os.path.expanduser(path)):
-        raise ValueError(f"{key}={path} does not exist (a reward file every node can read: a path on shared storage, "
-                         "or pkg://<module>)")
+        raise ValueError(
+            f"{key}={path} does not exist (a reward file every node can read: a path on shared storage, "
+            "or pkg://<module>)"
+        )
     from verl.utils.import_utils import load_extern_object
 
     try:
@@ -296,19 +351,31 @@ def check_reward_function(config: DictConfig) -> None:
         return  # a builtin or C function: verl will find out
     kinds = {p.kind for p in parameters.values()}
     if inspect.Parameter.VAR_KEYWORD not in kinds:
-        takes = {n for n, p in parameters.items()
-                 if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+        takes = {
+            n
+            for n, p in parameters.items()
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        }
         missing = [arg for arg in REWARD_FN_ARGS if arg not in takes]
         if missing:
-            raise ValueError(f"{path}:{name}{inspect.signature(function)} cannot take {', '.join(missing)}: verl's "
-                             f"reward managers call it with {', '.join(f'{a}=...' for a in REWARD_FN_ARGS)}")
+            raise ValueError(
+                f"{path}:{name}{inspect.signature(function)} cannot take {', '.join(missing)}: verl's "
+                f"reward managers call it with {', '.join(f'{a}=...' for a in REWARD_FN_ARGS)}"
+            )
     given = set(OmegaConf.select(config, "reward.custom_reward_function.reward_kwargs") or {})
-    required = [n for n, p in parameters.items() if p.default is inspect.Parameter.empty and n not in REWARD_FN_ARGS
-                and n not in given and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                  inspect.Parameter.KEYWORD_ONLY)]
+    required = [
+        n
+        for n, p in parameters.items()
+        if p.default is inspect.Parameter.empty
+        and n not in REWARD_FN_ARGS
+        and n not in given
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
     if required:
-        raise ValueError(f"{path}:{name} requires {', '.join(required)}, which verl does not pass: give them a default "
-                         "or set reward.custom_reward_function.reward_kwargs")
+        raise ValueError(
+            f"{path}:{name} requires {', '.join(required)}, which verl does not pass: give them a default "
+            "or set reward.custom_reward_function.reward_kwargs"
+        )
 
 
 def describe_reward(config: DictConfig) -> str:
@@ -319,8 +386,10 @@ def describe_reward(config: DictConfig) -> str:
     if not path:
         function = DATA_SOURCE_DISPATCH
     elif (path, name) == RECIPE_REWARD:
-        function = (f"{path}:{name} ({RECIPE_REWARD_WHAT}; the recipe's default: set reward.custom_reward_function."
-                    "path to yours, or to null for verl's data_source dispatch)")
+        function = (
+            f"{path}:{name} ({RECIPE_REWARD_WHAT}; the recipe's default: set reward.custom_reward_function."
+            "path to yours, or to null for verl's data_source dispatch)"
+        )
     else:
         function = f"{path}:{name}"
     line = f"reward: manager {manager.name} ({source}); function {function}"
@@ -329,8 +398,10 @@ def describe_reward(config: DictConfig) -> str:
     kwargs = OmegaConf.select(config, "reward.reward_kwargs") or {}
     buffer = kwargs.get("overlong_buffer_cfg") or {}
     if manager.name == "dapo" and source == "register" and buffer.get("enable"):
-        line += (f"; overlong shaping on (max_resp_len {kwargs.get('max_resp_len')}, buffer {buffer.get('len')}, "
-                 f"penalty factor {buffer.get('penalty_factor')})")
+        line += (
+            f"; overlong shaping on (max_resp_len {kwargs.get('max_resp_len')}, buffer {buffer.get('len')}, "
+            f"penalty factor {buffer.get('penalty_factor')})"
+        )
     else:
         line += "; overlong shaping off"
     return line
@@ -363,14 +434,18 @@ def check_encoder(name: str) -> None:
 
     repo = name if "/" in name else f"sentence-transformers/{name}"
     if not isinstance(try_to_load_from_cache(repo, "config.json"), str):
-        raise ValueError(f"{key}={name} is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE / "
-                         f"TRANSFORMERS_OFFLINE): download it once (huggingface-cli download {repo}) or set {key} to a "
-                         "local folder every node can read")
+        raise ValueError(
+            f"{key}={name} is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE / "
+            f"TRANSFORMERS_OFFLINE): download it once (huggingface-cli download {repo}) or set {key} to a "
+            "local folder every node can read"
+        )
 
 
 def _hub_off() -> bool:
-    return any(os.environ.get(var, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-               for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(var, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def check_loggers(config: DictConfig, environ: Mapping[str, str] = os.environ) -> None:
@@ -389,15 +464,21 @@ def check_loggers(config: DictConfig, environ: Mapping[str, str] = os.environ) -
         if backend not in known and backend != "tracking":
             close = difflib.get_close_matches(str(backend), known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ValueError(f"trainer.logger: {backend!r} is not a backend verl knows{hint}; known: {', '.join(known)}")
+            raise ValueError(
+                f"trainer.logger: {backend!r} is not a backend verl knows{hint}; known: {', '.join(known)}"
+            )
         module = LOGGER_MODULES.get("wandb" if backend == "tracking" else backend)
         if module is not None and importlib.util.find_spec(module) is None:
-            raise ValueError(f"trainer.logger: {backend} needs the {module} package, which is not installed here "
-                             f"(pip install {module}, or drop it from trainer.logger)")
+            raise ValueError(
+                f"trainer.logger: {backend} needs the {module} package, which is not installed here "
+                f"(pip install {module}, or drop it from trainer.logger)"
+            )
     if ("wandb" in loggers or "tracking" in loggers) and not _wandb_can_log(environ):
-        raise ValueError("trainer.logger has wandb, but W&B has no API key here (WANDB_API_KEY, or `wandb login`) and "
-                         "is not offline: set WANDB_API_KEY, or WANDB_MODE=offline, or log without it "
-                         "(trainer.logger='[\"console\",\"tensorboard\"]')")
+        raise ValueError(
+            "trainer.logger has wandb, but W&B has no API key here (WANDB_API_KEY, or `wandb login`) and "
+            "is not offline: set WANDB_API_KEY, or WANDB_MODE=offline, or log without it "
+            '(trainer.logger=\'["console","tensorboard"]\')'
+        )
 
 
 def _wandb_can_log(environ: Mapping[str, str]) -> bool:
@@ -456,6 +537,7 @@ def check_numeric_keys(config: DictConfig) -> None:
         if not integer and low == 0 and value <= 0:
             raise ValueError(f"{key} must be {kind} > 0, got {value!r}")
 
+
 def check_cluster_shape(config: DictConfig) -> None:
     """``trainer.nnodes`` and ``trainer.n_gpus_per_node`` are integers >= 1: untyped in verl's config, verl
     multiplies them as they come."""
@@ -483,15 +565,21 @@ def accelerator_problem(config: DictConfig) -> str | None:
     device, nnodes, per_node = config.trainer.device, config.trainer.nnodes, config.trainer.n_gpus_per_node
     visible = get_torch_device().device_count() if is_device_available() else 0
     if visible == 0:
-        return (f"no GPU found on this machine (trainer.device={device}: 0 visible) and no Ray cluster to join "
-                "(RAY_ADDRESS): training needs GPUs. To check a config on a machine without GPUs, use the dry run "
-                "(--dry-run / GCPO_DRY_RUN=1): it composes and validates the config and starts nothing.")
+        return (
+            f"no GPU found on this machine (trainer.device={device}: 0 visible) and no Ray cluster to join "
+            "(RAY_ADDRESS): training needs GPUs. To check a config on a machine without GPUs, use the dry run "
+            "(--dry-run / GCPO_DRY_RUN=1): it composes and validates the config and starts nothing."
+        )
     if nnodes > 1:
-        return (f"trainer.nnodes={nnodes}, but no Ray cluster to join: start one over the {nnodes} nodes and set "
-                "RAY_ADDRESS=<head-ip>:6379 (docker/slurm_gcpo.sbatch does both)")
+        return (
+            f"trainer.nnodes={nnodes}, but no Ray cluster to join: start one over the {nnodes} nodes and set "
+            "RAY_ADDRESS=<head-ip>:6379 (docker/slurm_gcpo.sbatch does both)"
+        )
     if visible < per_node:
-        return (f"trainer.n_gpus_per_node={per_node}, but this machine has {visible} visible {device} device(s): set "
-                f"trainer.n_gpus_per_node={visible} (GPUS_PER_NODE in the launchers)")
+        return (
+            f"trainer.n_gpus_per_node={per_node}, but this machine has {visible} visible {device} device(s): set "
+            f"trainer.n_gpus_per_node={visible} (GPUS_PER_NODE in the launchers)"
+        )
     return None
 
 
@@ -505,9 +593,12 @@ def cluster_problem(address: str, timeout_s: float = 5.0) -> str | None:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             return None
     except (OSError, ValueError) as error:
-        return (f"no Ray cluster answers at {address} (RAY_ADDRESS or ray_kwargs.ray_init.address; {error}): start "
-                "it (`ray start --head` on the head node; docker/slurm_gcpo.sbatch does it) or unset RAY_ADDRESS to "
-                "train on this machine's GPUs")
+        return (
+            f"no Ray cluster answers at {address} (RAY_ADDRESS or ray_kwargs.ray_init.address; {error}): start "
+            "it (`ray start --head` on the head node; docker/slurm_gcpo.sbatch does it) or unset RAY_ADDRESS to "
+            "train on this machine's GPUs"
+        )
+
 
 def missing_data_hint(path: str) -> str:
     """What to do about a data file that does not exist: ``scripts/prepare_data.py`` writes the launchers' own
@@ -522,25 +613,38 @@ def startup_lines(config: DictConfig, settings: Any = None) -> list[str]:
     algorithm = config.algorithm
     if settings is not None:
         credit, encoder, actor = settings.credit, settings.encoder, settings.actor
-        method = credit.method if credit.method != "auto" else (
-            f"auto: exact up to {credit.exact_max_contributors} contributors, else Monte-Carlo with "
-            f"{credit.permutations} permutations")
-        estimator = (f"estimator: algorithm.adv_estimator={algorithm.adv_estimator}: Shapley credit of each group's "
-                     f"log-det team value (method {method}; quality {credit.quality}; advantage {credit.advantage}; "
-                     f"all-correct groups scaled by {credit.all_correct_scale}); encoder {encoder.model} "
-                     f"({encoder.dtype}, device {encoder.device}); credit actors: {actor.shards} shard(s) of "
-                     f"{actor.num_gpus} GPU")
+        method = (
+            credit.method
+            if credit.method != "auto"
+            else (
+                f"auto: exact up to {credit.exact_max_contributors} contributors, else Monte-Carlo with "
+                f"{credit.permutations} permutations"
+            )
+        )
+        estimator = (
+            f"estimator: algorithm.adv_estimator={algorithm.adv_estimator}: Shapley credit of each group's "
+            f"log-det team value (method {method}; quality {credit.quality}; advantage {credit.advantage}; "
+            f"all-correct groups scaled by {credit.all_correct_scale}); encoder {encoder.model} "
+            f"({encoder.dtype}, device {encoder.device}); credit actors: {actor.shards} shard(s) of "
+            f"{actor.num_gpus} GPU"
+        )
     else:
         estimator = f"estimator: algorithm.adv_estimator={algorithm.adv_estimator} (verl's own estimator, unchanged)"
     trainer, data = config.trainer, config.data
     n = config.actor_rollout_ref.rollout.n
-    length = (f"{trainer.total_training_steps} steps" if trainer.total_training_steps
-              else f"{trainer.total_epochs} epoch(s)")
-    saves = (f"checkpoints every {trainer.save_freq} steps in {trainer.default_local_dir}" if trainer.save_freq
-             and trainer.save_freq > 0 else "no checkpoints (trainer.save_freq)")
-    scale = (f"scale: {trainer.nnodes} node(s) x {trainer.n_gpus_per_node} {trainer.get('device', 'cuda')} "
-             f"device(s); {data.train_batch_size} prompts x {n} rollouts a step, responses up to "
-             f"{data.max_response_length} tokens; {length}; {saves}")
+    length = (
+        f"{trainer.total_training_steps} steps" if trainer.total_training_steps else f"{trainer.total_epochs} epoch(s)"
+    )
+    saves = (
+        f"checkpoints every {trainer.save_freq} steps in {trainer.default_local_dir}"
+        if trainer.save_freq and trainer.save_freq > 0
+        else "no checkpoints (trainer.save_freq)"
+    )
+    scale = (
+        f"scale: {trainer.nnodes} node(s) x {trainer.n_gpus_per_node} {trainer.get('device', 'cuda')} "
+        f"device(s); {data.train_batch_size} prompts x {n} rollouts a step, responses up to "
+        f"{data.max_response_length} tokens; {length}; {saves}"
+    )
     return [estimator, describe_reward(config), scale]
 
 
@@ -573,8 +677,9 @@ class EncoderMemory:
         return CUDA_CONTEXT_GIB + self.weights_gib + self.with_scores_gib
 
 
-def encoder_memory(model: str, dtype: str = "auto", batch_tokens: Optional[int] = None,
-                   max_seq_length: Optional[int] = None) -> Optional["EncoderMemory"]:
+def encoder_memory(
+    model: str, dtype: str = "auto", batch_tokens: Optional[int] = None, max_seq_length: Optional[int] = None
+) -> Optional["EncoderMemory"]:
     """:class:`EncoderMemory` of a credit actor on a GPU; None when the encoder's files are not on this machine
     (a hub id that is not cached), so nothing can be computed here."""
     import json
@@ -607,11 +712,17 @@ def encoder_memory(model: str, dtype: str = "auto", batch_tokens: Optional[int] 
         return None
     width = 4 if dtype == "float32" else 2  # auto: float16 on a GPU
     tokens = batch_tokens or BATCH_TOKENS_GPU
-    gib = 1024 ** 3
+    gib = 1024**3
     feed_forward = width * tokens * (hidden + 2 * inner) + 4 * tokens * hidden
     scores = width * tokens * heads * max_seq_length * 2
-    return EncoderMemory(parameters, parameters * width / gib, feed_forward / gib, (feed_forward + scores) / gib,
-                         tokens, "float16" if dtype == "auto" else dtype)
+    return EncoderMemory(
+        parameters,
+        parameters * width / gib,
+        feed_forward / gib,
+        (feed_forward + scores) / gib,
+        tokens,
+        "float16" if dtype == "auto" else dtype,
+    )
 
 
 def _parameters(folder: Path) -> Optional[int]:
@@ -630,8 +741,7 @@ def _parameters(folder: Path) -> Optional[int]:
     return total
 
 
-def memory_lines(settings: Any, config: DictConfig, gpu_gib: Optional[float] = None,
-                 gpu_name: str = "") -> list[str]:
+def memory_lines(settings: Any, config: DictConfig, gpu_gib: Optional[float] = None, gpu_name: str = "") -> list[str]:
     """The credit actor's GPU memory, computed; and a warning when vLLM's share plus it leaves too little of the
     GPU (``gpu_gib``: the GPU's size, None when this machine has none to read it from)."""
     encoder = settings.encoder
@@ -640,10 +750,12 @@ def memory_lines(settings: Any, config: DictConfig, gpu_gib: Optional[float] = N
     memory = encoder_memory(encoder.model, encoder.dtype, encoder.batch_tokens, encoder.max_seq_length)
     if memory is None:
         return [f"credit actor memory: not computed here (the encoder {encoder.model} is not on this machine)"]
-    line = (f"credit actor memory, on each GPU with a shard: at most {memory.total_gib:.2f} GiB = weights "
-            f"{memory.weights_gib:.2f} ({memory.parameters / 1e6:.1f}M parameters, {memory.dtype}) + one forward "
-            f"pass of batch_tokens {memory.batch_tokens} {memory.activations_gib:.2f} (with SDPA's math kernel "
-            f"{memory.with_scores_gib:.2f}) + its CUDA context ~{CUDA_CONTEXT_GIB}")
+    line = (
+        f"credit actor memory, on each GPU with a shard: at most {memory.total_gib:.2f} GiB = weights "
+        f"{memory.weights_gib:.2f} ({memory.parameters / 1e6:.1f}M parameters, {memory.dtype}) + one forward "
+        f"pass of batch_tokens {memory.batch_tokens} {memory.activations_gib:.2f} (with SDPA's math kernel "
+        f"{memory.with_scores_gib:.2f}) + its CUDA context ~{CUDA_CONTEXT_GIB}"
+    )
     if gpu_gib is None:
         return [line + "; this machine has no GPU to compare it with"]
     share = memory.total_gib / gpu_gib
@@ -651,9 +763,11 @@ def memory_lines(settings: Any, config: DictConfig, gpu_gib: Optional[float] = N
     line += f"; {100 * share:.1f} % of this {gpu_name or 'GPU'} ({gpu_gib:.0f} GiB) beside vLLM's {vllm:g}"
     lines = [line]
     if vllm + share > GPU_SHARE_LIMIT:
-        lines.append(f"warning: vLLM's gpu_memory_utilization {vllm:g} plus the credit actor's {100 * share:.1f} % "
-                     f"leave {100 * (1 - vllm - share):.0f} % of the GPU for the FSDP actor and the CUDA contexts: "
-                     "lower actor_rollout_ref.rollout.gpu_memory_utilization or algorithm.gcpo.encoder.batch_tokens")
+        lines.append(
+            f"warning: vLLM's gpu_memory_utilization {vllm:g} plus the credit actor's {100 * share:.1f} % "
+            f"leave {100 * (1 - vllm - share):.0f} % of the GPU for the FSDP actor and the CUDA contexts: "
+            "lower actor_rollout_ref.rollout.gpu_memory_utilization or algorithm.gcpo.encoder.batch_tokens"
+        )
     return lines
 
 
@@ -665,7 +779,7 @@ def local_gpu() -> tuple[Optional[float], str]:
         if not torch.cuda.is_available():
             return None, ""
         properties = torch.cuda.get_device_properties(0)
-        return properties.total_memory / 1024 ** 3, properties.name
+        return properties.total_memory / 1024**3, properties.name
     except Exception:
         return None, ""
 
@@ -695,9 +809,14 @@ class RecipeSettings:
     @classmethod
     def parse(cls, config: DictConfig) -> "RecipeSettings":
         """Parse every recipe block (a typo fails even in a block the run does not use)."""
-        return cls(gcpo=gcpo_settings(config), diver=diver_settings(config), div_r1=div_r1_settings(config),
-                   copo=copo_loss_settings(config), group_contrastive=group_contrastive_settings(config),
-                   mc_grpo=MCGRPOSettings.from_algorithm_config(config.algorithm))
+        return cls(
+            gcpo=gcpo_settings(config),
+            diver=diver_settings(config),
+            div_r1=div_r1_settings(config),
+            copo=copo_loss_settings(config),
+            group_contrastive=group_contrastive_settings(config),
+            mc_grpo=MCGRPOSettings.from_algorithm_config(config.algorithm),
+        )
 
 
 def check_recipe(config: DictConfig) -> RecipeSettings:
@@ -729,8 +848,10 @@ def validate(config: DictConfig) -> RecipeSettings:
         ValueError: the first check that fails, in one line naming the key.
     """
     if not config.trainer.get("use_v1", True):
-        raise ValueError("trainer.use_v1=false selects verl's legacy trainer, which this entry point does not run: "
-                         "use verl's own `python -m verl.trainer.main_ppo` for it")
+        raise ValueError(
+            "trainer.use_v1=false selects verl's legacy trainer, which this entry point does not run: "
+            "use verl's own `python -m verl.trainer.main_ppo` for it"
+        )
     settings = check_recipe(config)
     check_reward_kwargs(config)
     check_reward_function(config)
@@ -774,12 +895,15 @@ def check_rollout_groups(config: DictConfig, estimator: str) -> None:
     """
     n = config.actor_rollout_ref.rollout.n
     if n < 2:
-        raise ValueError(f"{estimator} credits rollouts within a group: actor_rollout_ref.rollout.n must be >= 2, "
-                         f"got {n}")
+        raise ValueError(
+            f"{estimator} credits rollouts within a group: actor_rollout_ref.rollout.n must be >= 2, got {n}"
+        )
     if OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable"):
-        raise ValueError(f"algorithm.adv_estimator={estimator} credits one output per rollout; multi-turn agent loops "
-                         "(actor_rollout_ref.rollout.multi_turn.enable=true) put several outputs under one rollout and "
-                         "are not supported")
+        raise ValueError(
+            f"algorithm.adv_estimator={estimator} credits one output per rollout; multi-turn agent loops "
+            "(actor_rollout_ref.rollout.multi_turn.enable=true) put several outputs under one rollout and "
+            "are not supported"
+        )
 
 
 def check_gcpo(config: DictConfig, settings: GCPOSettings) -> None:
@@ -793,11 +917,15 @@ def check_gcpo(config: DictConfig, settings: GCPOSettings) -> None:
     n = config.actor_rollout_ref.rollout.n
     check_rollout_groups(config, estimator)
     if settings.credit.method == "exact" and n > EXACT_LIMIT:
-        raise ValueError(f"algorithm.gcpo.credit.method=exact enumerates 2^n coalitions: with rollout.n={n} > "
-                         f"{EXACT_LIMIT} use method=auto or mc")
+        raise ValueError(
+            f"algorithm.gcpo.credit.method=exact enumerates 2^n coalitions: with rollout.n={n} > "
+            f"{EXACT_LIMIT} use method=auto or mc"
+        )
     if n > settings.credit.max_group_size:
-        raise ValueError(f"actor_rollout_ref.rollout.n={n} exceeds algorithm.gcpo.credit.max_group_size="
-                         f"{settings.credit.max_group_size}")
+        raise ValueError(
+            f"actor_rollout_ref.rollout.n={n} exceeds algorithm.gcpo.credit.max_group_size="
+            f"{settings.credit.max_group_size}"
+        )
     filter_groups = config.algorithm.get("filter_groups") or {}
     metric = filter_groups.get("metric")
     if filter_groups.get("enable", False) and metric != GCPO_FILTER_METRIC and not settings.filter_all_correct:
@@ -817,8 +945,10 @@ def check_actor_loss(config: DictConfig, selected: str, what: str) -> None:
         ValueError: ``distillation.enabled=true``.
     """
     if OmegaConf.select(config, "distillation.enabled"):
-        raise ValueError(f"{selected} gives the actor {what}; with distillation.enabled=true the actor runs the "
-                         "distillation loss instead: use one or the other")
+        raise ValueError(
+            f"{selected} gives the actor {what}; with distillation.enabled=true the actor runs the "
+            "distillation loss instead: use one or the other"
+        )
 
 
 def check_div_r1(config: DictConfig, settings: DivR1Settings) -> None:
@@ -831,8 +961,10 @@ def check_div_r1(config: DictConfig, settings: DivR1Settings) -> None:
     check_actor_loss(config, "algorithm.div_r1.enable=true", "the Div-R1 loss")
     actor = config.actor_rollout_ref.actor
     if settings.entropy == "exact" and not (actor.get("calculate_entropy", False) or actor.get("entropy_coeff", 0)):
-        raise ValueError("algorithm.div_r1.entropy=exact uses the entropies verl's actor computes only when asked: set "
-                         "actor_rollout_ref.actor.calculate_entropy=true (or use entropy=sampled, the paper's estimate)")
+        raise ValueError(
+            "algorithm.div_r1.entropy=exact uses the entropies verl's actor computes only when asked: set "
+            "actor_rollout_ref.actor.calculate_entropy=true (or use entropy=sampled, the paper's estimate)"
+        )
 
 
 def check_copo(config: DictConfig) -> None:
@@ -845,11 +977,15 @@ def check_copo(config: DictConfig) -> None:
     check_actor_loss(config, "algorithm.copo.blend=loss", "COPO's blended loss")
     loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
     if loss_mode != "vanilla":
-        raise ValueError(f"algorithm.copo.blend=loss blends two PPO-clip losses (verl's 'vanilla' policy loss); "
-                         f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} is not supported with it")
+        raise ValueError(
+            f"algorithm.copo.blend=loss blends two PPO-clip losses (verl's 'vanilla' policy loss); "
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} is not supported with it"
+        )
     if OmegaConf.select(config, "algorithm.div_r1.enable"):
-        raise ValueError("algorithm.copo.blend=loss and algorithm.div_r1.enable=true each replace the actor's loss: "
-                         "use one or the other")
+        raise ValueError(
+            "algorithm.copo.blend=loss and algorithm.div_r1.enable=true each replace the actor's loss: "
+            "use one or the other"
+        )
 
 
 def check_group_contrastive(config: DictConfig, settings: GroupContrastiveSettings) -> None:
@@ -861,13 +997,17 @@ def check_group_contrastive(config: DictConfig, settings: GroupContrastiveSettin
     """
     correction = config.algorithm.get("rollout_correction") or {}
     if correction.get("rollout_is") or correction.get("rollout_rs") or correction.get("bypass_mode"):
-        raise ValueError("algorithm.group_contrastive injects reference solutions that were never sampled, so they "
-                         "have no rollout log-probs: set algorithm.rollout_correction.rollout_is=null, rollout_rs=null "
-                         "and bypass_mode=false (bypass mode would use them as the old log-probs)")
+        raise ValueError(
+            "algorithm.group_contrastive injects reference solutions that were never sampled, so they "
+            "have no rollout log-probs: set algorithm.rollout_correction.rollout_is=null, rollout_rs=null "
+            "and bypass_mode=false (bypass mode would use them as the old log-probs)"
+        )
     train_files = OmegaConf.select(config, "data.train_files")
     for path in [train_files] if isinstance(train_files, str) else list(train_files or []):
         path = os.path.expanduser(str(path))
         if path.endswith(".parquet") and os.path.isfile(path) and solution_coverage(path, settings.solution_key) == 0:
-            raise ValueError(f"algorithm.group_contrastive needs reference solutions, but {path} has no "
-                             f"extra_info.{settings.solution_key} (DAPO-Math-17K has none; prepare a set that does, "
-                             "e.g. `scripts/prepare_data.py --datasets math`)")
+            raise ValueError(
+                f"algorithm.group_contrastive needs reference solutions, but {path} has no "
+                f"extra_info.{settings.solution_key} (DAPO-Math-17K has none; prepare a set that does, "
+                "e.g. `scripts/prepare_data.py --datasets math`)"
+            )

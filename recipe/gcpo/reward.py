@@ -46,8 +46,10 @@ def compute_score(
     builds its reward_extra_info arrays from the first response's keys)."""
     unknown = sorted(set(kwargs) - VERL_EXTRA_KWARGS)
     if unknown:  # a misspelt reward.custom_reward_function.reward_kwargs key would otherwise do nothing
-        raise TypeError(f"compute_score got unknown keyword arguments {unknown}; it takes correct_score, "
-                        "wrong_score and timeout_s (reward.custom_reward_function.reward_kwargs)")
+        raise TypeError(
+            f"compute_score got unknown keyword arguments {unknown}; it takes correct_score, "
+            "wrong_score and timeout_s (reward.custom_reward_function.reward_kwargs)"
+        )
     verdict = score_answer(solution_str or "", str(ground_truth), timeout_s=timeout_s)
     correct = verdict.correct
     return {

@@ -54,9 +54,7 @@ class Build:
         return next((s for s in self.steps if s.returncode != 0), None)
 
     def versions(self) -> dict[str, str]:
-        return {
-            canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=[str(self.site)])
-        }
+        return {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=[str(self.site)])}
 
 
 def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
@@ -80,8 +78,10 @@ def write_stub_wheel(directory: Path, name: str, version: str, requires=(), extr
     path = directory / f"{dist}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as wheel:
         wheel.writestr(f"{info}/METADATA", "\n".join(fields) + "\n")
-        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: gcpo-verl tests\nRoot-Is-Purelib: true\n"
-                                        "Tag: py3-none-any\n")
+        wheel.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: gcpo-verl tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         wheel.writestr(f"{info}/RECORD", f"{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n")
     return path
 
@@ -223,8 +223,14 @@ def run_install_steps(dockerfile_text: str, tmp: Path, check_image) -> Build:
     venv = tmp / "base"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python3"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     tools = tmp / "tools"
     tools.mkdir()
     import packaging
@@ -236,13 +242,23 @@ def run_install_steps(dockerfile_text: str, tmp: Path, check_image) -> Build:
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(env_vars)
-    env.update(PATH=f"{venv / 'bin'}:{os.environ['PATH']}", PIP_NO_INDEX="1", PIP_FIND_LINKS=str(index),
-               PIP_CONFIG_FILE=os.devnull, XDG_CONFIG_DIRS=str(empty), PIP_CONSTRAINT="", PIP_NO_INPUT="1",
-               PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_PROGRESS_BAR="off", PYTHONNOUSERSITE="1")
+    env.update(
+        PATH=f"{venv / 'bin'}:{os.environ['PATH']}",
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(index),
+        PIP_CONFIG_FILE=os.devnull,
+        XDG_CONFIG_DIRS=str(empty),
+        PIP_CONSTRAINT="",
+        PIP_NO_INPUT="1",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PIP_PROGRESS_BAR="off",
+        PYTHONNOUSERSITE="1",
+    )
 
     def run(command: str) -> Step:
-        proc = subprocess.run(["bash", "-c", command], cwd=workdir, env=env, capture_output=True, text=True,
-                              timeout=600)
+        proc = subprocess.run(
+            ["bash", "-c", command], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
+        )
         return Step(command, proc.returncode, proc.stdout + proc.stderr)
 
     setup = run(f"python3 -m pip install --no-deps {' '.join(shlex.quote(b) for b in base)}")

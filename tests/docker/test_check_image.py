@@ -52,18 +52,23 @@ def snapshot_of_base(tmp_path, check_image):
 def test_the_repository_model_names_the_stack_and_what_the_install_could_break(check_image):
     model = check_image.read_model(ROOT / "docker" / "base-image.txt")
     assert {n: e.version for n, e in model.stack.items() if n in ("torch", "vllm")} == {
-        "torch": "2.11.0", "vllm": "0.24.0"}
+        "torch": "2.11.0",
+        "vllm": "0.24.0",
+    }
     assert "transformers>=5.5.3" in model.stack["vllm"].requires
     assert model.installed["numba"].requires == ["numpy<2.5,>=1.22"]
     assert model.installed["transformers"].version == "5.3.0" and model.installed["datasets"].version is None
 
 
-@pytest.mark.parametrize("text, message", [
-    ("torch==2.11.0\n", "before any [section]"),
-    ("[stack]\n  requires numpy\n", "under a package"),
-    ("[stack]\ntorch>=2.11\n", "expected 'name==version' or 'name'"),
-    ("[gpu]\n", "unknown section"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("torch==2.11.0\n", "before any [section]"),
+        ("[stack]\n  requires numpy\n", "under a package"),
+        ("[stack]\ntorch>=2.11\n", "expected 'name==version' or 'name'"),
+        ("[gpu]\n", "unknown section"),
+    ],
+)
 def test_a_malformed_model_is_refused_with_its_line(tmp_path, check_image, text, message):
     path = tmp_path / "model.txt"
     path.write_text(text)
@@ -90,8 +95,12 @@ def test_verify_passes_an_install_that_meets_every_requirement(snapshot_of_base,
     site = make_site(snapshot_of_base / "site", AFTER)
     problems, changes = check_image.verify(["verl[verl-core]==0.9.1"], snapshot_of_base, site)
     assert problems == []
-    assert changes == ["numpy 1.26.4 -> 2.4.6", "tensordict (new) -> 0.10.0", "transformers 5.3.0 -> 5.9.0",
-                       "verl (new) -> 0.9.1"]
+    assert changes == [
+        "numpy 1.26.4 -> 2.4.6",
+        "tensordict (new) -> 0.10.0",
+        "transformers 5.3.0 -> 5.9.0",
+        "verl (new) -> 0.9.1",
+    ]
     # torch's NCCL pin was broken in the base already (on purpose): not this image's doing
 
 
@@ -105,8 +114,9 @@ def test_verify_names_a_missing_requirement_of_a_requested_extra(snapshot_of_bas
 def test_verify_names_what_the_install_broke_in_the_base(snapshot_of_base, check_image):
     site = make_site(snapshot_of_base / "site", {**AFTER, "numpy": ("2.5.1", [])})  # numba takes <2.5
     problems, _ = check_image.verify(["verl"], snapshot_of_base, site)
-    assert problems == ["numba 0.65.0 requires numpy<2.5,>=1.22: held in the base image (1.26.4), broken by "
-                        "this image (2.5.1)"]
+    assert problems == [
+        "numba 0.65.0 requires numpy<2.5,>=1.22: held in the base image (1.26.4), broken by this image (2.5.1)"
+    ]
 
 
 def test_verify_names_an_unmet_requirement_of_a_changed_package(snapshot_of_base, check_image):

@@ -49,7 +49,7 @@ def test_the_image_carries_verls_pins_over_an_untouched_gpu_stack(build):
 
 def test_the_frozen_transformers_install_step_is_resolution_impossible(tmp_path, check_image):
     failed = run_install_steps(FROZEN_TRANSFORMERS, tmp_path, check_image).failed
-    assert failed is not None and 'verl[verl-core]' in failed.command
+    assert failed is not None and "verl[verl-core]" in failed.command
     assert "ResolutionImpossible" in failed.output and "transformers" in failed.output
 
 
@@ -69,4 +69,3 @@ def test_the_base_image_is_the_tag_verl_builds_for_vllm_024():
     assert re.search(r"^ARG BASE_IMAGE=verlai/verl:vllm024\.dev2$", DOCKERFILE, re.M)
     model = (ROOT / "docker" / "base-image.txt").read_text()
     assert "verlai/verl:vllm024.dev2" in model and re.search(r"^vllm==0\.24\.0", model, re.M)
-

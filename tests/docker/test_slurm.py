@@ -90,26 +90,42 @@ def cluster(tmp_path):
         path.write_text("#!/usr/bin/env bash\n" + body + "\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
     launcher = tmp_path / "launcher.sh"
-    launcher.write_text('echo "launcher node=$STUB_NODE RAY_ADDRESS=$RAY_ADDRESS NNODES=$NNODES '
-                        'GPUS_PER_NODE=$GPUS_PER_NODE NCCL=${NCCL_SOCKET_IFNAME:-} args=$*" >> "$STUB_LOG"\n'
-                        'echo "launcher tmp=${RAY_TMPDIR:-}" >> "$STUB_LOG"\n'
-                        'echo "launcher auth=${RAY_AUTH_MODE:-unset} token=${RAY_AUTH_TOKEN:-} '
-                        'rocr=${ROCR_VISIBLE_DEVICES:-unset}" >> "$STUB_LOG"\n'
-                        'trap \'kill "$sleeper"; exit 143\' TERM\n'
-                        'sleep "${STUB_LAUNCHER_SECONDS:-0}" & sleeper=$!; wait "$sleeper"\n'
-                        'exit "${STUB_LAUNCHER_EXIT:-0}"\n')
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", STUB_LOG=str(tmp_path / "log"),
-               STUB_JOINED=str(tmp_path / "joined"), STUB_NODES="gpu-a gpu-b gpu-c", SLURM_JOB_NODELIST="gpu-[a-c]",
-               SLURM_CPUS_PER_TASK="48", SLURM_GPUS_PER_NODE="h100:4", RAY_POLL_INTERVAL="0.2",
-               RAY_TMPDIR=str(tmp_path / "ray-tmp"), HOME=str(tmp_path / "home"))
+    launcher.write_text(
+        'echo "launcher node=$STUB_NODE RAY_ADDRESS=$RAY_ADDRESS NNODES=$NNODES '
+        'GPUS_PER_NODE=$GPUS_PER_NODE NCCL=${NCCL_SOCKET_IFNAME:-} args=$*" >> "$STUB_LOG"\n'
+        'echo "launcher tmp=${RAY_TMPDIR:-}" >> "$STUB_LOG"\n'
+        'echo "launcher auth=${RAY_AUTH_MODE:-unset} token=${RAY_AUTH_TOKEN:-} '
+        'rocr=${ROCR_VISIBLE_DEVICES:-unset}" >> "$STUB_LOG"\n'
+        "trap 'kill \"$sleeper\"; exit 143' TERM\n"
+        'sleep "${STUB_LAUNCHER_SECONDS:-0}" & sleeper=$!; wait "$sleeper"\n'
+        'exit "${STUB_LAUNCHER_EXIT:-0}"\n'
+    )
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        STUB_LOG=str(tmp_path / "log"),
+        STUB_JOINED=str(tmp_path / "joined"),
+        STUB_NODES="gpu-a gpu-b gpu-c",
+        SLURM_JOB_NODELIST="gpu-[a-c]",
+        SLURM_CPUS_PER_TASK="48",
+        SLURM_GPUS_PER_NODE="h100:4",
+        RAY_POLL_INTERVAL="0.2",
+        RAY_TMPDIR=str(tmp_path / "ray-tmp"),
+        HOME=str(tmp_path / "home"),
+    )
     for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
         env.pop(key, None)
 
     def run(*args, **extra):
         for state in tmp_path.glob("joined*"):  # the stand-in cluster's state from an earlier job of the test
             state.unlink()
-        proc = subprocess.run(["bash", str(SBATCH), str(launcher), *args], capture_output=True, text=True,
-                              env={**env, **extra}, timeout=120)
+        proc = subprocess.run(
+            ["bash", str(SBATCH), str(launcher), *args],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            timeout=120,
+        )
         log = (tmp_path / "log").read_text().splitlines() if (tmp_path / "log").exists() else []
         return proc, log
 
@@ -129,19 +145,27 @@ def test_head_then_workers_then_the_launcher_on_the_head(cluster, tmp_path):
     for worker, ip in zip(sorted(workers, key=lambda w: w.split("node=")[1]), ("10.0.0.2", "10.0.0.3")):
         assert "--address=10.0.0.1:6379" in worker and f"--node-ip-address={ip}" in worker
     launched = [line for line in log if line.startswith("launcher node=")]
-    assert launched == ["launcher node=gpu-a RAY_ADDRESS=10.0.0.1:6379 NNODES=3 GPUS_PER_NODE=4 NCCL= "
-                        "args=trainer.total_training_steps=10"]
+    assert launched == [
+        "launcher node=gpu-a RAY_ADDRESS=10.0.0.1:6379 NNODES=3 GPUS_PER_NODE=4 NCCL= "
+        "args=trainer.total_training_steps=10"
+    ]
     assert log.index(launched[0]) > max(log.index(s) for s in starts)
     # cleaned up on every node: each node's Ray asked to stop (SIGTERM to its `ray start --block`), which exits 1,
     # yet the job ends 0 with nothing that reads as a failure, and Ray's folder is gone
     assert sorted(line for line in log if line.startswith("ray stopped")) == [
-        f"ray stopped node=gpu-{n}" for n in "abc"]
+        f"ray stopped node=gpu-{n}" for n in "abc"
+    ]
     assert not any(line.startswith("ray stop ") for line in log)  # never `ray stop`: it stops every Ray it sees
     assert "error" not in proc.stderr.lower() and "left the job" not in proc.stderr
     assert not (tmp_path / "ray-tmp").exists()
-    assert any(re.match(r"apptainer exec --nv --bind \S+ gcpo-verl.sif env -u ROCR_VISIBLE_DEVICES "
-                        r"-u GPU_DEVICE_ORDINAL RAY_TMPDIR=\S+ RAY_AUTH_MODE=token bash -c .*ray start", line)
-               for line in log)
+    assert any(
+        re.match(
+            r"apptainer exec --nv --bind \S+ gcpo-verl.sif env -u ROCR_VISIBLE_DEVICES "
+            r"-u GPU_DEVICE_ORDINAL RAY_TMPDIR=\S+ RAY_AUTH_MODE=token bash -c .*ray start",
+            line,
+        )
+        for line in log
+    )
 
 
 def test_multi_nic_hosts_bind_ray_nccl_and_gloo_to_the_given_interface(cluster):
@@ -156,8 +180,11 @@ def test_multi_nic_hosts_bind_ray_nccl_and_gloo_to_the_given_interface(cluster):
 def test_pyxis_runs_through_srun_container_flags(cluster):
     proc, log = cluster(CONTAINER_RUNTIME="pyxis", CONTAINER_IMAGE="nvcr.io#me/gcpo:1", CONTAINER_MOUNTS="/data:/data")
     assert proc.returncode == 0, proc.stderr
-    assert any("--container-image=nvcr.io#me/gcpo:1" in line and "--container-mounts=/data:/data" in line
-               for line in log if line.startswith("srun"))
+    assert any(
+        "--container-image=nvcr.io#me/gcpo:1" in line and "--container-mounts=/data:/data" in line
+        for line in log
+        if line.startswith("srun")
+    )
     assert not any(line.startswith("apptainer") for line in log)
 
 
@@ -214,8 +241,9 @@ def test_under_pyxis_every_container_shares_the_nodes_ray_directory(cluster, tmp
     assert proc.returncode == 0, proc.stderr
     ray_tmp = tmp_path / "ray-tmp"
     in_containers = [line for line in log if line.startswith("srun") and "--container-image" in line]
-    assert in_containers and all(f"--container-mounts=/data:/data,{ray_tmp}:{ray_tmp} " in line
-                                 for line in in_containers)
+    assert in_containers and all(
+        f"--container-mounts=/data:/data,{ray_tmp}:{ray_tmp} " in line for line in in_containers
+    )
     made = [i for i, line in enumerate(log) if line.startswith("srun") and f"mkdir -p {ray_tmp}" in line]
     first_container = next(i for i, line in enumerate(log) if "--container-image" in line)
     assert len(made) == 3 and max(made) < first_container  # made on every host before a container binds it
@@ -237,11 +265,13 @@ def test_apptainer_binds_the_mounts_and_rays_directory(cluster, tmp_path):
     proc, log = cluster(CONTAINER_MOUNTS="/data:/data")
     assert proc.returncode == 0, proc.stderr
     in_containers = [line for line in log if line.startswith("apptainer")]
-    assert in_containers and all(f"--bind /data:/data,{tmp_path / 'ray-tmp'} gcpo-verl.sif" in line
-                                 for line in in_containers)
+    assert in_containers and all(
+        f"--bind /data:/data,{tmp_path / 'ray-tmp'} gcpo-verl.sif" in line for line in in_containers
+    )
 
 
 # --- Ray's token authentication ------------------------------------------------------------------------------
+
 
 def _stale_token(tmp_path):
     """~/.ray/auth_token, as any earlier local `ray.init()` leaves it."""
@@ -271,8 +301,14 @@ def test_without_the_pinned_mode_the_stub_reproduces_the_hang(cluster, tmp_path)
     """The stand-in behaves as Ray 2.60 did: with the mode unpinned, joining fails on the stale token."""
     _stale_token(tmp_path)
     stub = tmp_path / "bin" / "ray"
-    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", HOME=str(tmp_path / "home"),
-               STUB_LOG=str(tmp_path / "log"), STUB_JOINED=str(tmp_path / "joined"), STUB_NODE="gpu-a")
+    env = dict(
+        os.environ,
+        PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+        HOME=str(tmp_path / "home"),
+        STUB_LOG=str(tmp_path / "log"),
+        STUB_JOINED=str(tmp_path / "joined"),
+        STUB_NODE="gpu-a",
+    )
     env.pop("RAY_AUTH_MODE", None)
     (tmp_path / "joined.token").write_text("f" * 64)  # the head turned token auth on by itself, from the file
     status = subprocess.run([str(stub), "status"], env=env, capture_output=True, text=True, timeout=10)
@@ -304,6 +340,7 @@ def test_auth_disabled_runs_every_process_without_a_token(cluster, tmp_path):
 
 # --- device variables -----------------------------------------------------------------------------------------
 
+
 def test_slurms_rocr_and_ordinal_variables_never_reach_ray_or_the_driver(cluster):
     """Slurm's gpu gres sets CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL in every step;
     verl's workers die on ROCR_VISIBLE_DEVICES beside CUDA_VISIBLE_DEVICES. Ray sets CUDA_VISIBLE_DEVICES itself."""
@@ -317,15 +354,23 @@ def test_slurms_rocr_and_ordinal_variables_never_reach_ray_or_the_driver(cluster
 
 # --- a node lost during the run -------------------------------------------------------------------------------
 
+
 def test_a_node_whose_ray_ends_mid_run_is_named_and_the_job_ends_in_bounded_time(cluster):
     start = time.monotonic()
-    proc, log = cluster(STUB_DIES="gpu-b", STUB_DIES_AFTER="1", STUB_LAUNCHER_SECONDS="60",
-                        RAY_NODE_LOSS_GRACE="2", RAY_POLL_INTERVAL="0.5")
+    proc, log = cluster(
+        STUB_DIES="gpu-b",
+        STUB_DIES_AFTER="1",
+        STUB_LAUNCHER_SECONDS="60",
+        RAY_NODE_LOSS_GRACE="2",
+        RAY_POLL_INTERVAL="0.5",
+    )
     took = time.monotonic() - start
     assert proc.returncode == 1 and took < 30  # not the driver's 60 s
     named = [line for line in proc.stderr.splitlines() if "left the job" in line]
-    assert named == ["node gpu-b left the job: its Ray ended (exit 1) during the run; the run stops here (resubmit "
-                     "the job to resume from its last checkpoint)"]
+    assert named == [
+        "node gpu-b left the job: its Ray ended (exit 1) during the run; the run stops here (resubmit "
+        "the job to resume from its last checkpoint)"
+    ]
     assert "the driver did not stop within RAY_NODE_LOSS_GRACE=2 s of the node loss: stopping it" in proc.stderr
     assert not any("-w gpu-b" in line and "touch" in line for line in log)  # a lost node is not waited for
 
@@ -336,8 +381,10 @@ def test_a_node_ray_has_as_dead_is_named_when_the_driver_fails(cluster):
     proc, log = cluster(STUB_DEAD_IP="10.0.0.3", STUB_LAUNCHER_EXIT="1")
     assert proc.returncode == 1
     named = [line for line in proc.stderr.splitlines() if "left the job" in line]
-    assert named == ["node gpu-c left the job: Ray has its node (10.0.0.3) as dead; the run stops here (resubmit "
-                     "the job to resume from its last checkpoint)"]
+    assert named == [
+        "node gpu-c left the job: Ray has its node (10.0.0.3) as dead; the run stops here (resubmit "
+        "the job to resume from its last checkpoint)"
+    ]
 
 
 def test_a_failing_driver_without_a_lost_node_keeps_its_status(cluster):
@@ -346,8 +393,13 @@ def test_a_failing_driver_without_a_lost_node_keeps_its_status(cluster):
 
 
 def test_ray_is_asked_for_dead_nodes_while_the_driver_runs(cluster):
-    proc, log = cluster(STUB_DEAD_IP="10.0.0.2", STUB_LAUNCHER_SECONDS="60", RAY_HEALTH_INTERVAL="1",
-                        RAY_NODE_LOSS_GRACE="1", RAY_POLL_INTERVAL="0.5")
+    proc, log = cluster(
+        STUB_DEAD_IP="10.0.0.2",
+        STUB_LAUNCHER_SECONDS="60",
+        RAY_HEALTH_INTERVAL="1",
+        RAY_NODE_LOSS_GRACE="1",
+        RAY_POLL_INTERVAL="0.5",
+    )
     assert proc.returncode == 1
     assert "node gpu-b left the job: Ray has its node (10.0.0.2) as dead" in proc.stderr
     assert sum(line.startswith("ray list nodes") for line in log) >= 1

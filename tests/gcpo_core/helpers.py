@@ -63,4 +63,3 @@ def real_like_embeddings(rng: np.random.Generator, groups: int, size: int, dim: 
         emb[-1] = centre + rng.normal(size=dim) * 0.1
         out.append(emb / np.linalg.norm(emb, axis=-1, keepdims=True))
     return np.stack(out)
-

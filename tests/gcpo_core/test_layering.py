@@ -55,8 +55,9 @@ def test_a_package_imports_nothing_from_a_package_above_it(layer):
 
 def test_the_rule_catches_an_upward_import(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from gcpo_core.evaluation.dump import write_credit_dump\n"
-                      "from gcpo_core import cli\n")
+    module.write_text(
+        "def f():\n    from gcpo_core.evaluation.dump import write_credit_dump\nfrom gcpo_core import cli\n"
+    )
     assert sorted(str(_package(m)) for _, m in _imports(module)) == ["None", "cli", "evaluation"]
 
 
@@ -95,16 +96,18 @@ def _recipe_unit(module: str) -> str | None:
 def _recipe_imports(path: Path) -> list[tuple[int, str, bool]]:
     """(line, module, inside a function) of every import of a recipe module in ``path``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    late = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-            for n in ast.walk(f)}
+    late = {
+        id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)
+    }
     found = []
     for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + ([f"{node.module}.{a.name}" for a in node.names] if node.module == "recipe.gcpo"
-                                     else [])
+            names = [node.module] + (
+                [f"{node.module}.{a.name}" for a in node.names] if node.module == "recipe.gcpo" else []
+            )
         found += [(node.lineno, name, id(node) in late) for name in names if _recipe_unit(name)]
     return found
 
@@ -149,20 +152,31 @@ def test_a_recipe_module_imports_nothing_from_a_layer_above_it():
 
 
 def test_the_recipe_imports_no_tool():
-    tools = [f"{path.relative_to(RECIPE)}:{line} imports {module}" for _, path in _recipe_files()
-             for line, module in _imports(path) if module.split(".")[0] in TOOL_PACKAGES]
+    tools = [
+        f"{path.relative_to(RECIPE)}:{line} imports {module}"
+        for _, path in _recipe_files()
+        for line, module in _imports(path)
+        if module.split(".")[0] in TOOL_PACKAGES
+    ]
     assert not tools, tools
 
 
 def test_the_config_layer_imports_neither_ray_nor_verl():
-    found = [f"{path.relative_to(RECIPE)}:{line} imports {module}"
-             for unit, path in _recipe_files() if _layer_of(unit) == 0
-             for line, module in _imports(path) if module.split(".")[0] in ("ray", "verl")]
+    found = [
+        f"{path.relative_to(RECIPE)}:{line} imports {module}"
+        for unit, path in _recipe_files()
+        if _layer_of(unit) == 0
+        for line, module in _imports(path)
+        if module.split(".")[0] in ("ray", "verl")
+    ]
     assert not found, found
 
 
 def test_no_recipe_module_imports_another_inside_a_function_but_for_a_stated_reason():
-    late = [f"{path.relative_to(RECIPE)}:{line} imports {module}"
-            for unit, path in _recipe_files() for line, module, inside in _recipe_imports(path)
-            if inside and (unit, module) not in LATE_IMPORTS]
+    late = [
+        f"{path.relative_to(RECIPE)}:{line} imports {module}"
+        for unit, path in _recipe_files()
+        for line, module, inside in _recipe_imports(path)
+        if inside and (unit, module) not in LATE_IMPORTS
+    ]
     assert not late, late

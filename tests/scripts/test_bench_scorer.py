@@ -9,9 +9,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_scorer_benchmark_runs_and_checks_bounded_equals_in_process(shared_data):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_scorer.py"), "--data-dir", str(shared_data), "--answers", "24",
-         "--repeats", "1", "--round-trips", "20", "--workers", "1"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_scorer.py"),
+            "--data-dir",
+            str(shared_data),
+            "--answers",
+            "24",
+            "--repeats",
+            "1",
+            "--round-trips",
+            "20",
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout

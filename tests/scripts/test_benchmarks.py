@@ -12,9 +12,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_encoder_benchmark_runs():
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_encoder.py"), "--lengths", "64", "--texts-per-length", "4",
-         "--prompts", "4", "--group-size", "4", "--repeats", "1", "--skip-baseline"],
-        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_encoder.py"),
+            "--lengths",
+            "64",
+            "--texts-per-length",
+            "4",
+            "--prompts",
+            "4",
+            "--group-size",
+            "4",
+            "--repeats",
+            "1",
+            "--skip-baseline",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
@@ -32,14 +48,30 @@ def test_the_credit_benchmarks_coverage_and_memory_sections_run():
     out = _run(ROOT / "scripts" / "bench_credit.py", "--coverage", "--coverage-groups", "2", "--coverage-seeds", "1")
     assert "PASS  coverage of +-1.96 stderr >= 93 % at every M" in out
     assert [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "%" in line] == [
-        "4", "8", "16", "64", "256"]
+        "4",
+        "8",
+        "16",
+        "64",
+        "256",
+    ]
     out = _run(ROOT / "scripts" / "bench_credit.py", "--memory", "--memory-sizes", "64", "--permutations", "8")
     assert out.splitlines()[-1].startswith("| 64 |")
 
 
 def test_the_signal_benchmark_runs_on_the_shared_rollouts(shared_data):
-    out = _run(ROOT / "scripts" / "bench_signal.py", "--data-dir", shared_data, "--groups", "3", "--dtypes", "float32",
-               "float16", "--noise-seeds", "1", "--with-reference")
+    out = _run(
+        ROOT / "scripts" / "bench_signal.py",
+        "--data-dir",
+        shared_data,
+        "--groups",
+        "3",
+        "--dtypes",
+        "float32",
+        "float16",
+        "--noise-seeds",
+        "1",
+        "--with-reference",
+    )
     assert "## model responses: default, all_correct_scale=group" in out
     assert "## model responses + reference solutions: all_correct_scale=batch (all-correct groups scaled" in out
     assert "| float16 |" in out and "| float32 + N(0, 0.001) per coordinate, seed 0 |" in out
@@ -48,9 +80,29 @@ def test_the_signal_benchmark_runs_on_the_shared_rollouts(shared_data):
 
 def test_the_length_distribution_benchmark_compares_actors_with_one_process():
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_encoder.py"), "--mode", "lengths", "--responses", "8",
-         "--group-size", "4", "--mean-pieces", "300", "--max-pieces", "600", "--shards", "1", "2", "--repeats", "1"],
-        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_encoder.py"),
+            "--mode",
+            "lengths",
+            "--responses",
+            "8",
+            "--group-size",
+            "4",
+            "--mean-pieces",
+            "300",
+            "--max-pieces",
+            "600",
+            "--shards",
+            "1",
+            "2",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ")]
@@ -60,8 +112,12 @@ def test_the_length_distribution_benchmark_compares_actors_with_one_process():
 
 @pytest.mark.parametrize("script", ["bench_signal.py", "compare_verifiers.py"])
 def test_scripts_on_the_shared_data_say_where_to_get_it(script, tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--data-dir", str(tmp_path / "absent")],
-                          capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), "--data-dir", str(tmp_path / "absent")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "GCPO_SHARED_DATA" in proc.stderr and "openai/grade-school-math" in proc.stderr

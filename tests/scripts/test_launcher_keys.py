@@ -36,22 +36,22 @@ VERL_ROOT = Path(verl.__file__).resolve().parent
 READ_ELSEWHERE = {
     "algorithm.gcpo.": "the recipe's block: parsed whole by recipe.gcpo.config.GCPOSettings, which refuses unknown keys",
     "algorithm.group_contrastive.": "the recipe's block: parsed whole by "
-                                    "recipe.gcpo.baselines.group_contrastive.group_contrastive_settings",
+    "recipe.gcpo.baselines.group_contrastive.group_contrastive_settings",
     "algorithm.diver.": "the recipe's block: parsed whole by recipe.gcpo.baselines.diver.diver_settings",
     "algorithm.div_r1.": "the recipe's block: parsed whole by recipe.gcpo.baselines.div_r1.div_r1_settings",
     "algorithm.copo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.copo.copo_settings, which refuses "
-                       "unknown keys",
+    "unknown keys",
     "algorithm.mc_grpo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.mc_grpo.MCGRPOSettings",
     "reward.reward_kwargs.": "read from the raw config by verl's DAPO reward manager; the entry point checks the names "
-                             "against what it reads (recipe.gcpo.preflight.check_reward_kwargs)",
+    "against what it reads (recipe.gcpo.preflight.check_reward_kwargs)",
     "ray_kwargs.ray_init.": "passed whole to ray.init(**ray_kwargs.ray_init) by verl's run_ppo",
 }
 # key prefix -> why the typed config above it does not decide (the name check still applies)
 NOT_FIELDS = {
     "actor_rollout_ref.ref.log_prob_": "verl's worker pops these and renames them to FSDPActorConfig fields before "
-                                       "building it (verl/workers/engine_workers.py)",
+    "building it (verl/workers/engine_workers.py)",
     "reward.custom_reward_function.": "a key of verl's ppo_trainer outside RewardConfig, read from the raw config by "
-                                      "verl.trainer.ppo.reward.get_custom_reward_fn",
+    "verl.trainer.ppo.reward.get_custom_reward_fn",
 }
 # keys whose name verl reads, but not on the path the recipe runs (verl's V1 trainer): key -> (why, the V1 module
 # that decides instead and must not read the name, the module that does read it)
@@ -59,7 +59,9 @@ DEAD_IN_V1 = {
     "actor_rollout_ref.rollout.val_kwargs.do_sample": (
         "verl's V1 agent loop samples validation with val_kwargs.temperature/top_p/top_k and never reads do_sample "
         "(only the legacy trainer does; verl's validate_config reads it for a temperature check only)",
-        "verl/trainer/ppo/v1/agent_loop_tq.py", "verl/trainer/ppo/ray_trainer.py"),
+        "verl/trainer/ppo/v1/agent_loop_tq.py",
+        "verl/trainer/ppo/ray_trainer.py",
+    ),
 }
 # key prefix -> whether the run builds the component that reads it
 COMPONENTS = {
@@ -107,7 +109,7 @@ def _typed_owner(config: DictConfig, key: str) -> tuple[type | None, list[str]]:
         target = node._get_node("_target_") if "_target_" in node else None
         if target is not None:
             module, _, name = str(target._value()).rpartition(".")
-            owner, below = getattr(importlib.import_module(module), name), parts[depth + 1:]
+            owner, below = getattr(importlib.import_module(module), name), parts[depth + 1 :]
     return owner, below
 
 
@@ -193,14 +195,25 @@ def test_the_keys_dead_in_v1_are_read_only_outside_it(key):
     assert f".{name}" in legacy.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("override, problem", [
-    ("actor_rollout_ref.actor.grad_clip=1.0", "a name verl's code never reads"),  # a field, dead in 0.9.1
-    ("actor_rollout_ref.actor.optim.clip_gradient=1.0", "not a field of verl.workers.config.optimizer.FSDPOptimizerConfig"),
-    ("actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
-     "read only when the run builds actor_rollout_ref.ref, which this run does not"),
-    ("data.no_such_setting=1", "a name verl's code never reads"),
-    ("actor_rollout_ref.rollout.val_kwargs.do_sample=true", DEAD_IN_V1["actor_rollout_ref.rollout.val_kwargs.do_sample"][0]),
-])
+@pytest.mark.parametrize(
+    "override, problem",
+    [
+        ("actor_rollout_ref.actor.grad_clip=1.0", "a name verl's code never reads"),  # a field, dead in 0.9.1
+        (
+            "actor_rollout_ref.actor.optim.clip_gradient=1.0",
+            "not a field of verl.workers.config.optimizer.FSDPOptimizerConfig",
+        ),
+        (
+            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+            "read only when the run builds actor_rollout_ref.ref, which this run does not",
+        ),
+        ("data.no_such_setting=1", "a name verl's code never reads"),
+        (
+            "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+            DEAD_IN_V1["actor_rollout_ref.rollout.val_kwargs.do_sample"][0],
+        ),
+    ],
+)
 def test_the_check_finds_keys_verl_does_not_read(override, problem):
     config = compose_gcpo(["+" + override] if "no_such" in override or "clip_gradient" in override else [override])
     assert key_problems([override], config) == {override.split("=")[0]: problem}

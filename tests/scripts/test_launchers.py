@@ -25,11 +25,19 @@ LAUNCHERS = {  # script: (estimator, model, DAPO filter on, what else it must se
     "run_qwen3_4b_mc_grpo.sh": ("mc_grpo", "Qwen/Qwen3-4B-Base", False, {"actor_rollout_ref.rollout.n": 9}),
     "run_qwen3_4b_dqo.sh": ("dqo", "Qwen/Qwen3-4B-Base", False, {"algorithm.gcpo.credit.mix_coef": 2.0}),
     "run_qwen3_4b_dra_grpo.sh": ("dra_grpo", "Qwen/Qwen3-4B-Base", False, {}),
-    "run_qwen3_4b_group_contrastive.sh": ("grpo", "Qwen/Qwen3-4B-Base", False, {
-        "algorithm.group_contrastive.enable": True, "data.train_files": "/data/gcpo/train_math.parquet"}),
+    "run_qwen3_4b_group_contrastive.sh": (
+        "grpo",
+        "Qwen/Qwen3-4B-Base",
+        False,
+        {"algorithm.group_contrastive.enable": True, "data.train_files": "/data/gcpo/train_math.parquet"},
+    ),
     "run_qwen3_4b_gcpo_loo.sh": ("gcpo", "Qwen/Qwen3-4B-Base", False, {"algorithm.gcpo.credit.method": "loo"}),
-    "run_qwen3_4b_gcpo_no_quality.sh": ("gcpo", "Qwen/Qwen3-4B-Base", False, {
-        "algorithm.gcpo.credit.quality": "none", "algorithm.gcpo.credit.advantage": "mix"}),
+    "run_qwen3_4b_gcpo_no_quality.sh": (
+        "gcpo",
+        "Qwen/Qwen3-4B-Base",
+        False,
+        {"algorithm.gcpo.credit.quality": "none", "algorithm.gcpo.credit.advantage": "mix"},
+    ),
     "run_qwen3_4b_gcpo_bonus.sh": ("gcpo", "Qwen/Qwen3-4B-Base", False, {"algorithm.gcpo.credit.advantage": "mix"}),
 }
 
@@ -43,8 +51,9 @@ def _run(script, *args, env=None, path_prefix=None, cwd=None):
         # a stub python3 starts nothing; with the hub off a real run would refuse the hub id (test_model_path.py)
         full_env.pop("HF_HUB_OFFLINE", None)
         full_env.pop("TRANSFORMERS_OFFLINE", None)
-    return subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
-                          env=full_env, cwd=cwd)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True, env=full_env, cwd=cwd
+    )
 
 
 def _composed(proc):
@@ -79,23 +88,46 @@ def test_every_launcher_composes_against_verl_with_its_estimator(script, tmp_pat
 
 
 def test_baselines_share_every_setting_but_the_estimator():
-    configs = {s: _composed(_run(s, "--dry-run", env={"EXPERIMENT_NAME": "same"})) for s in ("run_qwen3_4b_gcpo.sh", "run_qwen3_4b_grpo.sh")}
+    configs = {
+        s: _composed(_run(s, "--dry-run", env={"EXPERIMENT_NAME": "same"}))
+        for s in ("run_qwen3_4b_gcpo.sh", "run_qwen3_4b_grpo.sh")
+    }
     for config in configs.values():
         config["algorithm"].pop("adv_estimator")
     assert configs["run_qwen3_4b_gcpo.sh"] == configs["run_qwen3_4b_grpo.sh"]
 
 
 def test_a_command_line_override_wins_over_the_launchers_settings():
-    config = _composed(_run("run_qwen3_4b_gcpo.sh", "--dry-run", "actor_rollout_ref.rollout.n=8",
-                            "algorithm.gcpo.credit.method=mc", env={"N_RESP": "4"}))
+    config = _composed(
+        _run(
+            "run_qwen3_4b_gcpo.sh",
+            "--dry-run",
+            "actor_rollout_ref.rollout.n=8",
+            "algorithm.gcpo.credit.method=mc",
+            env={"N_RESP": "4"},
+        )
+    )
     assert config["actor_rollout_ref"]["rollout"]["n"] == 8
     assert config["algorithm"]["gcpo"]["credit"]["method"] == "mc"
 
 
 def test_environment_variables_set_the_shared_settings():
-    config = _composed(_run("run_qwen3_4b_gcpo.sh", "--dry-run", env={
-        "N_RESP": "8", "NNODES": "4", "GPUS_PER_NODE": "4", "VAL_SETS": "aime24 gsm8k", "DATA_DIR": "/d",
-        "MAX_RESPONSE_LENGTH": "4096", "CKPT_DIR": "/ckpt", "EXPERIMENT_NAME": "exp1"}))
+    config = _composed(
+        _run(
+            "run_qwen3_4b_gcpo.sh",
+            "--dry-run",
+            env={
+                "N_RESP": "8",
+                "NNODES": "4",
+                "GPUS_PER_NODE": "4",
+                "VAL_SETS": "aime24 gsm8k",
+                "DATA_DIR": "/d",
+                "MAX_RESPONSE_LENGTH": "4096",
+                "CKPT_DIR": "/ckpt",
+                "EXPERIMENT_NAME": "exp1",
+            },
+        )
+    )
     assert config["actor_rollout_ref"]["rollout"]["n"] == 8
     assert (config["trainer"]["nnodes"], config["trainer"]["n_gpus_per_node"]) == (4, 4)
     assert config["data"]["val_files"] == ["/d/val_aime24.parquet", "/d/val_gsm8k.parquet"]
@@ -109,7 +141,9 @@ def test_a_bad_override_fails_with_one_short_line(tmp_path):
     proc = _run("run_qwen3_4b_gcpo.sh", "--dry-run", "algorithm.gcpo.credit.method=banana", cwd=tmp_path)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines[-1] == "error: algorithm.gcpo.credit.method must be one of ['auto', 'exact', 'mc', 'loo'], got 'banana'"
+    assert (
+        lines[-1] == "error: algorithm.gcpo.credit.method must be one of ['auto', 'exact', 'mc', 'loo'], got 'banana'"
+    )
     assert not any(line.startswith(("+ python3", "Error executing job", "Traceback")) for line in lines)
     # verl's import-time warnings, and the launcher's warning that the hub is off (the tests run offline)
     assert sum(len(line) for line in lines if not line.startswith(("WARNING:", "# warning"))) < 200
@@ -120,14 +154,18 @@ def test_a_bad_override_fails_with_one_short_line(tmp_path):
 def stub_python(tmp_path):
     """A python3 that prints its environment and arguments instead of training."""
     stub = tmp_path / "python3"
-    stub.write_text('#!/usr/bin/env bash\necho "RAY_ADDRESS=${RAY_ADDRESS:-}"\necho "GCPO_DRY_RUN=${GCPO_DRY_RUN:-}"\n'
-                    'printf "%s\\n" "$@"\n')
+    stub.write_text(
+        '#!/usr/bin/env bash\necho "RAY_ADDRESS=${RAY_ADDRESS:-}"\necho "GCPO_DRY_RUN=${GCPO_DRY_RUN:-}"\n'
+        'printf "%s\\n" "$@"\n'
+    )
     stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
     return tmp_path
 
 
 def test_an_existing_ray_cluster_is_joined_through_ray_address(stub_python):
-    proc = _run("run_qwen3_4b_gcpo.sh", env={"RAY_ADDRESS": "10.0.0.1:6379", "RAY_NUM_CPUS": "32"}, path_prefix=stub_python)
+    proc = _run(
+        "run_qwen3_4b_gcpo.sh", env={"RAY_ADDRESS": "10.0.0.1:6379", "RAY_NUM_CPUS": "32"}, path_prefix=stub_python
+    )
     assert "RAY_ADDRESS=10.0.0.1:6379" in proc.stdout
     assert "ray_kwargs.ray_init.num_cpus=32" not in proc.stdout  # the cluster has its own counts
     proc = _run("run_qwen3_4b_gcpo.sh", env={"RAY_NUM_CPUS": "32"}, path_prefix=stub_python)
@@ -146,21 +184,31 @@ def test_dry_run_by_environment_and_overrides_come_last(stub_python):
 def test_wandb_is_used_when_a_key_is_set(stub_python):
     proc = _run("run_qwen3_4b_gcpo.sh", env={"WANDB_API_KEY": "x"}, path_prefix=stub_python)
     assert 'trainer.logger=["console"]' in proc.stdout  # _run drops the key: console only
-    env = dict(os.environ, WANDB_API_KEY="x", PATH=f"{stub_python}:{os.environ['PATH']}", HF_HUB_OFFLINE="0",
-               TRANSFORMERS_OFFLINE="0")
-    out = subprocess.run(["bash", str(ROOT / "scripts/run_qwen3_4b_gcpo.sh")], capture_output=True, text=True, env=env).stdout
+    env = dict(
+        os.environ,
+        WANDB_API_KEY="x",
+        PATH=f"{stub_python}:{os.environ['PATH']}",
+        HF_HUB_OFFLINE="0",
+        TRANSFORMERS_OFFLINE="0",
+    )
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts/run_qwen3_4b_gcpo.sh")], capture_output=True, text=True, env=env
+    ).stdout
     assert 'trainer.logger=["console","wandb"]' in out
 
 
-@pytest.mark.parametrize("variable, value, message", [
-    ("N_RESP", "abc", "error: N_RESP must be a positive integer, got 'abc'"),
-    ("MAX_RESPONSE_LENGTH", "8k", "error: MAX_RESPONSE_LENGTH must be a positive integer, got '8k'"),
-    ("TRAIN_BATCH_SIZE", "0", "error: TRAIN_BATCH_SIZE must be a positive integer, got '0'"),
-    ("OVERLONG_BUFFER", "-1", "error: OVERLONG_BUFFER must be an integer >= 0, got '-1'"),
-    ("LR", "fast", "error: LR must be a number > 0, got 'fast'"),
-    ("GPU_MEM_UTIL", "0", "error: GPU_MEM_UTIL must be a number > 0, got '0'"),
-    ("RAY_NUM_CPUS", "lots", "error: RAY_NUM_CPUS must be a positive integer, got 'lots'"),
-])
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [
+        ("N_RESP", "abc", "error: N_RESP must be a positive integer, got 'abc'"),
+        ("MAX_RESPONSE_LENGTH", "8k", "error: MAX_RESPONSE_LENGTH must be a positive integer, got '8k'"),
+        ("TRAIN_BATCH_SIZE", "0", "error: TRAIN_BATCH_SIZE must be a positive integer, got '0'"),
+        ("OVERLONG_BUFFER", "-1", "error: OVERLONG_BUFFER must be an integer >= 0, got '-1'"),
+        ("LR", "fast", "error: LR must be a number > 0, got 'fast'"),
+        ("GPU_MEM_UTIL", "0", "error: GPU_MEM_UTIL must be a number > 0, got '0'"),
+        ("RAY_NUM_CPUS", "lots", "error: RAY_NUM_CPUS must be a positive integer, got 'lots'"),
+    ],
+)
 def test_a_setting_that_is_not_a_number_is_named_in_one_line(variable, value, message):
     """Before: N_RESP=abc ended in a bare TypeError from Hydra, MAX_RESPONSE_LENGTH=8k in a bash arithmetic error."""
     proc = _run("run_qwen3_4b_gcpo.sh", "--dry-run", env={variable: value})
@@ -169,7 +217,8 @@ def test_a_setting_that_is_not_a_number_is_named_in_one_line(variable, value, me
 
 
 def test_numbers_as_people_write_them_pass():
-    config = _composed(_run("run_qwen3_4b_gcpo.sh", "--dry-run",
-                            env={"LR": "3.0e-7", "GPU_MEM_UTIL": ".55", "OVERLONG_BUFFER": "16"}))
+    config = _composed(
+        _run("run_qwen3_4b_gcpo.sh", "--dry-run", env={"LR": "3.0e-7", "GPU_MEM_UTIL": ".55", "OVERLONG_BUFFER": "16"})
+    )
     assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 3.0e-7
     assert config["actor_rollout_ref"]["rollout"]["gpu_memory_utilization"] == 0.55

@@ -25,9 +25,16 @@ def write_tiny_model(folder: Path) -> Path:
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", eos_token="<|endoftext|>").save_pretrained(
-        folder)
-    config = Qwen2Config(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1)
+        folder
+    )
+    config = Qwen2Config(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     Qwen2ForCausalLM(config).save_pretrained(folder)
     return folder
 
@@ -49,10 +56,12 @@ def test_a_missing_weight_shard_is_named(tiny_model, tmp_path, capsys):
     for path in tiny_model.iterdir():
         (folder / path.name).write_bytes(path.read_bytes())
     (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
-        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
+    )
     assert prepare_model.check_model_dir(folder) == [
-        "weight shard model-00002-of-00002.safetensors (named in model.safetensors.index.json) is missing"]
+        "weight shard model-00002-of-00002.safetensors (named in model.safetensors.index.json) is missing"
+    ]
     assert prepare_model.main(["--check", str(folder)]) == 1
     assert "will not load on the nodes" in capsys.readouterr().err
 
@@ -69,7 +78,8 @@ def test_a_folder_transformers_cannot_read_is_refused(tiny_model, tmp_path):
 
 
 def test_download_fetches_config_tokenizer_and_safetensors_into_the_folder_then_checks_it(
-        tiny_model, tmp_path, monkeypatch, capsys):
+    tiny_model, tmp_path, monkeypatch, capsys
+):
     calls = []
 
     def snapshot_download(**kwargs):
@@ -86,8 +96,14 @@ def test_download_fetches_config_tokenizer_and_safetensors_into_the_folder_then_
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     dest = tmp_path / "models" / "Qwen3-4B-Base"
     assert prepare_model.main(["Qwen/Qwen3-4B-Base", str(dest), "--revision", "abc123"]) == 0
-    assert calls == [{"repo_id": "Qwen/Qwen3-4B-Base", "revision": "abc123", "local_dir": str(dest),
-                      "allow_patterns": prepare_model.ALLOW_PATTERNS}]
+    assert calls == [
+        {
+            "repo_id": "Qwen/Qwen3-4B-Base",
+            "revision": "abc123",
+            "local_dir": str(dest),
+            "allow_patterns": prepare_model.ALLOW_PATTERNS,
+        }
+    ]
     assert "*.safetensors" in prepare_model.ALLOW_PATTERNS and "*.bin" not in prepare_model.ALLOW_PATTERNS
     assert capsys.readouterr().out.strip().endswith(f"MODEL_PATH={dest.resolve()}")
 
@@ -107,11 +123,15 @@ def launch(tmp_path):
     stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
 
     def run(*args, **env):
-        full = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                                                                  "MODEL_PATH", "WANDB_API_KEY")}
+        full = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "MODEL_PATH", "WANDB_API_KEY")
+        }
         full.update(env, PATH=f"{stub.parent}:{os.environ['PATH']}")
-        return subprocess.run(["bash", str(ROOT / "scripts" / "run_qwen3_4b_gcpo.sh"), *args], capture_output=True,
-                              text=True, env=full)
+        return subprocess.run(
+            ["bash", str(ROOT / "scripts" / "run_qwen3_4b_gcpo.sh"), *args], capture_output=True, text=True, env=full
+        )
 
     return run
 
@@ -152,4 +172,7 @@ def test_a_local_path_that_is_not_a_folder_is_refused_hub_or_not_with_advice_tha
     assert f"python scripts/prepare_model.py <hub id> {absent} downloads one there" in proc.stderr
     assert "/shared/models/" not in proc.stderr  # the hub-id advice does not fit a path
     proc = launch("--dry-run", MODEL_PATH="./no-such-model")
-    assert proc.returncode == 0 and "# warning (a run stops here): MODEL_PATH=./no-such-model is not a folder" in proc.stderr
+    assert (
+        proc.returncode == 0
+        and "# warning (a run stops here): MODEL_PATH=./no-such-model is not a folder" in proc.stderr
+    )

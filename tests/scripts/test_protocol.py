@@ -26,12 +26,17 @@ ENTRY = ["-m", "recipe.gcpo.main_gcpo"]
 # with their values. Nothing else may differ (experiment name and checkpoint folder aside).
 ARM_KEYS = {
     "run_qwen3_4b_gcpo.sh": {},
-    "run_qwen3_1.7b_gcpo.sh": {"actor_rollout_ref.model.path": "Qwen/Qwen3-1.7B-Base",  # and verl's copy of it:
-                               "actor_rollout_ref.rollout.prometheus.served_model_name": "Qwen/Qwen3-1.7B-Base"},
+    "run_qwen3_1.7b_gcpo.sh": {
+        "actor_rollout_ref.model.path": "Qwen/Qwen3-1.7B-Base",  # and verl's copy of it:
+        "actor_rollout_ref.rollout.prometheus.served_model_name": "Qwen/Qwen3-1.7B-Base",
+    },
     "run_qwen3_4b_grpo.sh": {"algorithm.adv_estimator": "grpo"},
     # + algorithm.filter_groups.max_inflight_gen_batches: the protocol's INFLIGHT (set only with dynamic sampling)
-    "run_qwen3_4b_dapo.sh": {"algorithm.adv_estimator": "grpo", "algorithm.filter_groups.enable": True,
-                             "algorithm.filter_groups.metric": "acc"},
+    "run_qwen3_4b_dapo.sh": {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.filter_groups.enable": True,
+        "algorithm.filter_groups.metric": "acc",
+    },
     # metric=gcpo_signal is the recipe's default (the launcher sets it anyway, so that it says what it filters on)
     "run_qwen3_4b_gcpo_dynamic.sh": {"algorithm.filter_groups.enable": True},
     "run_qwen3_4b_diver.sh": {"algorithm.adv_estimator": "diver"},
@@ -39,19 +44,35 @@ ARM_KEYS = {
     "run_qwen3_4b_dqo.sh": {"algorithm.adv_estimator": "dqo", "algorithm.gcpo.credit.mix_coef": 2.0},
     "run_qwen3_4b_copo.sh": {"algorithm.adv_estimator": "copo"},
     # G + 1 rollouts, G = 8 (and verl's copies of rollout.n)
-    "run_qwen3_4b_mc_grpo.sh": {"algorithm.adv_estimator": "mc_grpo", "actor_rollout_ref.rollout.n": 9,
-                                "actor_rollout_ref.actor.rollout_n": 9, "actor_rollout_ref.ref.rollout_n": 9,
-                                "critic.rollout_n": 9},
+    "run_qwen3_4b_mc_grpo.sh": {
+        "algorithm.adv_estimator": "mc_grpo",
+        "actor_rollout_ref.rollout.n": 9,
+        "actor_rollout_ref.actor.rollout_n": 9,
+        "actor_rollout_ref.ref.rollout_n": 9,
+        "critic.rollout_n": 9,
+    },
     "run_qwen3_4b_dra_grpo.sh": {"algorithm.adv_estimator": "dra_grpo"},
-    "run_qwen3_4b_group_contrastive.sh": {"algorithm.adv_estimator": "grpo", "algorithm.group_contrastive.enable": True,
-                                          "data.train_files": "/data/gcpo/train_math.parquet"},
+    "run_qwen3_4b_group_contrastive.sh": {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.group_contrastive.enable": True,
+        "data.train_files": "/data/gcpo/train_math.parquet",
+    },
     "run_qwen3_4b_gcpo_loo.sh": {"algorithm.gcpo.credit.method": "loo"},
-    "run_qwen3_4b_gcpo_no_quality.sh": {"algorithm.gcpo.credit.quality": "none", "algorithm.gcpo.credit.advantage": "mix",
-                                        "algorithm.gcpo.credit.mix_coef": 0.5},
+    "run_qwen3_4b_gcpo_no_quality.sh": {
+        "algorithm.gcpo.credit.quality": "none",
+        "algorithm.gcpo.credit.advantage": "mix",
+        "algorithm.gcpo.credit.mix_coef": 0.5,
+    },
     "run_qwen3_4b_gcpo_bonus.sh": {"algorithm.gcpo.credit.advantage": "mix", "algorithm.gcpo.credit.mix_coef": 0.5},
 }
-PAPER_ARMS = ["run_qwen3_4b_grpo.sh", "run_qwen3_4b_dapo.sh", "run_qwen3_4b_div_r1.sh", "run_qwen3_4b_diver.sh",
-              "run_qwen3_4b_dqo.sh", "run_qwen3_4b_gcpo_dynamic.sh"]
+PAPER_ARMS = [
+    "run_qwen3_4b_grpo.sh",
+    "run_qwen3_4b_dapo.sh",
+    "run_qwen3_4b_div_r1.sh",
+    "run_qwen3_4b_diver.sh",
+    "run_qwen3_4b_dqo.sh",
+    "run_qwen3_4b_gcpo_dynamic.sh",
+]
 NEW_LAUNCHERS = ("run_qwen3_4b_diver.sh", "run_qwen3_4b_div_r1.sh", "run_qwen3_4b_gcpo_dynamic.sh")
 DYNAMIC_SAMPLING = ("run_qwen3_4b_dapo.sh", "run_qwen3_4b_gcpo_dynamic.sh")
 INFLIGHT = {"shared": 2, "verl-grpo": 1, "dapo-recipe": 3}  # verl's default: 1
@@ -60,30 +81,56 @@ NAMING = {"trainer.experiment_name", "trainer.default_local_dir"}
 # verl's stock GRPO example for Qwen3-4B (verl examples/grpo_trainer/run_qwen3_4b_fsdp.sh) and verl's defaults it
 # keeps; verl-recipe's DAPO recipe (dapo/run_dapo_qwen2.5_32b.sh)
 VERL_GRPO = {
-    "data.train_batch_size": 512, "actor_rollout_ref.actor.ppo_mini_batch_size": 256, "actor_rollout_ref.rollout.n": 5,
-    "actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_coef": 0.001,
-    "actor_rollout_ref.actor.kl_loss_type": "low_var_kl", "actor_rollout_ref.actor.clip_ratio_low": 0.2,
-    "actor_rollout_ref.actor.clip_ratio_high": 0.2, "actor_rollout_ref.actor.clip_ratio_c": 3.0,
-    "actor_rollout_ref.actor.loss_agg_mode": "token-mean", "actor_rollout_ref.actor.entropy_coeff": 0,
-    "actor_rollout_ref.actor.optim.lr": 1e-6, "actor_rollout_ref.actor.optim.lr_warmup_steps": -1,
-    "actor_rollout_ref.actor.optim.weight_decay": 0.01, "algorithm.use_kl_in_reward": False,
-    "reward.reward_kwargs.overlong_buffer_cfg.enable": False, "data.truncation": "error",
-    "actor_rollout_ref.rollout.val_kwargs.temperature": 0, "actor_rollout_ref.rollout.val_kwargs.top_p": 1.0,
-    "actor_rollout_ref.rollout.val_kwargs.n": 1, "trainer.test_freq": 5, "trainer.save_freq": 20,
+    "data.train_batch_size": 512,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 256,
+    "actor_rollout_ref.rollout.n": 5,
+    "actor_rollout_ref.actor.use_kl_loss": True,
+    "actor_rollout_ref.actor.kl_loss_coef": 0.001,
+    "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
+    "actor_rollout_ref.actor.clip_ratio_low": 0.2,
+    "actor_rollout_ref.actor.clip_ratio_high": 0.2,
+    "actor_rollout_ref.actor.clip_ratio_c": 3.0,
+    "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+    "actor_rollout_ref.actor.entropy_coeff": 0,
+    "actor_rollout_ref.actor.optim.lr": 1e-6,
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": -1,
+    "actor_rollout_ref.actor.optim.weight_decay": 0.01,
+    "algorithm.use_kl_in_reward": False,
+    "reward.reward_kwargs.overlong_buffer_cfg.enable": False,
+    "data.truncation": "error",
+    "actor_rollout_ref.rollout.val_kwargs.temperature": 0,
+    "actor_rollout_ref.rollout.val_kwargs.top_p": 1.0,
+    "actor_rollout_ref.rollout.val_kwargs.n": 1,
+    "trainer.test_freq": 5,
+    "trainer.save_freq": 20,
 }
 DAPO_RECIPE = {
-    "data.train_batch_size": 512, "actor_rollout_ref.actor.ppo_mini_batch_size": 32, "actor_rollout_ref.rollout.n": 16,
-    "data.max_prompt_length": 2048, "data.max_response_length": 20480, "reward.reward_kwargs.max_resp_len": 20480,
-    "reward.reward_kwargs.overlong_buffer_cfg.enable": True, "reward.reward_kwargs.overlong_buffer_cfg.len": 4096,
-    "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor": 1.0, "actor_rollout_ref.actor.use_kl_loss": False,
-    "actor_rollout_ref.actor.clip_ratio_low": 0.2, "actor_rollout_ref.actor.clip_ratio_high": 0.28,
-    "actor_rollout_ref.actor.clip_ratio_c": 10.0, "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
-    "actor_rollout_ref.actor.optim.lr": 1e-6, "actor_rollout_ref.actor.optim.lr_warmup_steps": 10,
-    "actor_rollout_ref.actor.optim.weight_decay": 0.1, "actor_rollout_ref.actor.optim.clip_grad": 1.0,
-    "actor_rollout_ref.rollout.temperature": 1.0, "actor_rollout_ref.rollout.top_p": 1.0,
-    "actor_rollout_ref.rollout.val_kwargs.temperature": 1.0, "actor_rollout_ref.rollout.val_kwargs.top_p": 0.7,
-    "actor_rollout_ref.rollout.val_kwargs.top_k": -1, "actor_rollout_ref.rollout.val_kwargs.n": 1,
-    "trainer.test_freq": 5, "trainer.save_freq": 5,
+    "data.train_batch_size": 512,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 32,
+    "actor_rollout_ref.rollout.n": 16,
+    "data.max_prompt_length": 2048,
+    "data.max_response_length": 20480,
+    "reward.reward_kwargs.max_resp_len": 20480,
+    "reward.reward_kwargs.overlong_buffer_cfg.enable": True,
+    "reward.reward_kwargs.overlong_buffer_cfg.len": 4096,
+    "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor": 1.0,
+    "actor_rollout_ref.actor.use_kl_loss": False,
+    "actor_rollout_ref.actor.clip_ratio_low": 0.2,
+    "actor_rollout_ref.actor.clip_ratio_high": 0.28,
+    "actor_rollout_ref.actor.clip_ratio_c": 10.0,
+    "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+    "actor_rollout_ref.actor.optim.lr": 1e-6,
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": 10,
+    "actor_rollout_ref.actor.optim.weight_decay": 0.1,
+    "actor_rollout_ref.actor.optim.clip_grad": 1.0,
+    "actor_rollout_ref.rollout.temperature": 1.0,
+    "actor_rollout_ref.rollout.top_p": 1.0,
+    "actor_rollout_ref.rollout.val_kwargs.temperature": 1.0,
+    "actor_rollout_ref.rollout.val_kwargs.top_p": 0.7,
+    "actor_rollout_ref.rollout.val_kwargs.top_k": -1,
+    "actor_rollout_ref.rollout.val_kwargs.n": 1,
+    "trainer.test_freq": 5,
+    "trainer.save_freq": 5,
 }
 
 
@@ -138,8 +185,11 @@ def _composed(script, stub, *args, **env):
 
 
 def _diff(a, b):
-    return {k: (a.get(k, "<absent>"), b.get(k, "<absent>")) for k in a.keys() | b.keys()
-            if k not in NAMING and a.get(k, "<absent>") != b.get(k, "<absent>")}
+    return {
+        k: (a.get(k, "<absent>"), b.get(k, "<absent>"))
+        for k in a.keys() | b.keys()
+        if k not in NAMING and a.get(k, "<absent>") != b.get(k, "<absent>")
+    }
 
 
 def _dry_run_output(proc):
@@ -153,9 +203,16 @@ def dry_runs():
     """Real ``--dry-run``s (the entry point in its own process), started together: the new launchers under the
     shared protocol, and the DAPO launcher under PROTOCOL=stock."""
     runs = [(script, {}) for script in NEW_LAUNCHERS] + [("run_qwen3_4b_dapo.sh", {"PROTOCOL": "stock"})]
-    procs = {(script, env.get("PROTOCOL", "shared")): subprocess.Popen(
-        ["bash", str(ROOT / "scripts" / script), "--dry-run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=_env(**env)) for script, env in runs}
+    procs = {
+        (script, env.get("PROTOCOL", "shared")): subprocess.Popen(
+            ["bash", str(ROOT / "scripts" / script), "--dry-run"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(**env),
+        )
+        for script, env in runs
+    }
     return {key: _dry_run_output(proc) for key, proc in procs.items()}
 
 
@@ -163,12 +220,15 @@ def test_every_launcher_is_listed_with_its_method_keys():
     assert sorted(p.name for p in (ROOT / "scripts").glob("run_*.sh")) == sorted(ARM_KEYS)
 
 
-@pytest.mark.parametrize("protocol, scripts", [
-    ("shared", sorted(ARM_KEYS)),
-    # the protocol's keys come before the method's: the paper's baselines suffice to show they do not mix
-    ("verl-grpo", PAPER_ARMS),
-    ("dapo-recipe", PAPER_ARMS),
-])
+@pytest.mark.parametrize(
+    "protocol, scripts",
+    [
+        ("shared", sorted(ARM_KEYS)),
+        # the protocol's keys come before the method's: the paper's baselines suffice to show they do not mix
+        ("verl-grpo", PAPER_ARMS),
+        ("dapo-recipe", PAPER_ARMS),
+    ],
+)
 def test_each_arm_differs_from_gcpo_only_in_its_methods_keys(stub_python, protocol, scripts):
     gcpo = _composed("run_qwen3_4b_gcpo.sh", stub_python, PROTOCOL=protocol)
     for script in scripts:
@@ -199,13 +259,16 @@ def test_stock_is_the_dapo_recipe_for_dynamic_sampling_launchers_in_a_real_dry_r
     assert config["algorithm.filter_groups.max_inflight_gen_batches"] == 3  # its gen batch 1536 = 3 x 512 prompts
 
 
-@pytest.mark.parametrize("script, protocol, expected", [
-    ("run_qwen3_4b_grpo.sh", "stock", VERL_GRPO),
-    ("run_qwen3_4b_gcpo.sh", "stock", VERL_GRPO),
-    ("run_qwen3_4b_gcpo.sh", "verl-grpo", VERL_GRPO),
-    ("run_qwen3_4b_gcpo_dynamic.sh", "stock", DAPO_RECIPE),
-    ("run_qwen3_4b_grpo.sh", "dapo-recipe", DAPO_RECIPE),
-])
+@pytest.mark.parametrize(
+    "script, protocol, expected",
+    [
+        ("run_qwen3_4b_grpo.sh", "stock", VERL_GRPO),
+        ("run_qwen3_4b_gcpo.sh", "stock", VERL_GRPO),
+        ("run_qwen3_4b_gcpo.sh", "verl-grpo", VERL_GRPO),
+        ("run_qwen3_4b_gcpo_dynamic.sh", "stock", DAPO_RECIPE),
+        ("run_qwen3_4b_grpo.sh", "dapo-recipe", DAPO_RECIPE),
+    ],
+)
 def test_stock_protocols_set_the_published_values(stub_python, script, protocol, expected):
     config = _composed(script, stub_python, PROTOCOL=protocol)
     for key, value in expected.items():
@@ -221,8 +284,9 @@ def test_the_stock_grpo_protocol_has_a_reference_model_for_its_kl_loss(stub_pyth
 
 
 def test_environment_and_command_line_win_over_the_protocol(stub_python):
-    config = _composed("run_qwen3_4b_grpo.sh", stub_python, "actor_rollout_ref.actor.clip_ratio_high=0.3",
-                       PROTOCOL="stock", N_RESP="8")
+    config = _composed(
+        "run_qwen3_4b_grpo.sh", stub_python, "actor_rollout_ref.actor.clip_ratio_high=0.3", PROTOCOL="stock", N_RESP="8"
+    )
     assert config["actor_rollout_ref.rollout.n"] == 8
     assert config["actor_rollout_ref.actor.clip_ratio_high"] == 0.3
     assert config["data.train_batch_size"] == 512
@@ -270,36 +334,89 @@ def test_protocol_doc_names_every_launcher():
 DOC_ROWS = [
     ("`data.train_batch_size` (prompts / step)", "data.train_batch_size", (256, "256"), (512, "512"), (512, "512")),
     ("`actor_rollout_ref.rollout.n`", "actor_rollout_ref.rollout.n", (16, "16"), (5, "5"), (16, "16")),
-    ("`actor.ppo_mini_batch_size` (prompts / update)", "actor_rollout_ref.actor.ppo_mini_batch_size",
-     (64, "64"), (256, "256"), (32, "32")),
+    (
+        "`actor.ppo_mini_batch_size` (prompts / update)",
+        "actor_rollout_ref.actor.ppo_mini_batch_size",
+        (64, "64"),
+        (256, "256"),
+        (32, "32"),
+    ),
     ("`data.max_prompt_length`", "data.max_prompt_length", (2048, "2,048"), None, (2048, "2,048")),
     ("`data.max_response_length`", "data.max_response_length", (8192, "8,192"), None, (20480, "20,480")),
     ("`actor.optim.lr`", "actor_rollout_ref.actor.optim.lr", (1e-6, "1e-6"), (1e-6, "1e-6"), (1e-6, "1e-6")),
-    ("`actor.optim.lr_warmup_steps`", "actor_rollout_ref.actor.optim.lr_warmup_steps", (10, "10"), (-1, "none"),
-     (10, "10")),
-    ("`actor.optim.weight_decay`", "actor_rollout_ref.actor.optim.weight_decay", (0.1, "0.1"), (0.01, "0.01"),
-     (0.1, "0.1")),
-    ("`actor.optim.clip_grad` (gradient norm clip)", "actor_rollout_ref.actor.optim.clip_grad", (1.0, "1.0"),
-     (1.0, "1.0"), (1.0, "1.0")),
-    ("`actor.clip_ratio_c` (dual clip)", "actor_rollout_ref.actor.clip_ratio_c", (10.0, "10.0"), (3.0, "3.0"),
-     (10.0, "10.0")),
-    ("`actor.clip_ratio_low` / `clip_ratio_high`", "actor_rollout_ref.actor.clip_ratio_high", (0.28, "0.2 / 0.28"),
-     (0.2, "0.2 / 0.2"), (0.28, "0.2 / 0.28")),
-    ("`actor.use_kl_loss` / `kl_loss_coef` / `kl_loss_type`", "actor_rollout_ref.actor.use_kl_loss", (False, "off"),
-     (True, "on, 0.001"), (False, "off")),
-    ("overlong buffer (`reward_kwargs.overlong_buffer_cfg`)", "reward.reward_kwargs.overlong_buffer_cfg.enable",
-     (True, "on, 4,096"), (False, "off"), (True, "on, 4,096")),
-    ("validation temperature / top-p / n (`rollout.val_kwargs`)", "actor_rollout_ref.rollout.val_kwargs.top_p",
-     (0.95, "0.6 / 0.95 / 16"), (1.0, "greedy (0) / 1.0 / 1"), (0.7, "1.0 / 0.7 / 1")),
+    (
+        "`actor.optim.lr_warmup_steps`",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps",
+        (10, "10"),
+        (-1, "none"),
+        (10, "10"),
+    ),
+    (
+        "`actor.optim.weight_decay`",
+        "actor_rollout_ref.actor.optim.weight_decay",
+        (0.1, "0.1"),
+        (0.01, "0.01"),
+        (0.1, "0.1"),
+    ),
+    (
+        "`actor.optim.clip_grad` (gradient norm clip)",
+        "actor_rollout_ref.actor.optim.clip_grad",
+        (1.0, "1.0"),
+        (1.0, "1.0"),
+        (1.0, "1.0"),
+    ),
+    (
+        "`actor.clip_ratio_c` (dual clip)",
+        "actor_rollout_ref.actor.clip_ratio_c",
+        (10.0, "10.0"),
+        (3.0, "3.0"),
+        (10.0, "10.0"),
+    ),
+    (
+        "`actor.clip_ratio_low` / `clip_ratio_high`",
+        "actor_rollout_ref.actor.clip_ratio_high",
+        (0.28, "0.2 / 0.28"),
+        (0.2, "0.2 / 0.2"),
+        (0.28, "0.2 / 0.28"),
+    ),
+    (
+        "`actor.use_kl_loss` / `kl_loss_coef` / `kl_loss_type`",
+        "actor_rollout_ref.actor.use_kl_loss",
+        (False, "off"),
+        (True, "on, 0.001"),
+        (False, "off"),
+    ),
+    (
+        "overlong buffer (`reward_kwargs.overlong_buffer_cfg`)",
+        "reward.reward_kwargs.overlong_buffer_cfg.enable",
+        (True, "on, 4,096"),
+        (False, "off"),
+        (True, "on, 4,096"),
+    ),
+    (
+        "validation temperature / top-p / n (`rollout.val_kwargs`)",
+        "actor_rollout_ref.rollout.val_kwargs.top_p",
+        (0.95, "0.6 / 0.95 / 16"),
+        (1.0, "greedy (0) / 1.0 / 1"),
+        (0.7, "1.0 / 0.7 / 1"),
+    ),
     ("`trainer.test_freq` / `save_freq`", "trainer.save_freq", (50, "10 / 50"), (20, "5 / 20"), (5, "5 / 5")),
 ]
 
 
 def test_protocol_docs_table_is_what_the_protocols_compose(stub_python):
     doc = (ROOT / "docs" / "protocol.md").read_text()
-    rows = {cells[0]: cells[1:] for cells in
-            ([c.strip() for c in line.strip().strip("|").split("|")] for line in doc.splitlines() if line.startswith("| "))}
-    configs = [_composed("run_qwen3_4b_gcpo.sh", stub_python, PROTOCOL=p) for p in ("shared", "verl-grpo", "dapo-recipe")]
+    rows = {
+        cells[0]: cells[1:]
+        for cells in (
+            [c.strip() for c in line.strip().strip("|").split("|")]
+            for line in doc.splitlines()
+            if line.startswith("| ")
+        )
+    }
+    configs = [
+        _composed("run_qwen3_4b_gcpo.sh", stub_python, PROTOCOL=p) for p in ("shared", "verl-grpo", "dapo-recipe")
+    ]
     for label, key, *columns in DOC_ROWS:
         assert label in rows, label
         for column, (config, expected) in enumerate(zip(configs, columns)):

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
-from tests.special_e2e.smoke.run import RunDir
 from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.special_e2e.smoke.run import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "smoke_1gpu.sh"
@@ -23,8 +23,17 @@ SCRIPT = ROOT / "scripts" / "smoke_1gpu.sh"
 
 def _run(*args, env=None):
     full_env = dict(os.environ, **(env or {}))
-    for key in ("SMOKE_ATTN", "SMOKE_N_RESP", "SMOKE_GPU_MEM_UTIL", "SMOKE_MAX_RESPONSE_LENGTH", "PYTHON",
-                "SMOKE_RUN_TIMEOUT", "VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "OMP_NUM_THREADS"):
+    for key in (
+        "SMOKE_ATTN",
+        "SMOKE_N_RESP",
+        "SMOKE_GPU_MEM_UTIL",
+        "SMOKE_MAX_RESPONSE_LENGTH",
+        "PYTHON",
+        "SMOKE_RUN_TIMEOUT",
+        "VERL_PLATFORM",
+        "VERL_USE_EXTERNAL_MODULES",
+        "OMP_NUM_THREADS",
+    ):
         full_env.pop(key, None)
     full_env.update(env or {})
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=full_env, cwd=ROOT)
@@ -39,7 +48,11 @@ def _configs(stdout):
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     smoke_dir = tmp_path_factory.mktemp("smoke")
-    proc = _run("--dry-run", "actor_rollout_ref.rollout.temperature=0.9", env={"SMOKE_DIR": str(smoke_dir), "PYTHON": sys.executable})
+    proc = _run(
+        "--dry-run",
+        "actor_rollout_ref.rollout.temperature=0.9",
+        env={"SMOKE_DIR": str(smoke_dir), "PYTHON": sys.executable},
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return smoke_dir, proc, _configs(proc.stdout)
 
@@ -81,7 +94,9 @@ def test_dry_run_builds_a_policy_transformers_loads_and_data_of_one_batch(dry_ru
     model = AutoModelForCausalLM.from_pretrained(config["actor_rollout_ref"]["model"]["path"])
     assert model.config.model_type == "qwen3"
     frame = pd.read_parquet(config["data"]["train_files"])
-    assert len(frame) == config["data"]["train_batch_size"] == config["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"]
+    assert (
+        len(frame) == config["data"]["train_batch_size"] == config["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"]
+    )
     assert Path(config["data"]["val_files"]).is_file()
 
 
@@ -95,9 +110,15 @@ def test_the_composed_reward_gives_about_half_correct_and_every_kind_of_group(dr
     n = config["actor_rollout_ref"]["rollout"]["n"]
     kinds, correct = [], 0
     for row in frame.itertuples():
-        accs = [reward_fn(data_source=row.data_source, solution_str=f"random response {k} to {row.Index}",
-                          ground_truth=row.reward_model["ground_truth"], extra_info=dict(row.extra_info))["acc"]
-                for k in range(n)]
+        accs = [
+            reward_fn(
+                data_source=row.data_source,
+                solution_str=f"random response {k} to {row.Index}",
+                ground_truth=row.reward_model["ground_truth"],
+                extra_info=dict(row.extra_info),
+            )["acc"]
+            for k in range(n)
+        ]
         correct += sum(accs)
         kinds.append("all_wrong" if not any(accs) else "all_correct" if all(accs) else "mixed")
     assert kinds == ["all_wrong", "mixed", "all_correct"]
@@ -112,17 +133,28 @@ def test_the_cpu_smoke_waits_for_another_one_on_the_machine(tmp_path):
 
     venv = tmp_path / "cpu-env"
     (venv / "bin").mkdir(parents=True)
-    digest = hashlib.sha256((ROOT / "scripts/cpu_env/lock.txt").read_bytes()
-                            + (ROOT / "scripts/setup_cpu_env.sh").read_bytes()).hexdigest()
+    digest = hashlib.sha256(
+        (ROOT / "scripts/cpu_env/lock.txt").read_bytes() + (ROOT / "scripts/setup_cpu_env.sh").read_bytes()
+    ).hexdigest()
     (venv / ".gcpo-cpu-env").write_text(digest + "\n")  # built from the current pins: reused, nothing installed
-    (venv / "bin" / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")  # the environment's python
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # the environment's python
     (venv / "bin" / "python").chmod(0o755)
-    env = {"PATH": os.environ["PATH"], "GCPO_CPU_VENV": str(venv), "TMPDIR": str(tmp_path),
-           "SMOKE_DIR": str(tmp_path / "elsewhere")}
+    env = {
+        "PATH": os.environ["PATH"],
+        "GCPO_CPU_VENV": str(venv),
+        "TMPDIR": str(tmp_path),
+        "SMOKE_DIR": str(tmp_path / "elsewhere"),
+    }
     with open(tmp_path / "gcpo-smoke-cpu.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "smoke_cpu.sh"), "--frobnicate"], cwd=ROOT, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            ["bash", str(ROOT / "scripts" / "smoke_cpu.sh"), "--frobnicate"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(3)
         assert proc.poll() is None  # waiting
         fcntl.flock(held, fcntl.LOCK_UN)
@@ -133,8 +165,13 @@ def test_the_cpu_smoke_waits_for_another_one_on_the_machine(tmp_path):
 
 @pytest.mark.parametrize("script", ["smoke_1gpu.sh", "smoke_cpu.sh"])
 def test_the_wrappers_help_lists_the_smokes_options(script):
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHON": sys.executable})
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / script), "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert proc.returncode == 0 and "--compare" in proc.stdout
     if script == "smoke_1gpu.sh":  # the smoke's own help, environment included
         assert "SMOKE_DIR" in proc.stdout and "SMOKE_RUN_TIMEOUT" in proc.stdout

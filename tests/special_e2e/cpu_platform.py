@@ -54,8 +54,11 @@ def cpu_overrides(ray_dir: Optional[str | os.PathLike] = None, ray_cpus: int | s
         "+actor_rollout_ref.rollout.enable_sleep_mode=false",
     ]
     if ray_dir is not None:
-        args += [f"ray_kwargs.ray_init.num_cpus={ray_cpus}", "+ray_kwargs.ray_init.num_gpus=1",
-                 f"+ray_kwargs.ray_init._temp_dir={ray_dir}"]
+        args += [
+            f"ray_kwargs.ray_init.num_cpus={ray_cpus}",
+            "+ray_kwargs.ray_init.num_gpus=1",
+            f"+ray_kwargs.ray_init._temp_dir={ray_dir}",
+        ]
     return args
 
 

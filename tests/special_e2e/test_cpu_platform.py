@@ -70,7 +70,7 @@ def _probe(tmp_path, fake_gpu=False, **env):
     proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=full, timeout=300)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("PROBE")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1][len("PROBE"):])
+    return json.loads(lines[-1][len("PROBE") :])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback of a machine without a GPU")
@@ -115,8 +115,12 @@ def test_backend_dedup_only_rewrites_the_duplicate():
     wrapped("cpu:gloo,cpu:gloo")
     wrapped(backend="cpu:gloo,cuda:nccl")
     wrapped(backend="gloo")
-    assert seen == [((), {"backend": "gloo", "rank": 0}), (("gloo",), {}), ((), {"backend": "cpu:gloo,cuda:nccl"}),
-                    ((), {"backend": "gloo"})]
+    assert seen == [
+        ((), {"backend": "gloo", "rank": 0}),
+        (("gloo",), {}),
+        ((), {"backend": "cpu:gloo,cuda:nccl"}),
+        ((), {"backend": "gloo"}),
+    ]
 
 
 class _Layer(torch.nn.Module):

@@ -190,14 +190,21 @@ def shapley_values(
             sub_game = L[index[:, None, None], players[:, :, None], players[:, None, :]]
             active = torch.gather(contributing[index], 1, players)
             sub_game = sub_game * (active.unsqueeze(-1) & active.unsqueeze(-2))  # padding players: null
-            player_classes = torch.where(active, torch.gather(classes[index], 1, players),
-                                         group_size + 2 + torch.arange(size, device=device).expand(len(groups), -1))
+            player_classes = torch.where(
+                active,
+                torch.gather(classes[index], 1, players),
+                group_size + 2 + torch.arange(size, device=device).expand(len(groups), -1),
+            )
             player_classes = dense_ranks(player_classes)
             if chosen == "mc":
                 keys = None if group_keys is None else group_keys[index]
                 phi, err = monte_carlo_shapley(
-                    sub_game, permutations=permutations, antithetic=antithetic, stratified=stratified,
-                    generator=group_streams(sub_game, seed, keys), classes=player_classes,
+                    sub_game,
+                    permutations=permutations,
+                    antithetic=antithetic,
+                    stratified=stratified,
+                    generator=group_streams(sub_game, seed, keys),
+                    classes=player_classes,
                 )
             else:
                 phi, err = leave_one_out_credit(sub_game, classes=player_classes)
@@ -231,6 +238,8 @@ def _solve_exact(
     sub_game = sub_game * (real.unsqueeze(-1) & real.unsqueeze(-2))  # padding classes: null players
     phi, _ = exact_shapley(sub_game, multiplicities=profile)
     member = contributing[index]
-    rank_of_slot = torch.gather(stats.rank[index], 1, torch.where(member, classes[index], torch.zeros_like(classes[index])))
+    rank_of_slot = torch.gather(
+        stats.rank[index], 1, torch.where(member, classes[index], torch.zeros_like(classes[index]))
+    )
     per_slot = torch.gather(phi, 1, rank_of_slot.clamp_max(k - 1)) * member
     values[index] = per_slot

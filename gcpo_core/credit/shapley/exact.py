@@ -101,15 +101,18 @@ def _weight_block_cpu(profile: tuple[int, ...], start: int, rows: int) -> torch.
     digits = (index[:, None] // strides[None, :]) % radix[None, :]  # (rows, K): copies of each class
     size = digits.sum(dim=1)
     if all(m == 1 for m in profile):
-        per_size = torch.tensor([math.factorial(s) * math.factorial(total - 1 - s) / math.factorial(total)
-                                 for s in range(total)] + [0.0], dtype=torch.float64)
+        per_size = torch.tensor(
+            [math.factorial(s) * math.factorial(total - 1 - s) / math.factorial(total) for s in range(total)] + [0.0],
+            dtype=torch.float64,
+        )
         members = digits.bool()
         with_i = per_size[(size - 1).clamp_min(0)]
         without_i = per_size[size]
         return torch.where(members, with_i[:, None], -without_i[:, None])
     # log w(s) = -log(N * C(N - 1, s)), from exact integers; log C(m_j, n_j) likewise
-    log_w = torch.tensor([-math.log(total * math.comb(total - 1, s)) for s in range(total)] + [-math.inf],
-                         dtype=torch.float64)
+    log_w = torch.tensor(
+        [-math.log(total * math.comb(total - 1, s)) for s in range(total)] + [-math.inf], dtype=torch.float64
+    )
     widest = max(profile) + 1
     log_comb = torch.full((k, widest), -math.inf, dtype=torch.float64)
     for j, m in enumerate(profile):
@@ -168,9 +171,11 @@ def exact_shapley(
     n, k, _ = weighted_kernel.shape
     profile = (1,) * k if multiplicities is None else tuple(multiplicities)
     if coalition_count(profile) > 2**EXACT_LIMIT:
-        raise ValueError(f"exact Shapley of {sum(profile)} players in {k} classes needs {coalition_count(profile)} "
-                         f"coalitions; at most 2^{EXACT_LIMIT} (= {EXACT_LIMIT} distinct players) are solved exactly "
-                         "(use method auto or mc)")
+        raise ValueError(
+            f"exact Shapley of {sum(profile)} players in {k} classes needs {coalition_count(profile)} "
+            f"coalitions; at most 2^{EXACT_LIMIT} (= {EXACT_LIMIT} distinct players) are solved exactly "
+            "(use method auto or mc)"
+        )
     phi = shapley_from_class_values(class_team_values(weighted_kernel, profile), profile)
     return phi, torch.zeros_like(phi)
 

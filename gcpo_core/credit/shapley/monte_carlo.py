@@ -69,8 +69,10 @@ def mc_design(num_players: int, permutations: int, antithetic: bool = True, stra
         :class:`McDesign`.
     """
     if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < MIN_PERMUTATIONS:
-        raise ValueError(f"permutations must be an integer >= {MIN_PERMUTATIONS} (at least {MIN_MC_UNITS} "
-                         f"independent draws for a standard error); got {permutations!r}")
+        raise ValueError(
+            f"permutations must be an integer >= {MIN_PERMUTATIONS} (at least {MIN_MC_UNITS} "
+            f"independent draws for a standard error); got {permutations!r}"
+        )
     half_turn = 2 if stratified and num_players >= 2 else 1
     candidates = [(half_turn, antithetic), (half_turn, False), (1, antithetic), (1, False)]
     # first the stratified designs with PREFERRED_MC_UNITS units, then any design with MIN_MC_UNITS
@@ -89,7 +91,6 @@ def t_interval_scale(units: int) -> float:
     from scipy.special import stdtrit  # the Student-t quantile; far lighter to import than scipy.stats
 
     return float(stdtrit(units - 1, 0.975)) / _Z_95
-
 
 
 def group_streams(
@@ -167,14 +168,17 @@ def monte_carlo_shapley(
         return phi, torch.zeros_like(phi)
     if not control_variate:
         g_mean = torch.zeros_like(g_mean)
-    team = 2.0 * torch.log(torch.diagonal(torch.linalg.cholesky(torch.eye(c, dtype=L.dtype, device=device) + L),
-                                          dim1=-2, dim2=-1)).sum(-1)
+    team = 2.0 * torch.log(
+        torch.diagonal(torch.linalg.cholesky(torch.eye(c, dtype=L.dtype, device=device) + L), dim1=-2, dim2=-1)
+    ).sum(-1)
     playing = (torch.diagonal(L, dim1=-2, dim2=-1) > 0).to(L.dtype)  # padding players (zero rows) take no share
 
     if generator is None or isinstance(generator, torch.Generator):
         keys = torch.rand(n, design.units, c, generator=generator, device=device, dtype=torch.float64)
     else:
-        keys = torch.stack([torch.rand(design.units, c, generator=g, dtype=torch.float64) for g in generator]).to(device)
+        keys = torch.stack([torch.rand(design.units, c, generator=g, dtype=torch.float64) for g in generator]).to(
+            device
+        )
     base = keys.argsort(dim=-1)  # (n, units, c): position -> player
     offsets = torch.tensor([round(j * c / design.shifts) for j in range(design.shifts)], device=device)
     shifted = (offsets[:, None] + torch.arange(c, device=device)[None, :]) % c  # (shifts, c)

@@ -90,8 +90,7 @@ def copo_loss_settings(config: DictConfig) -> Optional[CopoSettings]:
 
 
 @register_adv_est(COPO_ESTIMATOR)
-def compute_copo_outcome_advantage(token_level_rewards, response_mask, index=None, config=None, epsilon=1e-6,
-                                   **kwargs):
+def compute_copo_outcome_advantage(token_level_rewards, response_mask, index=None, config=None, epsilon=1e-6, **kwargs):
     """COPO. ``algorithm.copo.blend=loss`` (default): ``w * A_local`` from the terms the recipe's trainer provides
     (:func:`provide_copo`; the actor's loss adds the global term). ``blend=advantage``: GRPO's local advantage
     blended with the prompt's batch-standardised mean reward by the group's right/wrong entropy
@@ -144,9 +143,11 @@ def step_copo(
         extra = extras[row]
         info = extra.get("reward_extra_info") if isinstance(extra, dict) else None
         if not isinstance(info, dict) or info.get("acc") is None or "pred" not in info:
-            raise RuntimeError("COPO's loss blend reads each response's verdict and final answer from the reward's "
-                               "'acc' and 'pred' (reward_extra_info), which a row lacks: use a reward that reports "
-                               "both (the recipe's does), or algorithm.copo.blend=advantage")
+            raise RuntimeError(
+                "COPO's loss blend reads each response's verdict and final answer from the reward's "
+                "'acc' and 'pred' (reward_extra_info), which a row lacks: use a reward that reports "
+                "both (the recipe's does), or algorithm.copo.blend=advantage"
+            )
         correct[row] = bool(info["acc"])
         answers[row] = "" if info["pred"] is None else str(info["pred"])
     _, codes = np.unique(np.array(answers, dtype=object).astype(str), return_inverse=True)
@@ -156,8 +157,12 @@ def step_copo(
         layout.gather(torch.as_tensor(correct[rows])).to(torch.bool),
         layout.gather(torch.as_tensor(codes[rows].astype(np.int64))),
         layout.mask,
-        k=float(settings.k), b=float(settings.b), gate=settings.gate, reward_coef=settings.reward_coef,
-        norm_by_std=norm_by_std, epsilon=epsilon,
+        k=float(settings.k),
+        b=float(settings.b),
+        gate=settings.gate,
+        reward_coef=settings.reward_coef,
+        norm_by_std=norm_by_std,
+        epsilon=epsilon,
     )
     local = np.zeros(len(scores))
     global_ = np.zeros(len(scores))
@@ -188,8 +193,10 @@ def provided_copo(index: Optional[np.ndarray]) -> StepCopo:
     """The terms the trainer provided, checked against the estimator's batch (same ids, same order)."""
     step = getattr(_active, "step", None)
     if step is None:
-        raise RuntimeError("algorithm.copo.blend=loss: the copo estimator got no COPO terms; it needs the recipe's "
-                           "trainer (`python -m recipe.gcpo.main_gcpo`), or algorithm.copo.blend=advantage")
+        raise RuntimeError(
+            "algorithm.copo.blend=loss: the copo estimator got no COPO terms; it needs the recipe's "
+            "trainer (`python -m recipe.gcpo.main_gcpo`), or algorithm.copo.blend=advantage"
+        )
     if index is not None and list(np.asarray(index, dtype=object)) != list(step.uids):
         raise RuntimeError("COPO's terms were computed for another batch (group ids differ)")
     return step
@@ -199,18 +206,21 @@ def copo_loss(config, model_output: dict, data, dp_group=None, *, global_config)
     """verl's ``ppo_loss`` on ``advantages`` (``w A_local``) plus verl's PPO-clip loss on
     ``copo_global_advantages`` (``(1 - w) A_global``); ``global_config`` is the actor config without the entropy
     bonus and KL loss, which the first term already has. Metrics: verl's, and ``actor/copo_global_pg_loss``."""
-    from verl.utils.metric import AggregationType, Metric
+    from verl.utils.metric import Metric
     from verl.workers.utils.losses import ppo_loss
 
     if GLOBAL_ADVANTAGE_FIELD not in data.keys():
-        raise RuntimeError(f"COPO's loss needs '{GLOBAL_ADVANTAGE_FIELD}' in the actor's micro-batch, which the "
-                           "recipe's trainer writes at the advantage step; the batch has none")
+        raise RuntimeError(
+            f"COPO's loss needs '{GLOBAL_ADVANTAGE_FIELD}' in the actor's micro-batch, which the "
+            "recipe's trainer writes at the advantage step; the batch has none"
+        )
     loss, metrics = ppo_loss(config, model_output, data, dp_group)
     global_data = data.copy()
     global_data["advantages"] = data[GLOBAL_ADVANTAGE_FIELD]
     global_loss, global_metrics = ppo_loss(global_config, model_output, global_data, dp_group)
-    metrics["actor/copo_global_pg_loss"] = Metric(value=global_loss.detach(),
-                                                  aggregation=global_metrics["actor/pg_loss"].aggregation)
+    metrics["actor/copo_global_pg_loss"] = Metric(
+        value=global_loss.detach(), aggregation=global_metrics["actor/pg_loss"].aggregation
+    )
     return loss + global_loss, metrics
 
 

@@ -62,11 +62,18 @@ class DivR1Settings:
     def __post_init__(self) -> None:
         if not isinstance(self.enable, bool):
             raise FieldError("div_r1", "enable", f"must be true or false, got {self.enable!r}")
-        if isinstance(self.coef, bool) or not isinstance(self.coef, (int, float)) or not math.isfinite(self.coef) \
-                or self.coef < 0:
+        if (
+            isinstance(self.coef, bool)
+            or not isinstance(self.coef, (int, float))
+            or not math.isfinite(self.coef)
+            or self.coef < 0
+        ):
             raise FieldError("div_r1", "coef", f"must be a finite number >= 0, got {self.coef!r}")
-        for name, allowed in (("samples", SAMPLE_SETS), ("entropy", ENTROPY_ESTIMATES),
-                              ("loss_agg_mode", LOSS_AGG_MODES)):
+        for name, allowed in (
+            ("samples", SAMPLE_SETS),
+            ("entropy", ENTROPY_ESTIMATES),
+            ("loss_agg_mode", LOSS_AGG_MODES),
+        ):
             if getattr(self, name) not in allowed:
                 raise FieldError("div_r1", name, f"must be one of {list(allowed)}, got {getattr(self, name)!r}")
 
@@ -77,7 +84,9 @@ def div_r1_settings(config: DictConfig) -> Optional[DivR1Settings]:
     return settings if settings.enable else None
 
 
-def div_r1_term(model_output: dict, data, settings: DivR1Settings, global_batch_info: dict) -> tuple[torch.Tensor, float]:
+def div_r1_term(
+    model_output: dict, data, settings: DivR1Settings, global_batch_info: dict
+) -> tuple[torch.Tensor, float]:
     """The Div-R1 objective of one micro-batch (to be *maximised*), and the share of its responses it covers.
 
     Args:
@@ -93,8 +102,10 @@ def div_r1_term(model_output: dict, data, settings: DivR1Settings, global_batch_
     from verl.workers.utils.padding import no_padding_2_padding
 
     if "rm_scores" not in data.keys():
-        raise RuntimeError("Div-R1 reads each response's reward from the actor's micro-batch (rm_scores), but the "
-                           "batch has none: it needs verl's V1 trainer, which keeps every TransferQueue field")
+        raise RuntimeError(
+            "Div-R1 reads each response's reward from the actor's micro-batch (rm_scores), but the "
+            "batch has none: it needs verl's V1 trainer, which keeps every TransferQueue field"
+        )
     log_prob = no_padding_2_padding(model_output["log_probs"], data)
     fields = data.select("response_mask", "old_log_probs", "rm_scores").to_padded_tensor()
     mask = fields["response_mask"].to(torch.bool)
@@ -106,8 +117,10 @@ def div_r1_term(model_output: dict, data, settings: DivR1Settings, global_batch_
     else:
         entropy = model_output.get("entropy")
         if entropy is None:
-            raise RuntimeError("algorithm.div_r1.entropy=exact but the actor returned no entropy "
-                               "(set actor_rollout_ref.actor.calculate_entropy=true)")
+            raise RuntimeError(
+                "algorithm.div_r1.entropy=exact but the actor returned no entropy "
+                "(set actor_rollout_ref.actor.calculate_entropy=true)"
+            )
         per_token = no_padding_2_padding(entropy, data)
     info = dict(global_batch_info)
     # without verl's global normalisers (one rank, one micro-batch) normalise by this micro-batch's responses and
@@ -116,8 +129,9 @@ def div_r1_term(model_output: dict, data, settings: DivR1Settings, global_batch_
         info["global_batch_size"] = int((mask.sum(dim=-1) > 0).sum())
     if info.get("batch_num_tokens") is None:
         info["batch_num_tokens"] = int(mask.sum())
-    term = agg_loss(loss_mat=per_token, loss_mask=mask & rows.unsqueeze(-1), loss_agg_mode=settings.loss_agg_mode,
-                    **info)
+    term = agg_loss(
+        loss_mat=per_token, loss_mask=mask & rows.unsqueeze(-1), loss_agg_mode=settings.loss_agg_mode, **info
+    )
     covered = mask.any(dim=-1)
     share = float((rows & covered).sum()) / max(1, int(covered.sum()))
     return term, share
@@ -144,7 +158,8 @@ def correctness(data) -> torch.Tensor:
         raise RuntimeError(
             f"Div-R1 (algorithm.div_r1.samples=correct) applies to correct responses and reads the verdict from the "
             f"reward's '{CORRECTNESS_KEY}' (reward_extra_info), which some rows lack: use a reward that reports it "
-            "(the recipe's and verl's DAPO reward do), or algorithm.div_r1.samples=positive_score (score > 0)")
+            "(the recipe's and verl's DAPO reward do), or algorithm.div_r1.samples=positive_score (score > 0)"
+        )
     return torch.tensor([bool(v) for v in verdicts], dtype=torch.bool)
 
 
@@ -160,9 +175,11 @@ def div_r1_loss(config, model_output: dict, data, dp_group=None, *, settings: Di
     term, share = div_r1_term(model_output, data, settings, config.global_batch_info)
     info = config.global_batch_info
     summed = (info.get("dp_size", 1) or 1) > 1 or any(
-        info.get(key) is not None for key in ("batch_num_tokens", "global_batch_size", "loss_scale_factor"))
-    metrics["actor/div_r1_entropy"] = Metric(value=term.detach(),
-                                             aggregation=AggregationType.SUM if summed else AggregationType.MEAN)
+        info.get(key) is not None for key in ("batch_num_tokens", "global_batch_size", "loss_scale_factor")
+    )
+    metrics["actor/div_r1_entropy"] = Metric(
+        value=term.detach(), aggregation=AggregationType.SUM if summed else AggregationType.MEAN
+    )
     metrics["actor/div_r1_share"] = Metric(value=share, aggregation=AggregationType.MEAN)
     return loss - settings.coef * term, metrics
 

@@ -42,8 +42,9 @@ def diver_normalisation(algorithm: DictConfig) -> CreditConfig:
     return dataclasses.replace(credit_config(algorithm, gcpo.get("credit"), {}), all_correct_scale="group")
 
 
-def diver_credit(batch: KVBatchMeta, texts: Sequence[str], settings: DiverConfig, normalisation: CreditConfig,
-                 step: int) -> tuple[StepCredit, dict[str, float]]:
+def diver_credit(
+    batch: KVBatchMeta, texts: Sequence[str], settings: DiverConfig, normalisation: CreditConfig, step: int
+) -> tuple[StepCredit, dict[str, float]]:
     """The step's shaped rewards for the ``diver`` estimator.
 
     Args:
@@ -55,13 +56,15 @@ def diver_credit(batch: KVBatchMeta, texts: Sequence[str], settings: DiverConfig
     Returns:
         (credit whose ``score`` is reward + bonus, ``diver/*`` metrics).
     """
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                           select_fields=["uid", "rm_scores", "response_mask"])
+    data = tq.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "response_mask"]
+    )
     uids = np.array(list(data["uid"]), dtype=object)
     valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
     reward = data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).double().cpu().numpy()
     lengths = data["response_mask"].to_padded_tensor(padding=0).sum(dim=-1).cpu().numpy()
-    result = diver_bonus(list(texts), reward, uids.tolist(), step=step, config=settings,
-                         response_lengths=lengths, valid=valid)
+    result = diver_bonus(
+        list(texts), reward, uids.tolist(), step=step, config=settings, response_lengths=lengths, valid=valid
+    )
     credit = StepCredit(uids=uids, reward=reward, score=reward + result.bonus, valid=valid, config=normalisation)
     return credit, result.metrics

@@ -25,8 +25,17 @@ from gcpo_core.credit.config import FieldError
 from recipe.gcpo.config import algorithm_block, build_section
 
 # per-token fields rebuilt for the injected response; any other per-token field cannot be made up
-_REBUILT = {"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask", "loss_mask",
-            "rm_scores", "rollout_log_probs"}
+_REBUILT = {
+    "prompts",
+    "responses",
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "response_mask",
+    "loss_mask",
+    "rm_scores",
+    "rollout_log_probs",
+}
 
 
 @dataclass(frozen=True)
@@ -42,13 +51,16 @@ class GroupContrastiveSettings:
         if not isinstance(self.enable, bool):
             raise FieldError("group_contrastive", "enable", f"must be true or false, got {self.enable!r}")
         if not isinstance(self.solution_key, str) or not self.solution_key:
-            raise FieldError("group_contrastive", "solution_key", f"must be a non-empty string, got {self.solution_key!r}")
+            raise FieldError(
+                "group_contrastive", "solution_key", f"must be a non-empty string, got {self.solution_key!r}"
+            )
 
 
 def group_contrastive_settings(config: DictConfig) -> GroupContrastiveSettings:
     """``algorithm.group_contrastive`` (absent: off); ``enable`` says whether the references are injected."""
-    return build_section(GroupContrastiveSettings, algorithm_block(config.algorithm, "group_contrastive"),
-                         "algorithm.group_contrastive")
+    return build_section(
+        GroupContrastiveSettings, algorithm_block(config.algorithm, "group_contrastive"), "algorithm.group_contrastive"
+    )
 
 
 def inject_references(
@@ -58,7 +70,9 @@ def inject_references(
 
     Returns the batch (tags updated with the new lengths) and ``group_contrastive/*`` metrics.
     """
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "extra_info"])
+    data = tq.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "extra_info"]
+    )
     uids = list(data["uid"])
     rewards = data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).tolist()
     extras = [getattr(e, "data", e) for e in data["extra_info"]]
@@ -80,8 +94,12 @@ def inject_references(
             continue
         row = rows[0]
         sample, tag = _reference_sample(batch, row, tokenizer, solution, settings.reward, max_response_length)
-        tq.kv_batch_put(keys=[batch.keys[row]], partition_id=batch.partition_id,
-                        fields=list_of_dict_to_tensordict([sample]), tags=[tag])
+        tq.kv_batch_put(
+            keys=[batch.keys[row]],
+            partition_id=batch.partition_id,
+            fields=list_of_dict_to_tensordict([sample]),
+            tags=[tag],
+        )
         tags[row] = tag
         injected += 1
     metrics = {
@@ -89,8 +107,13 @@ def inject_references(
         "group_contrastive/injected_groups": float(injected),
         "group_contrastive/missing_solutions": float(missing),
     }
-    new_batch = KVBatchMeta(partition_id=batch.partition_id, keys=list(batch.keys), tags=tags,
-                            fields=batch.fields, extra_info=batch.extra_info)
+    new_batch = KVBatchMeta(
+        partition_id=batch.partition_id,
+        keys=list(batch.keys),
+        tags=tags,
+        fields=batch.fields,
+        extra_info=batch.extra_info,
+    )
     return new_batch, metrics
 
 
@@ -99,10 +122,17 @@ def _reference_sample(batch, row, tokenizer, solution, reward, max_response_leng
     old_lengths = {int(source["responses"].shape[0]), int(source["input_ids"].shape[0])}
     for key in source.keys():
         value = source[key]
-        if key not in _REBUILT and isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] in old_lengths:
+        if (
+            key not in _REBUILT
+            and isinstance(value, torch.Tensor)
+            and value.dim() > 0
+            and value.shape[0] in old_lengths
+        ):
             # e.g. routed_experts (router replay) or teacher_logprobs (distillation): nothing to rebuild them from
             raise ValueError(f"cannot inject a reference solution into a rollout with the per-token field {key!r}")
-    ids = tokenizer(solution, add_special_tokens=False)["input_ids"][: max_response_length - 1] + [tokenizer.eos_token_id]
+    ids = tokenizer(solution, add_special_tokens=False)["input_ids"][: max_response_length - 1] + [
+        tokenizer.eos_token_id
+    ]
     responses = torch.tensor(ids, dtype=torch.int64)
     prompts = source["prompts"].to(torch.int64)
     input_ids = torch.cat([prompts, responses])
@@ -110,8 +140,10 @@ def _reference_sample(batch, row, tokenizer, solution, reward, max_response_leng
     ones = torch.ones_like(responses)
     rm_scores = torch.zeros(len(ids), dtype=torch.float32)
     rm_scores[-1] = float(reward)
-    sample = {key: (source[key].clone() if isinstance(source[key], torch.Tensor) else copy.deepcopy(source[key]))
-              for key in source.keys()}
+    sample = {
+        key: (source[key].clone() if isinstance(source[key], torch.Tensor) else copy.deepcopy(source[key]))
+        for key in source.keys()
+    }
     sample.update(
         responses=responses,
         input_ids=input_ids,
@@ -135,5 +167,8 @@ def solution_coverage(path: str, solution_key: str = "solution", rows: int = 200
     table = pq.ParquetFile(path).read_row_group(0).slice(0, rows).to_pylist()
     if not table:
         return 0.0
-    has = [isinstance(r.get("extra_info"), dict) and bool(str(r["extra_info"].get(solution_key) or "").strip()) for r in table]
+    has = [
+        isinstance(r.get("extra_info"), dict) and bool(str(r["extra_info"].get(solution_key) or "").strip())
+        for r in table
+    ]
     return float(np.mean(has))

@@ -41,8 +41,9 @@ class MCGRPOSettings:
 
 
 @register_adv_est(MC_GRPO_ESTIMATOR)
-def compute_mc_grpo_outcome_advantage(token_level_rewards, response_mask, index=None, config=None, epsilon=1e-6,
-                                      **kwargs):
+def compute_mc_grpo_outcome_advantage(
+    token_level_rewards, response_mask, index=None, config=None, epsilon=1e-6, **kwargs
+):
     """MC-GRPO (see :func:`gcpo_core.baselines.mc_grpo.median_centred_advantages`): of each prompt's G + 1 rollouts the
     median one is the pivot (advantage 0), the others get (r - median) / (MAD + 1e-3), rescaled. verl's epsilon is
     not used (the paper's 1e-3 is). Shapes: (bs, response_length)."""

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.special_e2e.cpu_platform import cpu_overrides
 from experiments.miniature.arms import ARMS, RunSpec, run_overrides
+from tests.special_e2e.cpu_platform import cpu_overrides
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -18,7 +18,7 @@ def _args(arm, seed=1, spec=RunSpec(), root=Path("/m")):
 def test_the_arms_run_on_the_cpu_as_the_cpu_smoke():
     """The CPU platform's overrides, from the one list the CPU smoke runs with too (its test checks that side)."""
     device = cpu_overrides("/m/ray")
-    assert all(_args(arm)[-len(device):] == device for arm in ARMS)
+    assert all(_args(arm)[-len(device) :] == device for arm in ARMS)
 
 
 def test_the_arms_differ_only_in_the_advantage():
@@ -26,8 +26,12 @@ def test_the_arms_differ_only_in_the_advantage():
     shared = set.intersection(*(set(a) for a in runs.values()))
     own = {arm: sorted(set(a) - shared) for arm, a in runs.items()}
     assert own["grpo"] == ["algorithm.adv_estimator=grpo", "trainer.experiment_name=grpo-seed1"]
-    assert own["gcpo_group"] == ["algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.all_correct_scale=group",
-                                 "algorithm.gcpo.credit.seed=1", "trainer.experiment_name=gcpo_group-seed1"]
+    assert own["gcpo_group"] == [
+        "algorithm.adv_estimator=gcpo",
+        "algorithm.gcpo.credit.all_correct_scale=group",
+        "algorithm.gcpo.credit.seed=1",
+        "trainer.experiment_name=gcpo_group-seed1",
+    ]
     assert "algorithm.gcpo.credit.all_correct_scale=batch" in own["gcpo_batch"]
 
 
@@ -37,8 +41,15 @@ def test_the_seed_reaches_data_order_sampling_and_gcpos_permutations():
     assert "trainer.validation_data_dir=/m/run/heldout" in args and "trainer.val_before_train=true" in args
 
 
-@pytest.mark.parametrize("field, value, message", [("steps", 0, "steps must be"), ("rollouts", 1, "rollouts must"),
-                                                    ("lr", 0.0, "lr must be"), ("eval_every", -1, "eval_every")])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("steps", 0, "steps must be"),
+        ("rollouts", 1, "rollouts must"),
+        ("lr", 0.0, "lr must be"),
+        ("eval_every", -1, "eval_every"),
+    ],
+)
 def test_bad_budgets_are_refused(field, value, message):
     with pytest.raises(ValueError, match=message):
         RunSpec(**{field: value})
@@ -53,8 +64,13 @@ def test_every_arm_composes_and_validates_through_the_real_entry_point(arm, tmp_
 
     write_task_data(tmp_path / "data")
     env = {**os.environ, "GCPO_DRY_RUN": "1"}
-    proc = subprocess.run([sys.executable, "-m", "recipe.gcpo.main_gcpo", *_args(arm, root=tmp_path)], env=env,
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "recipe.gcpo.main_gcpo", *_args(arm, root=tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     estimator = "grpo" if arm == "grpo" else "gcpo"
     assert f"dry run (adv_estimator={estimator})" in proc.stdout

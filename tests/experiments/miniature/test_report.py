@@ -3,8 +3,15 @@ import math
 
 import pytest
 
-from experiments.miniature.report import (collect, eval_metrics, final_table, paired_table, paired_tests, plot,
-                                          prompt_metrics)
+from experiments.miniature.report import (
+    collect,
+    eval_metrics,
+    final_table,
+    paired_table,
+    paired_tests,
+    plot,
+    prompt_metrics,
+)
 
 
 def test_prompt_metrics_count_distinct_correct_answers_and_their_coverage():
@@ -24,18 +31,25 @@ def test_a_collapsed_policy_scores_as_accurate_but_not_diverse():
     assert collapsed["answer_entropy"] == collapsed["correct_entropy"] == 0.0 < diverse["answer_entropy"]
     assert diverse["correct_entropy"] == pytest.approx(math.log(8))
     half = prompt_metrics("animal", ["tiger", "lion", "apple", "apple"])  # wrong answers leave it as it is
-    assert half["correct_entropy"] == pytest.approx(math.log(2)) and prompt_metrics("animal", ["x"])["correct_entropy"] == 0
+    assert (
+        half["correct_entropy"] == pytest.approx(math.log(2))
+        and prompt_metrics("animal", ["x"])["correct_entropy"] == 0
+    )
 
 
 def _write_run(root, arm, seed, outputs_by_step, step_s=3.0):
     folder = root / "runs" / f"{arm}-seed{seed}"
     (folder / "heldout").mkdir(parents=True)
     for step, outputs in outputs_by_step.items():
-        lines = [{"input": f"p-{c}", "output": o, "gts": c, "score": 0, "step": step}
-                 for c, outs in outputs.items() for o in outs]
+        lines = [
+            {"input": f"p-{c}", "output": o, "gts": c, "score": 0, "step": step}
+            for c, outs in outputs.items()
+            for o in outs
+        ]
         (folder / "heldout" / f"{step}.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    metrics = [{"step": s, "data": {"timing_s/step": 99.0 if s == 1 else step_s, "actor/entropy": 1.0 / s}}
-               for s in (1, 2, 3)]
+    metrics = [
+        {"step": s, "data": {"timing_s/step": 99.0 if s == 1 else step_s, "actor/entropy": 1.0 / s}} for s in (1, 2, 3)
+    ]
     (folder / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in metrics) + "\n")
     (folder / "done.json").write_text(json.dumps({"arm": arm, "seed": seed, "wall_s": 100.0}))
 
@@ -44,8 +58,9 @@ def test_the_table_is_mean_and_sd_over_seeds_at_the_last_shared_evaluation(tmp_p
     start = {"animal": ["tiger", "apple"], "fruit": ["apple", "tiger"]}
     _write_run(tmp_path, "grpo", 1, {0: start, 3: {"animal": ["tiger", "tiger"], "fruit": ["apple", "apple"]}})
     _write_run(tmp_path, "grpo", 2, {0: start, 3: {"animal": ["tiger", "lion"], "fruit": ["apple", "apple"]}})
-    _write_run(tmp_path, "gcpo_group", 1, {0: start, 3: {"animal": ["tiger", "lion"], "fruit": ["apple", "pear"]}},
-               step_s=5.0)
+    _write_run(
+        tmp_path, "gcpo_group", 1, {0: start, 3: {"animal": ["tiger", "lion"], "fruit": ["apple", "pear"]}}, step_s=5.0
+    )
     runs = collect(tmp_path)
     assert runs["grpo"][1]["step_s"] == 3.0  # the first step (start-up) is left out
     assert eval_metrics(tmp_path / "runs/grpo-seed2/heldout/3.jsonl")["distinct_correct"] == 1.5
@@ -75,10 +90,18 @@ def test_uneven_dumps_and_missing_runs_are_errors(tmp_path):
 
 def _runs(values_by_arm, step=40):
     """``{arm: {seed: distinct_correct}}`` as ``collect`` returns it, accuracy equal everywhere."""
-    return {arm: {seed: {"evals": {0: {"accuracy": 0.2, "distinct_correct": 2.0},
-                                   step: {"accuracy": 0.5, "distinct_correct": value}}}
-                  for seed, value in seeds.items()}
-            for arm, seeds in values_by_arm.items()}
+    return {
+        arm: {
+            seed: {
+                "evals": {
+                    0: {"accuracy": 0.2, "distinct_correct": 2.0},
+                    step: {"accuracy": 0.5, "distinct_correct": value},
+                }
+            }
+            for seed, value in seeds.items()
+        }
+        for arm, seeds in values_by_arm.items()
+    }
 
 
 def _row(table, arm, key):
@@ -93,13 +116,15 @@ def test_paired_tests_give_the_t_interval_and_both_p_values_of_the_seed_pairs():
     table = paired_tests(runs)
     assert table.splitlines()[0].startswith("| arm − grpo (step 40) | metric | seeds | mean | 95 % CI |")
     assert _row(table, "gcpo_batch", "distinct_correct") == (
-        "| gcpo_batch | distinct_correct | 3 | +2.000 | [-0.484, +4.484] | 0.074 | 0.250 | 3/3 |")
+        "| gcpo_batch | distinct_correct | 3 | +2.000 | [-0.484, +4.484] | 0.074 | 0.250 | 3/3 |"
+    )
     # equal accuracy on every seed: no test is defined, and none is made up
     assert _row(table, "gcpo_batch", "accuracy") == "| gcpo_batch | accuracy | 3 | +0.000 | n/a | n/a | n/a | 0/3 |"
     # the order of seeds and arms changes nothing; a 90 % interval is narrower
     shuffled = _runs({"gcpo_batch": {3: 6.0, 1: 4.0, 2: 5.0}, "grpo": dict(reversed(grpo.items()))})
-    assert _row(paired_tests(shuffled), "gcpo_batch", "distinct_correct") == _row(table, "gcpo_batch",
-                                                                                 "distinct_correct")
+    assert _row(paired_tests(shuffled), "gcpo_batch", "distinct_correct") == _row(
+        table, "gcpo_batch", "distinct_correct"
+    )
     assert "[+0.314, +3.686]" in _row(paired_tests(runs, confidence=0.9), "gcpo_batch", "distinct_correct")
 
 
@@ -120,8 +145,9 @@ def test_the_report_command_writes_the_tables_and_the_tests_of_the_finished_runs
     from experiments.miniature.__main__ import main
 
     start = {"animal": ["tiger", "apple"], "fruit": ["apple", "tiger"]}
-    for seed, (grpo, gcpo) in enumerate([(["tiger", "tiger"], ["tiger", "lion"]),
-                                         (["lion", "lion"], ["lion", "wolf"])], start=1):
+    for seed, (grpo, gcpo) in enumerate(
+        [(["tiger", "tiger"], ["tiger", "lion"]), (["lion", "lion"], ["lion", "wolf"])], start=1
+    ):
         _write_run(tmp_path, "grpo", seed, {0: start, 3: {"animal": grpo, "fruit": ["apple", "apple"]}})
         _write_run(tmp_path, "gcpo_batch", seed, {0: start, 3: {"animal": gcpo, "fruit": ["apple", "pear"]}})
     assert main(["report", "--out", str(tmp_path), "--figures", str(tmp_path / "figures")]) == 0

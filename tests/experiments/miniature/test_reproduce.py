@@ -4,19 +4,35 @@ import numpy as np
 import pytest
 
 from experiments.miniature.report import paired_tests
-from experiments.miniature.reproduce import (HEADLINE_CELLS, compare, expected_share_within_sd, load_results, pool,
-                                             reproduction_interval, table_cells)
+from experiments.miniature.reproduce import (
+    HEADLINE_CELLS,
+    compare,
+    expected_share_within_sd,
+    load_results,
+    pool,
+    reproduction_interval,
+    table_cells,
+)
 
 SPEC = {"steps": 40, "lr": 0.001}
 
 
 def _runs(values_by_arm, step=40, spec=SPEC):
     """``{arm: {seed: distinct_correct}}`` as ``collect`` returns it; accuracy 0.5 everywhere."""
-    return {arm: {seed: {"evals": {0: {"accuracy": 0.2, "distinct_correct": 2.0},
-                                   step: {"accuracy": 0.5, "distinct_correct": value}},
-                         "warm_seed": seed, "spec": spec}
-                  for seed, value in seeds.items()}
-            for arm, seeds in values_by_arm.items()}
+    return {
+        arm: {
+            seed: {
+                "evals": {
+                    0: {"accuracy": 0.2, "distinct_correct": 2.0},
+                    step: {"accuracy": 0.5, "distinct_correct": value},
+                },
+                "warm_seed": seed,
+                "spec": spec,
+            }
+            for seed, value in seeds.items()
+        }
+        for arm, seeds in values_by_arm.items()
+    }
 
 
 def _row(text, row, key):
@@ -39,8 +55,7 @@ def test_the_reproduction_interval_is_the_t_prediction_interval_of_a_new_mean():
 def test_both_error_bars_hold_their_stated_share_of_new_means_when_nothing_changed(n, m):
     rng = np.random.default_rng(n * 10 + m)
     reference, new = rng.normal(size=(20000, n)), rng.normal(size=(20000, m)).mean(1)
-    in_interval = [low <= x <= high for ref, x in zip(reference, new)
-                   for low, high in [reproduction_interval(ref, m)]]
+    in_interval = [low <= x <= high for ref, x in zip(reference, new) for low, high in [reproduction_interval(ref, m)]]
     in_sd = np.abs(new - reference.mean(1)) <= reference.std(1, ddof=1)
     assert np.mean(in_interval) == pytest.approx(0.95, abs=0.006)
     assert np.mean(in_sd) == pytest.approx(expected_share_within_sd(n, m), abs=0.008)
@@ -51,10 +66,12 @@ def test_a_run_like_the_reference_reproduces_it_and_a_shifted_arm_does_not():
     assert summary["cells"] == 6 and summary["within_sd"] == summary["within_interval"] == 6
     # rows: each arm, and each arm's difference from GRPO over the seeds both ran
     assert _row(same, "gcpo_batch − grpo", "distinct_correct") == (
-        "| gcpo_batch − grpo | distinct_correct | +1.000 ± 1.000 (3) | +1.000 (3) | yes | [-2.513, +4.513] | yes |")
+        "| gcpo_batch − grpo | distinct_correct | +1.000 ± 1.000 (3) | +1.000 (3) | yes | [-2.513, +4.513] | yes |"
+    )
     assert "| grpo | accuracy | +0.500 ± 0.000 (3) |" in same and "pass@1" not in same  # pass@1 is accuracy
-    shifted, summary = compare(REFERENCE, _runs({"grpo": {1: 3.0, 2: 4.0, 3: 5.0},
-                                                 "gcpo_batch": {1: 12.0, 2: 14.0, 3: 13.0}}))
+    shifted, summary = compare(
+        REFERENCE, _runs({"grpo": {1: 3.0, 2: 4.0, 3: 5.0}, "gcpo_batch": {1: 12.0, 2: 14.0, 3: 13.0}})
+    )
     assert _row(shifted, "gcpo_batch", "distinct_correct").endswith("| no | [+1.487, +8.513] | **no** |")
     assert _row(shifted, "gcpo_batch − grpo", "distinct_correct").endswith("| **no** |")
     assert summary["within_interval"] == 4 and "Within the 95 % reproduction interval: 4 of 6" in shifted
@@ -70,8 +87,7 @@ def _three_arms(shift=None, seeds=(1, 2, 3, 4, 5)):
     for arm in level:
         for seed in seeds:
             values = {k: level[arm] + rng.normal(0, 0.1) + (shift or {}).get((arm, k), 0.0) for k in keys}
-            runs.setdefault(arm, {})[seed] = {"evals": {0: dict(values), 40: values}, "warm_seed": seed,
-                                              "spec": SPEC}
+            runs.setdefault(arm, {})[seed] = {"evals": {0: dict(values), 40: values}, "warm_seed": seed, "spec": SPEC}
     return runs
 
 
@@ -79,13 +95,16 @@ def test_the_verdict_applies_the_documented_criterion():
     reference = _three_arms()
     text, summary = compare(reference, reference)
     assert summary["cells"] == 35 and summary["outside"] == []
-    assert "Reproduction: holds: 0 of 35 cells outside the 95 % interval, at most 3 allowed; headline cells " \
-           "outside: none." in text
+    assert (
+        "Reproduction: holds: 0 of 35 cells outside the 95 % interval, at most 3 allowed; headline cells "
+        "outside: none." in text
+    )
     # a headline cell alone fails it: GCPO's diversity lead over GRPO gone
     _, summary = compare(reference, _three_arms(shift={("gcpo_group", "distinct_correct"): -5.0}))
     assert ("gcpo_group − grpo", "distinct_correct") in summary["outside"] and len(summary["outside"]) == 2
     assert summary["verdict"].startswith("Reproduction: fails: 2 of 35") and summary["verdict"].endswith(
-        "headline cells outside: gcpo_group − grpo distinct_correct.")
+        "headline cells outside: gcpo_group − grpo distinct_correct."
+    )
     # three other cells outside hold it (every arm's pass@4: the differences stay), four fail it (one arm's pass@4
     # and coverage, each with its difference from GRPO)
     _, held = compare(reference, _three_arms(shift={(arm, "pass@4"): 5.0 for arm in reference}))
@@ -95,8 +114,10 @@ def test_the_verdict_applies_the_documented_criterion():
     # without a GCPO arm the criterion cannot be applied
     partial = {arm: reference[arm] for arm in ("grpo", "gcpo_batch")}
     _, summary = compare(partial, partial)
-    assert summary["verdict"] == ("Reproduction: not judged, the criterion needs gcpo_group − grpo distinct_correct, "
-                                  "gcpo_group − grpo answer_entropy.")
+    assert summary["verdict"] == (
+        "Reproduction: not judged, the criterion needs gcpo_group − grpo distinct_correct, "
+        "gcpo_group − grpo answer_entropy."
+    )
     assert len(HEADLINE_CELLS) == 4
 
 
@@ -105,8 +126,10 @@ def test_pooling_averages_each_arm_and_seed_over_the_experiments_that_ran_it():
     second = _runs({"grpo": {1: 5.0, 3: 4.0}, "gcpo_batch": {1: 6.0, 3: 7.0}})
     pooled = pool(first, second, step=40)
     assert {s: r["runs"] for s, r in pooled["grpo"].items()} == {1: 2, 2: 1, 3: 1}
-    assert pooled["grpo"][1]["evals"][40]["distinct_correct"] == 4.0 and pooled["gcpo_batch"][1]["evals"][40][
-        "distinct_correct"] == 5.5
+    assert (
+        pooled["grpo"][1]["evals"][40]["distinct_correct"] == 4.0
+        and pooled["gcpo_batch"][1]["evals"][40]["distinct_correct"] == 5.5
+    )
     assert pool(second, first, step=40) == pooled
     # seed 1 (pooled): +1.5, seed 2: +2, seed 3: +3
     assert "| gcpo_batch | distinct_correct | 3 | +2.167 |" in paired_tests(pooled, step=40)
@@ -133,8 +156,10 @@ def test_runs_of_another_budget_or_start_are_not_compared():
 
 
 def test_cells_without_two_reference_seeds_or_on_one_side_only_are_named_not_judged():
-    text, summary = compare(_runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0, 2: 5.0}}),
-                            _runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_batch": {1: 4.0}}))
+    text, summary = compare(
+        _runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0, 2: 5.0}}),
+        _runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_batch": {1: 4.0}}),
+    )
     assert _row(text, "grpo", "distinct_correct") == "| grpo | distinct_correct | 1 seeds | 2 seeds | n/a | n/a | n/a |"
     assert summary["cells"] == 0 and "No cell has two reference seeds" in text
     assert "Only one side has: gcpo_batch accuracy" in text and "gcpo_group − grpo distinct_correct" in text
@@ -145,8 +170,12 @@ def test_cells_without_two_reference_seeds_or_on_one_side_only_are_named_not_jud
 
 def test_results_json_reads_back_as_collect_returned_it(tmp_path):
     path = tmp_path / "results.json"
-    path.write_text(json.dumps(REFERENCE | {"grpo": {s: r | {"training": {"actor/entropy": {2: 0.5}}}
-                                                      for s, r in REFERENCE["grpo"].items()}}))
+    path.write_text(
+        json.dumps(
+            REFERENCE
+            | {"grpo": {s: r | {"training": {"actor/entropy": {2: 0.5}}} for s, r in REFERENCE["grpo"].items()}}
+        )
+    )
     back = load_results(path)
     assert back["gcpo_batch"] == {s: r | {"training": {}} for s, r in REFERENCE["gcpo_batch"].items()}  # int keys
     assert back["grpo"][2]["training"]["actor/entropy"] == {2: 0.5} and back["grpo"][2]["evals"][40]

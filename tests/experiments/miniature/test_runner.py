@@ -2,13 +2,13 @@ import json
 import os
 import stat
 
-
 import pytest
 
 import experiments.miniature.__main__ as cli
 from experiments.miniature.__main__ import main
 from experiments.miniature.arms import RunSpec
-from experiments.miniature.runner import policy_dir, run_dir, train as train_run
+from experiments.miniature.runner import policy_dir, run_dir
+from experiments.miniature.runner import train as train_run
 from tests.special_e2e import ROOT
 
 
@@ -20,11 +20,13 @@ def train(arm, seed, spec, out, timeout_s, extra=(), python=None, warm_seed=0):
 def fake_python(tmp_path):
     """A python stand-in recording its arguments and environment; STUB_EXIT sets its exit code."""
     script = tmp_path / "python"
-    script.write_text("#!/usr/bin/env bash\n"
-                      "printf '%s\\n' \"$@\" > \"$(dirname \"$0\")/args.txt\"\n"
-                      "env > \"$(dirname \"$0\")/env.txt\"\n"
-                      "[[ -z \"${STUB_SLEEP:-}\" ]] || sleep \"${STUB_SLEEP}\"\n"
-                      "exit \"${STUB_EXIT:-0}\"\n")
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        'printf \'%s\\n\' "$@" > "$(dirname "$0")/args.txt"\n'
+        'env > "$(dirname "$0")/env.txt"\n'
+        '[[ -z "${STUB_SLEEP:-}" ]] || sleep "${STUB_SLEEP}"\n'
+        'exit "${STUB_EXIT:-0}"\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script
 
@@ -32,8 +34,15 @@ def fake_python(tmp_path):
 def test_a_run_goes_through_main_gcpo_on_the_cpu_platform_and_is_kept_once_done(tmp_path, fake_python, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     out = tmp_path / "out"
-    record = train("gcpo_group", 2, RunSpec(steps=3, eval_every=3), out, 60, ["trainer.val_before_train=false"],
-                   python=str(fake_python))
+    record = train(
+        "gcpo_group",
+        2,
+        RunSpec(steps=3, eval_every=3),
+        out,
+        60,
+        ["trainer.val_before_train=false"],
+        python=str(fake_python),
+    )
     args = (tmp_path / "args.txt").read_text().splitlines()
     env = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines() if "=" in line)
     assert args[:2] == ["-m", "recipe.gcpo.main_gcpo"] and args[-1] == "trainer.val_before_train=false"
@@ -66,11 +75,17 @@ def test_a_failed_or_stopped_run_is_an_error_and_starts_over_next_time(tmp_path,
     assert train("grpo", 1, RunSpec(), out, 60, python=str(fake_python))["arm"] == "grpo"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--arms", "grpo,ppo"], "--arms must name some of"), (["--seeds", "0"], "--seeds must be a positive"),
-    (["--steps", "0"], "steps must be a positive"), (["--", "not-an-override"], "overrides are key=value"),
-    (["--warm-seed", "first"], "must be 'per-seed' or a non-negative integer"), (["--warm-seed", "-1"], "non-negative"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--arms", "grpo,ppo"], "--arms must name some of"),
+        (["--seeds", "0"], "--seeds must be a positive"),
+        (["--steps", "0"], "steps must be a positive"),
+        (["--", "not-an-override"], "overrides are key=value"),
+        (["--warm-seed", "first"], "must be 'per-seed' or a non-negative integer"),
+        (["--warm-seed", "-1"], "non-negative"),
+    ],
+)
 def test_bad_options_are_refused_before_anything_is_built(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         main(["run", "--out", str(tmp_path / "out"), *argv])
@@ -119,8 +134,9 @@ def _record_training(monkeypatch):
     import experiments.miniature.runner as runner
 
     built, trained = _fake_warm_starts(monkeypatch), []
-    monkeypatch.setattr(runner, "train",
-                        lambda arm, seed, spec, *a, warm_seed, **k: trained.append((arm, seed, warm_seed, spec)))
+    monkeypatch.setattr(
+        runner, "train", lambda arm, seed, spec, *a, warm_seed, **k: trained.append((arm, seed, warm_seed, spec))
+    )
     monkeypatch.setattr(cli, "report", lambda out, figures: "")
     return built, trained
 
@@ -131,8 +147,9 @@ def test_each_seed_trains_from_its_own_warm_start_unless_one_is_named(tmp_path, 
     out = tmp_path / "out"
     assert main(["run", "--out", str(out), "--arms", "grpo,gcpo_batch", "--seeds", "3", *warm_seed]) == 0
     assert sorted({spec.seed for spec in built}) == sorted(set(starts.values()))  # each start built once
-    assert [run[:3] for run in trained] == [(arm, seed, starts[seed]) for seed in (1, 2, 3)
-                                            for arm in ("grpo", "gcpo_batch")]
+    assert [run[:3] for run in trained] == [
+        (arm, seed, starts[seed]) for seed in (1, 2, 3) for arm in ("grpo", "gcpo_batch")
+    ]
     assert all((policy_dir(out, start) / "warm_start.json").is_file() for start in starts.values())
 
 
@@ -150,14 +167,18 @@ def test_the_default_experiment_is_every_arm_on_four_seeds_each_from_its_own_sta
 def test_the_report_says_which_start_each_seed_trained_from():
     from experiments.miniature.report import warm_starts_line
 
-    runs = {"grpo": {1: {"warm_seed": 1}, 2: {"warm_seed": 2}}, "gcpo_batch": {1: {"warm_seed": 1}, 2: {"warm_seed": 2}}}
+    runs = {
+        "grpo": {1: {"warm_seed": 1}, 2: {"warm_seed": 2}},
+        "gcpo_batch": {1: {"warm_seed": 1}, 2: {"warm_seed": 2}},
+    }
     assert warm_starts_line(runs) == "Warm starts: seed 1 from start 1, seed 2 from start 2."
     runs["gcpo_batch"][2]["warm_seed"] = 0  # arms of one seed from different starts: both named
     assert warm_starts_line(runs) == "Warm starts: seed 1 from start 1, seed 2 from start 0/2."
 
 
-def test_a_finished_experiment_is_compared_with_the_documented_run_when_the_budgets_match(tmp_path, monkeypatch,
-                                                                                           capsys):
+def test_a_finished_experiment_is_compared_with_the_documented_run_when_the_budgets_match(
+    tmp_path, monkeypatch, capsys
+):
     from dataclasses import asdict
 
     import experiments.miniature.runner as runner

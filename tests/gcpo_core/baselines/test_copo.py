@@ -42,12 +42,15 @@ def test_the_released_scripts_setting_on_hand_computed_groups():
     assert terms.answer_entropy[:, 0].tolist() == pytest.approx([H_A, 2.0])
 
 
-@pytest.mark.parametrize("gate, row_a, row_b", [
-    ("soft", [W_A] * 4, [W_B] * 4),
-    ("only_zero", [1, 1, 1, 0], [1, 0, 0, 0]),
-    ("global_only", [0] * 4, [0] * 4),
-    ("local_only", [1] * 4, [1] * 4),
-])
+@pytest.mark.parametrize(
+    "gate, row_a, row_b",
+    [
+        ("soft", [W_A] * 4, [W_B] * 4),
+        ("only_zero", [1, 1, 1, 0], [1, 0, 0, 0]),
+        ("global_only", [0] * 4, [0] * 4),
+        ("local_only", [1] * 4, [1] * 4),
+    ],
+)
 def test_each_gate_gives_the_official_weight(gate, row_a, row_b):
     terms = copo_terms(SCORES, CORRECT, ANSWERS, MASK, gate=gate)
     assert terms.local_weight.tolist() == [pytest.approx(row_a, abs=1e-12), pytest.approx(row_b, abs=1e-12)]
@@ -93,17 +96,23 @@ def test_row_order_within_groups_and_group_order_do_not_change_any_rows_terms():
     for gate in COPO_GATES:
         a = copo_terms(SCORES, CORRECT, ANSWERS, MASK, gate=gate)
         b = copo_terms(SCORES[:, perm].flip(0), CORRECT[:, perm].flip(0), ANSWERS[:, perm].flip(0), MASK, gate=gate)
-        for x, y in ((a.local_advantage, b.local_advantage), (a.global_advantage, b.global_advantage),
-                     (a.local_weight, b.local_weight)):
+        for x, y in (
+            (a.local_advantage, b.local_advantage),
+            (a.global_advantage, b.global_advantage),
+            (a.local_weight, b.local_weight),
+        ):
             assert torch.allclose(x[:, perm].flip(0), y, atol=1e-12), gate
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"gate": "soft with zero"}, "gate must be one of"),
-    ({"k": float("nan")}, "k must be a finite number"),
-    ({"b": True}, "b must be a finite number"),
-    ({"epsilon": 0.0}, "epsilon must be > 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"gate": "soft with zero"}, "gate must be one of"),
+        ({"k": float("nan")}, "k must be a finite number"),
+        ({"b": True}, "b must be a finite number"),
+        ({"epsilon": 0.0}, "epsilon must be > 0"),
+    ],
+)
 def test_bad_settings_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         copo_terms(SCORES, CORRECT, ANSWERS, MASK, **kwargs)
@@ -117,8 +126,15 @@ def test_non_finite_rewards_are_refused():
 
 
 def test_every_gate_is_documented():
-    assert set(COPO_GATES) == {"soft_with_zero", "soft", "soft_with_forced", "only_zero", "only_forced",
-                               "global_only", "local_only"}
+    assert set(COPO_GATES) == {
+        "soft_with_zero",
+        "soft",
+        "soft_with_forced",
+        "only_zero",
+        "only_forced",
+        "global_only",
+        "local_only",
+    }
 
 
 def _t(rows):
@@ -132,7 +148,9 @@ def test_consistency_entropy_is_zero_when_all_agree_and_one_for_an_even_split():
     scores, mask = _t([[1.0, 1.0, 1.0, 1.0], [-1.0, -1.0, -1.0, -1.0], [1.0, -1.0, 1.0, -1.0], [1.0, -1.0, -1.0, -1.0]])
     entropy = consistency_entropy(scores, mask)
     p = 0.25
-    assert entropy.tolist() == pytest.approx([0.0, 0.0, 1.0, -(p * math.log(p) + (1 - p) * math.log(1 - p)) / math.log(2)])
+    assert entropy.tolist() == pytest.approx(
+        [0.0, 0.0, 1.0, -(p * math.log(p) + (1 - p) * math.log(1 - p)) / math.log(2)]
+    )
 
 
 def test_copo_gives_agreeing_groups_the_global_signal_and_split_groups_the_local_one():

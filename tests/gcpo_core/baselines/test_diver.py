@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from gcpo_core.credit.advantages import group_normalize
 from gcpo_core.baselines.diver import (
     DiverConfig,
     diver_bonus,
@@ -15,6 +14,7 @@ from gcpo_core.baselines.diver import (
     extract_equations,
     textual_similarity,
 )
+from gcpo_core.credit.advantages import group_normalize
 
 # ED of this group, by hand: A {x+1=2, x=1}: x=1 also in B -> 1/2; B {x=1} -> 0; C {y=3, f(x)=y} -> 2/2; D none -> 0
 GROUP = [
@@ -85,8 +85,9 @@ def test_all_correct_gate_and_group_accuracy_scaling():
     mixed = [1.0, 1.0, 1.0, -1.0]
     assert np.all(_bonus(GROUP, mixed, uids, gate="all_correct").bonus == 0.0)
     np.testing.assert_allclose(_bonus(GROUP, [1.0] * 4, uids, gate="all_correct").bonus, [1.0, 0.0, 1.36, 0.0])
-    np.testing.assert_allclose(_bonus(GROUP, mixed, uids, scale_by_group_accuracy=True).bonus,
-                               0.75 * np.array([1.0, 0.0, 1.36, 0.0]))
+    np.testing.assert_allclose(
+        _bonus(GROUP, mixed, uids, scale_by_group_accuracy=True).bonus, 0.75 * np.array([1.0, 0.0, 1.36, 0.0])
+    )
 
 
 def test_lambda_decays_by_cosine_over_the_active_steps_then_stops():
@@ -105,8 +106,9 @@ def test_lambda_decays_by_cosine_over_the_active_steps_then_stops():
 
 
 def test_potential_discount_uses_the_response_length():
-    result = diver_bonus(GROUP, [1.0] * 4, ["p"] * 4, step=0, config=DiverConfig(gamma=0.5),
-                         response_lengths=[1, 2, 3, 4])
+    result = diver_bonus(
+        GROUP, [1.0] * 4, ["p"] * 4, step=0, config=DiverConfig(gamma=0.5), response_lengths=[1, 2, 3, 4]
+    )
     np.testing.assert_allclose(result.bonus, [2.0 * 0.5 * 0.5, 0.0, 2.0 * 0.68 * 0.125, 0.0])
     with pytest.raises(ValueError, match="response length"):
         diver_bonus(GROUP, [1.0] * 4, ["p"] * 4, step=0, config=DiverConfig(gamma=0.5))
@@ -149,15 +151,18 @@ def test_an_all_correct_group_gets_a_signal_where_grpo_gives_none():
     assert advantage[2] > advantage[0] > advantage[1] == advantage[3]  # most unique equations first
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"metric": "bleu"}, "metric must be one of"),
-    ({"coef": -1.0}, "coef must be a finite number >= 0"),
-    ({"gamma": 0.0}, "gamma must be in"),
-    ({"horizon_chars": 0}, "horizon_chars must be an integer"),
-    ({"active_steps": 1.5}, "active_steps must be an integer"),
-    ({"bleu_weights": ()}, "bleu_weights"),
-    ({"gate": "wrong"}, "gate must be one of"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"metric": "bleu"}, "metric must be one of"),
+        ({"coef": -1.0}, "coef must be a finite number >= 0"),
+        ({"gamma": 0.0}, "gamma must be in"),
+        ({"horizon_chars": 0}, "horizon_chars must be an integer"),
+        ({"active_steps": 1.5}, "active_steps must be an integer"),
+        ({"bleu_weights": ()}, "bleu_weights"),
+        ({"gate": "wrong"}, "gate must be one of"),
+    ],
+)
 def test_bad_settings_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         DiverConfig(**bad)

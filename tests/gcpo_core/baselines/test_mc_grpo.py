@@ -30,11 +30,14 @@ def _official_mc_grpo(rewards, mad_zero_guard):
     return advantage
 
 
-@pytest.mark.parametrize("rewards", [
-    [0.0, 0.5, 1.0, 2.0, 3.5],            # graded: MAD 1.0
-    [2.0, 0.0, 2.0, 1.0, 0.0, 2.0, 2.5],  # ties at the median: the first tied rollout is the pivot
-    [1.0, -1.0, 1.0, 1.0, -1.0, 1.0, 1.0, -1.0, 1.0],  # binary, G + 1 = 9: MAD = 0
-])
+@pytest.mark.parametrize(
+    "rewards",
+    [
+        [0.0, 0.5, 1.0, 2.0, 3.5],  # graded: MAD 1.0
+        [2.0, 0.0, 2.0, 1.0, 0.0, 2.0, 2.5],  # ties at the median: the first tied rollout is the pivot
+        [1.0, -1.0, 1.0, 1.0, -1.0, 1.0, 1.0, -1.0, 1.0],  # binary, G + 1 = 9: MAD = 0
+    ],
+)
 def test_mc_grpo_matches_the_official_formula_on_hand_computed_groups(rewards):
     scores, mask = _t([rewards])
     official = median_centred_advantages(scores, mask, mad_zero="official")[0].numpy()
@@ -50,7 +53,9 @@ def test_mc_grpo_guards_the_binary_case_the_official_form_blows_up():
     official = median_centred_advantages(scores, mask, mad_zero="official")[0]
     guarded = median_centred_advantages(scores, mask)[0]
     assert official.abs().max() > 1000  # (-1 - 1) / 1e-3 x 9/3
-    assert guarded.abs().max() < 10 and torch.all(guarded[[1, 4, 7]] < 0) and torch.all(guarded[[0, 2, 3, 5, 6, 8]] == 0)
+    assert (
+        guarded.abs().max() < 10 and torch.all(guarded[[1, 4, 7]] < 0) and torch.all(guarded[[0, 2, 3, 5, 6, 8]] == 0)
+    )
     # hand-computed: std of six 1s and three -1s (unbiased) = sqrt(8/9 * 9/8 * ...) -> 1.0, scale 1.001; x 9/3
     std = float(np.std(rewards, ddof=1))
     assert guarded[1].item() == pytest.approx(-2.0 / (std + 1e-3) * 3.0)

@@ -52,19 +52,31 @@ def test_flags_select_the_estimator(tmp_path):
         ('{"group": true, "reward": 1, "embedding": [1, 0]}', "in.jsonl:3: 'group' must be a string or an integer"),
         ('{"reward": 1, "embedding": [1, 0]}', "in.jsonl:3: 'group' is missing"),
         ('{"group": "p1", "embedding": [1, 0]}', "in.jsonl:3: 'reward' is missing"),
-        ('{"group": null, "reward": 1, "embedding": [1, 0]}',
-         "in.jsonl:3: 'group' must be a string or an integer, got null"),
-        ('{"group": "p1", "reward": 1%s, "embedding": [1, 0]}' % ("0" * 400),
-         "in.jsonl:3: 'reward' must be a finite number"),
+        (
+            '{"group": null, "reward": 1, "embedding": [1, 0]}',
+            "in.jsonl:3: 'group' must be a string or an integer, got null",
+        ),
+        (
+            '{"group": "p1", "reward": 1%s, "embedding": [1, 0]}' % ("0" * 400),
+            "in.jsonl:3: 'reward' must be a finite number",
+        ),
         ('{"group": "p1", "reward": 1, "embedding": [1e999, 0]}', "in.jsonl:3: 'embedding' must hold only finite"),
-        ('{"group": "p1", "reward": 1, "embedding": [1, 0], "text": "x"}',
-         "in.jsonl:3: has both 'text' and 'embedding'"),
-        ('{"group": "p1", "reward": 1, "embedding": [1, 0], "note": {"x": NaN}}',
-         "in.jsonl:3: 'note' must hold only finite numbers (JSON has no NaN or infinity)"),
-        ('{"group": "p1", "reward": 1, "embedding": [1, 0], "note": ' + "[" * 100000 + "]" * 100000 + "}",
-         "in.jsonl:3: JSON nested too deeply to read"),
-        ('{"group": "p1", "reward": 1, "embedding": [1, 0], "note": "\\ud800"}',
-         "in.jsonl:3: 'note' holds a lone surrogate"),
+        (
+            '{"group": "p1", "reward": 1, "embedding": [1, 0], "text": "x"}',
+            "in.jsonl:3: has both 'text' and 'embedding'",
+        ),
+        (
+            '{"group": "p1", "reward": 1, "embedding": [1, 0], "note": {"x": NaN}}',
+            "in.jsonl:3: 'note' must hold only finite numbers (JSON has no NaN or infinity)",
+        ),
+        (
+            '{"group": "p1", "reward": 1, "embedding": [1, 0], "note": ' + "[" * 100000 + "]" * 100000 + "}",
+            "in.jsonl:3: JSON nested too deeply to read",
+        ),
+        (
+            '{"group": "p1", "reward": 1, "embedding": [1, 0], "note": "\\ud800"}',
+            "in.jsonl:3: 'note' holds a lone surrogate",
+        ),
         ('{"group": "p1", "reward": 1, "embedding": [1, 0], "x": 1%s}' % ("0" * 5000), "in.jsonl:3: not valid JSON"),
         ('{"group": "p1", "reward": 1, "embedding": [1, 0]', "in.jsonl:3: not valid JSON"),
         ('{"group": "p1", "reward": 1, "embedding": [1, 0, 2]}', "in.jsonl:3: embedding has 3 dimensions"),
@@ -94,13 +106,18 @@ def test_bad_config_values_are_reported(tmp_path, capsys):
     assert err.startswith("gcpo credit: --permutations 3: permutations must be ") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--method", "banana"], "gcpo credit: argument --method: invalid choice: 'banana'"),
-    (["--permutations", "x"], "gcpo credit: argument --permutations: invalid int value: 'x'"),
-    (["--bogus"], "gcpo credit: unrecognized arguments: --bogus (see gcpo credit --help)"),
-    (["--max-group-size", "5000"],
-     "gcpo credit: --max-group-size 5000: max_group_size must be an integer in [1, 4096]"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--method", "banana"], "gcpo credit: argument --method: invalid choice: 'banana'"),
+        (["--permutations", "x"], "gcpo credit: argument --permutations: invalid int value: 'x'"),
+        (["--bogus"], "gcpo credit: unrecognized arguments: --bogus (see gcpo credit --help)"),
+        (
+            ["--max-group-size", "5000"],
+            "gcpo credit: --max-group-size 5000: max_group_size must be an integer in [1, 4096]",
+        ),
+    ],
+)
 def test_bad_flags_are_one_line_naming_the_flag(tmp_path, capsys, flags, message):
     src = _write(tmp_path / "in.jsonl", ROLLOUTS)
     assert main(["credit", str(src), *flags]) == 2
@@ -122,14 +139,14 @@ def test_integer_group_ids_are_accepted_and_kept(tmp_path):
 def test_a_group_id_given_as_both_number_and_string_is_refused(tmp_path, capsys):
     rows = [dict(ROLLOUTS[0], group=7), dict(ROLLOUTS[2], group="7")]
     assert main(["credit", str(_write(tmp_path / "in.jsonl", rows))]) == 2
-    assert "in.jsonl:2: group \"7\" is a string here but the number 7 on line 1" in capsys.readouterr().err
+    assert 'in.jsonl:2: group "7" is a string here but the number 7 on line 1' in capsys.readouterr().err
 
 
 def test_a_group_above_the_size_limit_names_the_group_and_the_flag(tmp_path, capsys):
     rows = [{"group": "big", "reward": 1, "embedding": [1.0, float(i)]} for i in range(5)]
     assert main(["credit", str(_write(tmp_path / "in.jsonl", rows)), "--max-group-size", "4"]) == 2
     err = capsys.readouterr().err
-    assert "in.jsonl:5: group \"big\" has more than --max-group-size 4 rollouts" in err
+    assert 'in.jsonl:5: group "big" has more than --max-group-size 4 rollouts' in err
     assert "up to 4096" in err and err.count("\n") == 1
 
 
@@ -268,9 +285,23 @@ def test_credit_writes_a_dump_that_report_turns_into_a_report(tmp_path, capsys):
 
 
 def test_a_dump_of_texts_carries_them(tmp_path, minilm):
-    rows = [{"group": "g", "reward": 1, "text": "Add 2 and 3 to get 5."}, {"group": "g", "reward": 1, "text": "5."},
-            {"group": "g", "reward": -1, "text": "It is 6."}]
-    assert main(["credit", str(_write(tmp_path / "in.jsonl", rows)), "-o", str(tmp_path / "o.jsonl"),
-                 "--dump", str(tmp_path / "dump")]) == 0
-    (record,) = json.loads((tmp_path / "dump" / "credit_step000000.jsonl").read_text().splitlines()[0]),
+    rows = [
+        {"group": "g", "reward": 1, "text": "Add 2 and 3 to get 5."},
+        {"group": "g", "reward": 1, "text": "5."},
+        {"group": "g", "reward": -1, "text": "It is 6."},
+    ]
+    assert (
+        main(
+            [
+                "credit",
+                str(_write(tmp_path / "in.jsonl", rows)),
+                "-o",
+                str(tmp_path / "o.jsonl"),
+                "--dump",
+                str(tmp_path / "dump"),
+            ]
+        )
+        == 0
+    )
+    (record,) = (json.loads((tmp_path / "dump" / "credit_step000000.jsonl").read_text().splitlines()[0]),)
     assert record["texts"] == [r["text"] for r in rows] and len(record["embeddings"][0]) == 384

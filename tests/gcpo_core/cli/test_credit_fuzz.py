@@ -22,27 +22,47 @@ numbers = st.one_of(
 )
 scalars = st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=4))
 odd_values = st.recursive(
-    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
     max_leaves=6,
 )
 
-good_rollouts = st.fixed_dictionaries({
-    "group": st.one_of(st.sampled_from(["a", "b"]), st.integers(0, 1)),
-    "reward": st.sampled_from([0, 1, -1, 0.5, 1.0]),
-    "embedding": st.lists(st.one_of(st.integers(-2, 2), st.floats(-2, 2), st.sampled_from(EXTREME_NUMBERS)),
-                          min_size=2, max_size=2).filter(lambda v: v.count(0) + v.count(0.0) < 2),
-})
-odd_rollouts = st.fixed_dictionaries({}, optional={
-    "group": st.one_of(st.sampled_from(["a", 1, 10**30, "1"]), odd_values),
-    "reward": st.one_of(numbers, odd_values),
-    "embedding": st.one_of(st.lists(numbers, min_size=1, max_size=3), odd_values),
-    "text": st.one_of(st.integers(), st.none(), st.lists(st.text(max_size=3), max_size=2)),  # never a bare string:
-    "note": odd_values,                                                                   # that would load the encoder
-})
+good_rollouts = st.fixed_dictionaries(
+    {
+        "group": st.one_of(st.sampled_from(["a", "b"]), st.integers(0, 1)),
+        "reward": st.sampled_from([0, 1, -1, 0.5, 1.0]),
+        "embedding": st.lists(
+            st.one_of(st.integers(-2, 2), st.floats(-2, 2), st.sampled_from(EXTREME_NUMBERS)), min_size=2, max_size=2
+        ).filter(lambda v: v.count(0) + v.count(0.0) < 2),
+    }
+)
+odd_rollouts = st.fixed_dictionaries(
+    {},
+    optional={
+        "group": st.one_of(st.sampled_from(["a", 1, 10**30, "1"]), odd_values),
+        "reward": st.one_of(numbers, odd_values),
+        "embedding": st.one_of(st.lists(numbers, min_size=1, max_size=3), odd_values),
+        "text": st.one_of(st.integers(), st.none(), st.lists(st.text(max_size=3), max_size=2)),  # never a bare string:
+        "note": odd_values,  # that would load the encoder
+    },
+)
 
 # ways to spoil a line's bytes or text
-MUTATIONS = ("truncate", "junk_byte", "latin1", "surrogate_escape", "raw_surrogate", "deep", "unclosed",
-             "nan_token", "nan_elsewhere", "both_kinds", "blank", "crlf", "bom")
+MUTATIONS = (
+    "truncate",
+    "junk_byte",
+    "latin1",
+    "surrogate_escape",
+    "raw_surrogate",
+    "deep",
+    "unclosed",
+    "nan_token",
+    "nan_elsewhere",
+    "both_kinds",
+    "blank",
+    "crlf",
+    "bom",
+)
 
 
 def _mutate(draw, line: str) -> bytes:
@@ -121,11 +141,17 @@ flags = st.lists(
     max_size=3,
 ).map(lambda pairs: [token for pair in pairs for token in pair])
 
-VALID_FILE = "".join(json.dumps(r) + "\n" for r in [
-    {"group": "a", "reward": 1, "embedding": [1.0, 0.0]}, {"group": "a", "reward": 1, "embedding": [1.0, 0.0]},
-    {"group": "a", "reward": 1, "embedding": [0.0, 1.0]}, {"group": "a", "reward": 0, "embedding": [0.6, 0.8]},
-    {"group": 2, "reward": 1, "embedding": [0.3, 0.9]}, {"group": 2, "reward": 1, "embedding": [0.2, 0.9]},
-]).encode()
+VALID_FILE = "".join(
+    json.dumps(r) + "\n"
+    for r in [
+        {"group": "a", "reward": 1, "embedding": [1.0, 0.0]},
+        {"group": "a", "reward": 1, "embedding": [1.0, 0.0]},
+        {"group": "a", "reward": 1, "embedding": [0.0, 1.0]},
+        {"group": "a", "reward": 0, "embedding": [0.6, 0.8]},
+        {"group": 2, "reward": 1, "embedding": [0.3, 0.9]},
+        {"group": 2, "reward": 1, "embedding": [0.2, 0.9]},
+    ]
+).encode()
 
 
 def _reject_constant(name):

@@ -83,8 +83,13 @@ def test_a_fifo_is_written_through_and_stays_a_fifo(src, tmp_path):
 
 
 def test_dash_writes_standard_output(src, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "gcpo_core.cli", "credit", str(src), "-o", "-"], cwd=tmp_path,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gcpo_core.cli", "credit", str(src), "-o", "-"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert len(_rows(proc.stdout)) == 3
     assert not (tmp_path / "-").exists()
@@ -107,10 +112,13 @@ def test_a_replaced_file_keeps_its_mode(src, tmp_path):
     assert stat.S_IMODE(out.stat().st_mode) == 0o640 and len(_rows(out.read_text())) == 3
 
 
-@pytest.mark.parametrize("where, message", [
-    ("nodir/out.jsonl", "nodir: no such directory"),
-    (".", "is a directory"),
-])
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("nodir/out.jsonl", "nodir: no such directory"),
+        (".", "is a directory"),
+    ],
+)
 def test_a_bad_destination_fails_before_any_work(src, tmp_path, capsys, monkeypatch, where, message):
     import gcpo_core.cli.credit as credit_cli
 
@@ -134,8 +142,12 @@ STALLED_CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_run_leaves_no_temp_file(src, tmp_path, signum, status):
     out = tmp_path / "out.jsonl"
-    proc = subprocess.Popen([sys.executable, "-c", STALLED_CHILD, "credit", str(src), "-o", str(out)],
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STALLED_CHILD, "credit", str(src), "-o", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         deadline = time.monotonic() + 120
         while not list(tmp_path.glob(".gcpo-*.tmp")):

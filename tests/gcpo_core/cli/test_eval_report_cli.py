@@ -11,15 +11,35 @@ def _gens(path, rows):
 
 
 def test_two_runs_side_by_side_with_tables_and_plots(tmp_path, capsys):
-    run_a = _gens(tmp_path / "a.jsonl", [
-        {"benchmark": "toy", "id": str(i), "answer": "7",
-         "responses": ["3 + 4 = 7\nAnswer: 7", "14 / 2 = 7\nAnswer: 7", "Answer: 8", "seven indeed\nAnswer: 7"]}
-        for i in range(3)])
-    run_b = _gens(tmp_path / "b.jsonl", [
-        {"benchmark": "toy", "id": str(i), "answer": "7", "responses": ["3 + 4 = 7\nAnswer: 7"] * 2 + ["Answer: 9"] * 2}
-        for i in range(3)])
+    run_a = _gens(
+        tmp_path / "a.jsonl",
+        [
+            {
+                "benchmark": "toy",
+                "id": str(i),
+                "answer": "7",
+                "responses": ["3 + 4 = 7\nAnswer: 7", "14 / 2 = 7\nAnswer: 7", "Answer: 8", "seven indeed\nAnswer: 7"],
+            }
+            for i in range(3)
+        ],
+    )
+    run_b = _gens(
+        tmp_path / "b.jsonl",
+        [
+            {
+                "benchmark": "toy",
+                "id": str(i),
+                "answer": "7",
+                "responses": ["3 + 4 = 7\nAnswer: 7"] * 2 + ["Answer: 9"] * 2,
+            }
+            for i in range(3)
+        ],
+    )
     out = tmp_path / "eval"
-    assert main(["eval", "--run", f"gcpo={run_a}", "--run", f"grpo={run_b}", "--out-dir", str(out), "--device", "cpu"]) == 0
+    assert (
+        main(["eval", "--run", f"gcpo={run_a}", "--run", f"grpo={run_b}", "--out-dir", str(out), "--device", "cpu"])
+        == 0
+    )
     table = capsys.readouterr().out
     assert "| gcpo | toy | 3 | 4 | 75.0% |" in table and "| grpo | toy | 3 | 4 | 50.0% |" in table
     results = json.loads((out / "results.json").read_text())
@@ -31,8 +51,18 @@ def test_two_runs_side_by_side_with_tables_and_plots(tmp_path, capsys):
 
 
 def test_generation_without_vllm_is_a_clear_error(tmp_path, capsys, shared_data):
-    code = main(["eval", "--generate", "/models/x", "--benchmark", str(shared_data / "amc23.jsonl"),
-                 "--out-dir", str(tmp_path), "--no-embeddings"])
+    code = main(
+        [
+            "eval",
+            "--generate",
+            "/models/x",
+            "--benchmark",
+            str(shared_data / "amc23.jsonl"),
+            "--out-dir",
+            str(tmp_path),
+            "--no-embeddings",
+        ]
+    )
     assert code == 2 and "generation needs vLLM" in capsys.readouterr().err
 
 

@@ -29,12 +29,15 @@ def _subparsers():
 
 
 def test_help_does_not_import_torch():
-    probe = ("import sys\nfrom gcpo_core.cli import main\n"
-             "for argv in ([], *([c] for c in %r)):\n"
-             "    try:\n        main([*argv, '--help'])\n    except SystemExit:\n        pass\n"
-             "print(sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules))") % (COMMANDS,)
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    probe = (
+        "import sys\nfrom gcpo_core.cli import main\n"
+        "for argv in ([], *([c] for c in %r)):\n"
+        "    try:\n        main([*argv, '--help'])\n    except SystemExit:\n        pass\n"
+        "print(sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules))"
+    ) % (COMMANDS,)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
@@ -53,8 +56,18 @@ def test_help_has_no_rest_markup(capsys, command):
 
 def test_credit_help_shows_defaults_limits_choices_and_the_empty_input_rule(capsys):
     text = " ".join(_help(capsys, "credit").split())
-    for expected in ("(default auto)", "--mix-coef LAMBDA", "(default 1.0)", "(default 1e-06)", "(default 128",
-                     "at most 4096", "dra", "empty input", "-v, --verbose", "byte-order mark"):
+    for expected in (
+        "(default auto)",
+        "--mix-coef LAMBDA",
+        "(default 1.0)",
+        "(default 1e-06)",
+        "(default 128",
+        "at most 4096",
+        "dra",
+        "empty input",
+        "-v, --verbose",
+        "byte-order mark",
+    ):
         assert expected in text, expected
 
 
@@ -65,14 +78,14 @@ def test_eval_and_report_help_show_their_defaults(capsys):
 
 
 def test_the_flags_choices_and_defaults_are_the_engines():
-    from gcpo_core.credit.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
     from gcpo_core.cli import common
+    from gcpo_core.credit.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
     from gcpo_core.credit.config import CreditConfig
-    from gcpo_core.encoding.encoder import DEFAULT_MODEL, DTYPES, EncoderConfig
     from gcpo_core.credit.kernels import KERNELS
     from gcpo_core.credit.quality import QUALITY_MAPS
     from gcpo_core.credit.shapley.dispatch import SHAPLEY_METHODS
     from gcpo_core.credit.shapley.exact import EXACT_LIMIT
+    from gcpo_core.encoding.encoder import DEFAULT_MODEL, DTYPES, EncoderConfig
     from gcpo_core.encoding.text_span import TEXT_SPANS
     from gcpo_core.encoding.word_pieces import LONG_TEXT_POLICIES
 
@@ -80,9 +93,13 @@ def test_the_flags_choices_and_defaults_are_the_engines():
     assert common.ENCODER_DEFAULTS == dataclasses.asdict(EncoderConfig())
     assert common.ENCODER_DEFAULTS["model"] == DEFAULT_MODEL
     assert common.CHOICES == {
-        "kernel": tuple(KERNELS.names()), "quality": tuple(QUALITY_MAPS.names()), "method": tuple(SHAPLEY_METHODS),
-        "advantage": tuple(ADVANTAGE_MODES.names()), "text_span": tuple(TEXT_SPANS.names()),
-        "long_text": tuple(LONG_TEXT_POLICIES), "dtype": ("auto", *DTYPES),
+        "kernel": tuple(KERNELS.names()),
+        "quality": tuple(QUALITY_MAPS.names()),
+        "method": tuple(SHAPLEY_METHODS),
+        "advantage": tuple(ADVANTAGE_MODES.names()),
+        "text_span": tuple(TEXT_SPANS.names()),
+        "long_text": tuple(LONG_TEXT_POLICIES),
+        "dtype": ("auto", *DTYPES),
         "all_correct_scale": tuple(ALL_CORRECT_SCALES),
     }
     assert common.EXACT_LIMIT == EXACT_LIMIT
@@ -94,6 +111,7 @@ def test_the_flags_choices_and_defaults_are_the_engines():
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_has_help(command):
     parser = _subparsers()[command]
-    bare = [a.option_strings or [a.dest] for a in parser._actions
-            if not isinstance(a, argparse._HelpAction) and not a.help]
+    bare = [
+        a.option_strings or [a.dest] for a in parser._actions if not isinstance(a, argparse._HelpAction) and not a.help
+    ]
     assert not bare, f"gcpo {command}: options without help: {bare}"

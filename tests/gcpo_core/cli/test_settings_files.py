@@ -30,8 +30,9 @@ def test_every_settings_file_is_valid(name):
 
 def test_file_settings_apply_and_flags_win(tmp_path):
     rollouts = tmp_path / "in.jsonl"
-    rollouts.write_text("".join(json.dumps({"group": "g", "reward": 1, "embedding": e}) + "\n"
-                                for e in ([1, 0], [1, 0], [0, 1])))
+    rollouts.write_text(
+        "".join(json.dumps({"group": "g", "reward": 1, "embedding": e}) + "\n" for e in ([1, 0], [1, 0], [0, 1]))
+    )
     settings = tmp_path / "s.yaml"
     settings.write_text("credit:\n  method: loo\n")
     out = tmp_path / "out.jsonl"
@@ -44,9 +45,11 @@ def test_file_settings_apply_and_flags_win(tmp_path):
 def test_bad_settings_files_name_the_problem(tmp_path, capsys):
     rollouts = tmp_path / "in.jsonl"
     rollouts.write_text(json.dumps({"group": "g", "reward": 1, "embedding": [1, 0]}) + "\n")
-    for text, message in (("credit:\n  permutation: 8\n", "unknown credit key(s) ['permutation']"),
-                          ("solver: {}\n", "unknown block(s) ['solver']"),
-                          ("credit:\n  method: shap\n", "method must be one of")):
+    for text, message in (
+        ("credit:\n  permutation: 8\n", "unknown credit key(s) ['permutation']"),
+        ("solver: {}\n", "unknown block(s) ['solver']"),
+        ("credit:\n  method: shap\n", "method must be one of"),
+    ):
         settings = tmp_path / "bad.yaml"
         settings.write_text(text)
         assert main(["credit", str(rollouts), "--config", str(settings)]) == 2

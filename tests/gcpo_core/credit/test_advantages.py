@@ -4,8 +4,8 @@ import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from gcpo_core.credit.advantages import NOISE_FLOOR, credit_advantages, group_normalize, normalize_credit
-from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.compute import compute_credit
+from gcpo_core.credit.config import CreditConfig
 from tests.gcpo_core.helpers import clustered_embeddings
 
 
@@ -159,8 +159,12 @@ def test_a_batch_without_mixed_groups_only_centres_its_all_correct_groups_and_al
     adv = normalize_credit(scores, torch.ones(2, 3, dtype=torch.bool), rewards, all_correct_scale="batch")
     torch.testing.assert_close(adv[0], scores[0] - scores[0].mean(), rtol=0, atol=1e-15)
     assert torch.all(adv[1] == 0)
-    mixed = normalize_credit(torch.tensor([[0.1, 0.1, 0.1]], dtype=torch.float64), torch.ones(1, 3, dtype=torch.bool),
-                             torch.tensor([[0.1, 0.1, 0.1]], dtype=torch.float64), all_correct_scale="group")
+    mixed = normalize_credit(
+        torch.tensor([[0.1, 0.1, 0.1]], dtype=torch.float64),
+        torch.ones(1, 3, dtype=torch.bool),
+        torch.tensor([[0.1, 0.1, 0.1]], dtype=torch.float64),
+        all_correct_scale="group",
+    )
     assert torch.all(mixed == 0)  # a constant group is exactly 0 (not a rounded mean over epsilon)
 
 
@@ -194,8 +198,12 @@ def test_the_legacy_switch_is_todays_normalisation():
     mask = torch.from_numpy(rng.random((5, 6)) < 0.9)
     mask[:, 0] = True
     rewards = torch.ones_like(scores)
-    torch.testing.assert_close(normalize_credit(scores, mask, rewards, all_correct_scale="group", std_floor=0.05),
-                               group_normalize(scores, mask, std_floor=0.05), rtol=0, atol=1e-15)
+    torch.testing.assert_close(
+        normalize_credit(scores, mask, rewards, all_correct_scale="group", std_floor=0.05),
+        group_normalize(scores, mask, std_floor=0.05),
+        rtol=0,
+        atol=1e-15,
+    )
 
 
 def test_dra_divides_each_reward_by_one_plus_its_similarity_to_the_rest():

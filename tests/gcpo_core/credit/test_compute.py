@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.compute import compute_credit, compute_group_credit
+from gcpo_core.credit.config import CreditConfig
 from tests.gcpo_core.examples import run_examples
 from tests.gcpo_core.helpers import clustered_embeddings
 
@@ -188,7 +188,9 @@ def test_a_length_penalised_correct_answer_gets_less_advantage_than_the_same_sho
 def test_engine_presets_for_dqo_dra_and_the_ablations_run_end_to_end():
     emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.7, 0.7]], dtype=torch.float64)
     rewards = [1.0, 1.0, 1.0, -1.0]
-    dqo = compute_credit(rewards, emb, ["g"] * 4, CreditConfig(quality="none", method="loo", advantage="mix", mix_coef=0.5))
+    dqo = compute_credit(
+        rewards, emb, ["g"] * 4, CreditConfig(quality="none", method="loo", advantage="mix", mix_coef=0.5)
+    )
     assert dqo.shapley[3] > 0  # the wrong answer adds diversity too: DQO does not look at correctness
     dra = compute_credit(rewards, emb, ["g"] * 4, CreditConfig(advantage="dra"))
     assert dra.score[2] > dra.score[0]  # the unique correct one is divided by less

@@ -89,7 +89,9 @@ def test_rbf_median_bandwidth_ignores_duplicate_pairs_in_a_mostly_duplicate_batc
     distances = torch.stack([(unit[g, i] - unit[g, j]).norm() for g, i, j in pairs])
     K = rbf_kernel(emb, mask)
     sigma = float(distances.median())
-    assert float(K[0, 0, 8]) == pytest.approx(float(torch.exp(-(unit[0, 0] - unit[0, 8]).norm() ** 2 / (2 * sigma**2))))
+    assert float(K[0, 0, 8]) == pytest.approx(
+        float(torch.exp(-((unit[0, 0] - unit[0, 8]).norm() ** 2) / (2 * sigma**2)))
+    )
     assert float(K[0, 0, 8]) > 0.2  # not "orthogonal"
     assert torch.all(K[:, :8, :8] == 1.0)  # copies are identical to each other
 

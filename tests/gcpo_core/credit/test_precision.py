@@ -49,6 +49,11 @@ def test_rounding_to_the_gpu_precision_moves_no_advantage_of_the_default_by_more
     # and the default does give all-correct groups a push of GRPO's order: the guarantee is not checked on zeros
     diagnostics = reference.groups
     assert int(diagnostics.all_correct.sum()) >= 20
-    all_correct_rows = np.concatenate([reference.layout.index[g][reference.layout.mask[g]].numpy()
-                                       for g in range(len(reference.layout.keys)) if bool(diagnostics.all_correct[g])])
+    all_correct_rows = np.concatenate(
+        [
+            reference.layout.index[g][reference.layout.mask[g]].numpy()
+            for g in range(len(reference.layout.keys))
+            if bool(diagnostics.all_correct[g])
+        ]
+    )
     assert np.abs(ref_adv[all_correct_rows]).mean() > 0.5

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from gcpo_core.credit.quality import QUALITY_MAPS, quality_from_rewards
+from gcpo_core.credit.quality import quality_from_rewards
 
 
 def test_binary_maps_zero_one_and_dapo_plus_minus_one_to_zero_one():

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from gcpo_core.cli.demo import load_demo_rollouts
-from gcpo_core.credit.config import CreditConfig
 from gcpo_core.encoding.encoder import (
     EncoderConfig,
     EncoderStats,
@@ -248,8 +247,9 @@ def test_a_float16_overflow_is_caught_and_those_pieces_are_embedded_again_in_flo
 # ---------------------------------------------------------------------------------------------- stats
 def test_encoder_stats_of_shards_add_counts_and_keep_the_slowest_shards_seconds():
     a = EncoderStats(policy="chunk", texts=3, unique_texts=3, pieces=5, tokens=700, tokenize_s=0.5, model_s=2.0)
-    b = EncoderStats(policy="chunk", texts=2, unique_texts=1, pieces=1, tokens=10, tokenize_s=0.7, model_s=1.0,
-                     peak_mem_gb=1.5)
+    b = EncoderStats(
+        policy="chunk", texts=2, unique_texts=1, pieces=1, tokens=10, tokenize_s=0.7, model_s=1.0, peak_mem_gb=1.5
+    )
     both = EncoderStats.combine([a, b])
     assert (both.texts, both.unique_texts, both.pieces, both.tokens) == (5, 4, 6, 710)
     assert (both.tokenize_s, both.model_s, both.peak_mem_gb) == (0.7, 2.0, 1.5)
@@ -263,16 +263,24 @@ def test_a_plain_script_can_build_and_use_an_encoder_at_module_top_level(tmp_pat
     # "An attempt has been made to start a new process before the current process has finished its
     # bootstrapping phase"; the encoder starts no process
     script = tmp_path / "embed_my_rollouts.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import psutil
         from gcpo_core.encoding.encoder import EncoderConfig, RolloutEncoder
 
         encoder = RolloutEncoder(EncoderConfig(device="cpu"))
         out = encoder.encode(["first rollout " * 300, "second rollout", "first rollout " * 300])
         print(tuple(out.embeddings.shape), len(psutil.Process().children(recursive=True)))
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[-2] == "(3, 384) 0"
 
@@ -290,7 +298,8 @@ def test_a_plain_script_may_build_and_use_an_encoder_at_module_top_level(tmp_pat
         "print('embedded', tuple(out.embeddings.shape), multiprocessing.active_children())\n"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3]), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "embedded (120, 384) []" in done.stdout

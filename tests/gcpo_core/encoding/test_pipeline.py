@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.compute import compute_credit
+from gcpo_core.credit.config import CreditConfig
 from gcpo_core.encoding.encoder import Encoded, EncoderStats
 from gcpo_core.encoding.pipeline import credit_encoded, credit_rollouts
 
@@ -72,10 +72,19 @@ def test_embeddings_made_in_parts_are_credited_as_one_call_credits_the_batch(min
     rows = [0, 1, 2, 3, 5, 6]
     # two "shards" embed rows [3, 5] and [0, 1, 2, 6]; the parts are put back in row order
     first, second = minilm.encode([texts[3], texts[5]]), minilm.encode([texts[i] for i in (0, 1, 2, 6)])
-    order = {3: first.embeddings[0], 5: first.embeddings[1], 0: second.embeddings[0], 1: second.embeddings[1],
-             2: second.embeddings[2], 6: second.embeddings[3]}
-    encoded = Encoded(embeddings=torch.stack([order[i] for i in rows]), empty=torch.zeros(6, dtype=torch.bool),
-                      stats=EncoderStats.combine([first.stats, second.stats]))
+    order = {
+        3: first.embeddings[0],
+        5: first.embeddings[1],
+        0: second.embeddings[0],
+        1: second.embeddings[1],
+        2: second.embeddings[2],
+        6: second.embeddings[3],
+    }
+    encoded = Encoded(
+        embeddings=torch.stack([order[i] for i in rows]),
+        empty=torch.zeros(6, dtype=torch.bool),
+        stats=EncoderStats.combine([first.stats, second.stats]),
+    )
     parted = credit_encoded(encoded, rewards, groups, valid=valid, expected_group_size=4)
     np.testing.assert_allclose(parted.advantage, whole.advantage, atol=1e-6)
     assert parted.metrics["gcpo/incomplete_groups"] == 1.0 and parted.metrics["gcpo/excluded_rows"] == 1.0

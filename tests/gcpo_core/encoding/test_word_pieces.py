@@ -23,7 +23,9 @@ def _text(count: int) -> str:
 
 def _pieces_of(pieces: Pieces, owner: int) -> list[list[int]]:
     starts = pieces.offsets
-    return [pieces.ids[starts[p] : starts[p] + pieces.lengths[p]].tolist() for p in np.flatnonzero(pieces.owner == owner)]
+    return [
+        pieces.ids[starts[p] : starts[p] + pieces.lengths[p]].tolist() for p in np.flatnonzero(pieces.owner == owner)
+    ]
 
 
 def _cut(tokenizer, texts, **rules) -> Pieces:
@@ -69,7 +71,9 @@ def test_padded_rows_frame_each_piece_with_special_tokens_and_pad_the_rest():
     lengths = rng.integers(0, 9, size=12)
     lengths[3] = 0
     flat = rng.integers(5, 100, size=int(lengths.sum())).astype(np.int32)
-    pieces = Pieces(ids=flat, lengths=lengths, owner=np.arange(12), long=np.zeros(12, bool), truncated=np.zeros(12, bool))
+    pieces = Pieces(
+        ids=flat, lengths=lengths, owner=np.arange(12), long=np.zeros(12, bool), truncated=np.zeros(12, bool)
+    )
     rows = np.array([5, 3, 0, 11, 7])
     ids, mask = padded_rows(pieces, rows, prefix=[101], suffix=[102, 103], pad_id=0)
     starts = pieces.offsets

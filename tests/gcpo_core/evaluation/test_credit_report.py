@@ -7,10 +7,12 @@ from gcpo_core.evaluation.credit_report import build_report, grpo_advantages
 
 def _record(step, uid):
     return {
-        "step": step, "uid": uid,
+        "step": step,
+        "uid": uid,
         "texts": ["3 + 4 = 7 <b>bold</b>", "3 + 4 = 7", "14 / 2 = 7", "wrong: 8"],
         "rewards": [1.0, 1.0, 1.0, -1.0],
-        "shapley": [0.4, 0.4, 0.69, 0.0], "advantage": [0.1, 0.1, 0.9, -1.1],
+        "shapley": [0.4, 0.4, 0.69, 0.0],
+        "advantage": [0.1, 0.1, 0.9, -1.1],
         "embeddings": [[1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]],
         "metrics": {"gcpo/team_value/mean": 1.2 + step / 100, "gcpo/rescued_groups": 3.0},
     }

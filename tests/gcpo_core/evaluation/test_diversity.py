@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from gcpo_core.evaluation.diversity import (
-    diversity_metrics,
     distinct_n,
+    diversity_metrics,
     mean_pairwise_cosine,
     self_bleu,
     solution_clusters,

@@ -1,6 +1,5 @@
 import itertools
 import json
-import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -83,12 +82,18 @@ def test_generation_files_in_both_formats_and_gold_from_a_benchmark(tmp_path, sh
     assert len(benchmark) == 30 and benchmark[0]["benchmark"] == "aime24"
     first = benchmark[0]
     per_problem = tmp_path / "gens.jsonl"
-    per_problem.write_text(json.dumps({"benchmark": "aime24", "id": first["id"], "responses": ["Answer: 1", "x"]}) + "\n")
+    per_problem.write_text(
+        json.dumps({"benchmark": "aime24", "id": first["id"], "responses": ["Answer: 1", "x"]}) + "\n"
+    )
     [loaded] = load_generations(per_problem, benchmark)
     assert loaded.answer == first["answer"] and loaded.responses == ["Answer: 1", "x"]
     verl_dump = tmp_path / "0.jsonl"  # verl's validation_data_dir: one sample per line
-    verl_dump.write_text("".join(json.dumps({"input": first["problem"], "output": o, "gts": first["answer"],
-                                             "score": 0.0}) + "\n" for o in ("a", "b", "c")))
+    verl_dump.write_text(
+        "".join(
+            json.dumps({"input": first["problem"], "output": o, "gts": first["answer"], "score": 0.0}) + "\n"
+            for o in ("a", "b", "c")
+        )
+    )
     [grouped] = load_generations(verl_dump)
     assert grouped.responses == ["a", "b", "c"] and grouped.answer == first["answer"]
     orphan = tmp_path / "orphan.jsonl"
@@ -107,12 +112,20 @@ def test_generation_uses_the_prepared_prompt_or_the_instruction():
     class FakeLLM:
         def chat(self, conversations, params):
             seen["conversations"], seen["params"] = conversations, params
-            return [SimpleNamespace(outputs=[SimpleNamespace(text=f"Answer: {i}") for i in range(params["n"])])
-                    for _ in conversations]
+            return [
+                SimpleNamespace(outputs=[SimpleNamespace(text=f"Answer: {i}") for i in range(params["n"])])
+                for _ in conversations
+            ]
 
     problems = [
         {"benchmark": "b", "id": "0", "problem": "1+1?", "answer": "2", "prompt": None},
-        {"benchmark": "b", "id": "1", "problem": "2+2?", "answer": "4", "prompt": [{"role": "user", "content": "as prepared"}]},
+        {
+            "benchmark": "b",
+            "id": "1",
+            "problem": "2+2?",
+            "answer": "4",
+            "prompt": [{"role": "user", "content": "as prepared"}],
+        },
     ]
     out = generate_with_vllm("m", problems, samples=3, llm_factory=lambda model, tp, seed: FakeLLM())
     assert [len(p.responses) for p in out] == [3, 3]
@@ -137,7 +150,11 @@ def test_verl_dumps_are_split_by_benchmark_when_benchmark_files_are_given(tmp_pa
 
 def test_null_ids_do_not_merge_different_problems(tmp_path):
     gens = tmp_path / "gens.jsonl"
-    gens.write_text(json.dumps({"id": None, "problem": "1+1", "answer": "2", "responses": ["2"]}) + "\n"
-                    + json.dumps({"id": None, "problem": "2+3", "answer": "5", "responses": ["5"]}) + "\n")
+    gens.write_text(
+        json.dumps({"id": None, "problem": "1+1", "answer": "2", "responses": ["2"]})
+        + "\n"
+        + json.dumps({"id": None, "problem": "2+3", "answer": "5", "responses": ["5"]})
+        + "\n"
+    )
     loaded = load_generations(gens)
     assert [(p.answer, p.responses) for p in loaded] == [("2", ["2"]), ("5", ["5"])]

@@ -48,8 +48,9 @@ def test_zero_advantages_are_drawn_and_an_all_correct_group_says_grpo_is_zero(fi
 
 def test_an_all_wrong_group_says_so_instead_of_empty_axes(figures, tmp_path):
     kernel = np.eye(3)
-    plots.group_credit(kernel, ["0", "1", "2"], [0.0] * 3, [0.0] * 3, [0.0] * 3, "all wrong", tmp_path / "w.png",
-                       all_wrong=True)
+    plots.group_credit(
+        kernel, ["0", "1", "2"], [0.0] * 3, [0.0] * 3, [0.0] * 3, "all wrong", tmp_path / "w.png", all_wrong=True
+    )
     _, middle, right = figures[0].axes[:3]
     assert "all wrong: no credit" in _texts(middle) and "all wrong: no credit" in _texts(right)
     assert "GRPO: 0 for every rollout" not in _texts(right)

@@ -54,7 +54,8 @@ def test_an_item_that_missed_its_deadline_once_is_graded_on_the_retry(tmp_path):
     """What a busy machine does to a grade: the first try is slow (here: the first try of each item sleeps past
     the deadline), the second is not. The item is graded, not scored as timed out."""
     module = tmp_path / "slow_first_try.py"
-    module.write_text(textwrap.dedent(f"""
+    module.write_text(
+        textwrap.dedent(f"""
         import os, time
         def grade(name):
             marker = os.path.join({str(tmp_path)!r}, name)
@@ -62,7 +63,8 @@ def test_an_item_that_missed_its_deadline_once_is_graded_on_the_retry(tmp_path):
                 open(marker, "w").close()
                 time.sleep(30)
             return name.upper()
-    """))
+    """)
+    )
     sys.path.insert(0, str(tmp_path))
     try:
         with DeadlinePool("slow_first_try:grade", workers=1, startup_timeout_s=60) as pool:
@@ -183,7 +185,8 @@ def test_a_pool_dropped_without_close_stops_its_workers():
 def test_workers_of_a_caller_that_died_end_even_when_stuck(tmp_path):
     """A caller killed mid-item leaves a worker stuck with the GIL: its own CPU-time limit ends it."""
     script = tmp_path / "caller.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, sys, threading, time
         from gcpo_core.rewards.deadline_pool import DeadlinePool
         busy = DeadlinePool("math:factorial", workers=1)
@@ -194,7 +197,8 @@ def test_workers_of_a_caller_that_died_end_even_when_stuck(tmp_path):
         print(" ".join(map(str, idle.worker_pids() + busy.worker_pids())), flush=True)
         time.sleep(0.5)
         os.kill(os.getpid(), 9)
-    """))
+    """)
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == -9, proc.stderr[-2000:]

@@ -171,14 +171,16 @@ def test_the_table_in_one_batch_matches_one_by_one():
 
 
 def test_gcpo_eval_scores_in_batches_and_a_timed_out_answer_is_wrong(monkeypatch):
-    from gcpo_core.rewards import math_reward
     from gcpo_core.evaluation.evaluate import ProblemGenerations, score_generations
+    from gcpo_core.rewards import math_reward
 
     pool = math_reward.scoring_pool()
     calls = []
     original = pool.map
     monkeypatch.setattr(pool, "map", lambda items, timeout_s: calls.append(len(items)) or original(items, timeout_s))
-    problems = [ProblemGenerations("b", str(i), "p", str(i), [f"Answer: {i}", f"Answer: {i + 1}"] * 20) for i in range(5)]
+    problems = [
+        ProblemGenerations("b", str(i), "p", str(i), [f"Answer: {i}", f"Answer: {i + 1}"] * 20) for i in range(5)
+    ]
     problems.append(ProblemGenerations("b", "hard", "p", "3", ["\\boxed{9^{9^{9^{9^{9}}}}}", "Answer: 3"]))
     scored = score_generations(problems, progress=False, timeout_s=1.0)
     assert [s.correct for s in scored[:5]] == [[True, False] * 20] * 5
@@ -210,7 +212,8 @@ def test_adversarial_answers_from_a_thread_of_a_plain_script_return_within_the_b
     wrong and timed out within its bound, and the scorer keeps working afterwards. (Before the bound, the first
     answer held the GIL for ever and this script never finished.)"""
     script = tmp_path / "score_from_a_thread.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import json, threading, time
         from gcpo_core.rewards.math_reward import score_answer
         out = {{"each": []}}
@@ -227,7 +230,8 @@ def test_adversarial_answers_from_a_thread_of_a_plain_script_return_within_the_b
         thread.start()
         thread.join()
         print(json.dumps(out))
-    """))
+    """)
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     try:
         proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
@@ -244,7 +248,11 @@ def test_adversarial_answers_from_a_thread_of_a_plain_script_return_within_the_b
 
 def test_agrees_with_the_recorded_math_verify_labels_on_real_gsm8k_outputs(shared_data):
     rows = [json.loads(line) for line in (shared_data / "rollout_groups.jsonl").read_text().splitlines()]
-    pairs = [(text, row["answer"], label) for row in rows for text, label in zip(row["responses"], row["correct_math_verify"])]
+    pairs = [
+        (text, row["answer"], label)
+        for row in rows
+        for text, label in zip(row["responses"], row["correct_math_verify"])
+    ]
     verdicts = score_answers([(text, answer) for text, answer, _ in pairs])
     assert [v.correct for v in verdicts] == [label for _, _, label in pairs]
 
@@ -268,9 +276,20 @@ def test_every_gold_answer_of_math500_verifies_against_itself(shared_data):
 def test_never_rejects_what_math_verify_accepts_on_the_comparison_cases(shared_data):
     """scripts/compare_verifiers.py on the first 30 distinct gold answers and the real responses."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "compare_verifiers.py"), "--data-dir", str(shared_data),
-         "--limit", "30", "--examples", "2"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "compare_verifiers.py"),
+            "--data-dir",
+            str(shared_data),
+            "--limit",
+            "30",
+            "--examples",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -311,19 +330,39 @@ GOLD_FORMS = {
 }
 # (answer class, gold as LaTeX, responses that state it, responses that state something else)
 ANSWER_CLASSES = [
-    ("integer", "540", ["So the total is \\boxed{540}.", "Answer: 540", "#### 540"],
-     ["So the total is \\boxed{541}.", "Answer: 54"]),
-    ("fraction", "\\frac{3}{4}", ["The probability is $\\boxed{\\frac{3}{4}}$.", "Answer: 0.75", "Answer: 3/4"],
-     ["The probability is $\\boxed{\\frac{4}{3}}$.", "Answer: 0.7"]),
+    (
+        "integer",
+        "540",
+        ["So the total is \\boxed{540}.", "Answer: 540", "#### 540"],
+        ["So the total is \\boxed{541}.", "Answer: 54"],
+    ),
+    (
+        "fraction",
+        "\\frac{3}{4}",
+        ["The probability is $\\boxed{\\frac{3}{4}}$.", "Answer: 0.75", "Answer: 3/4"],
+        ["The probability is $\\boxed{\\frac{4}{3}}$.", "Answer: 0.7"],
+    ),
     ("negative decimal", "-2.5", ["Thus $x = \\boxed{-2.5}$.", "Answer: -5/2"], ["Thus $x = \\boxed{2.5}$."]),
-    ("percent", "28\\%", ["So \\boxed{28\\%} of them.", "So \\boxed{28}.", "Answer: 28 percent", "Answer: 28%"],
-     ["So \\boxed{27\\%} of them.", "Answer: 0.28 percent"]),
-    ("expression", "2\\sqrt{3}", ["The side is \\boxed{2\\sqrt{3}}.", "Answer: \\sqrt{12}"],
-     ["The side is \\boxed{3\\sqrt{2}}."]),
+    (
+        "percent",
+        "28\\%",
+        ["So \\boxed{28\\%} of them.", "So \\boxed{28}.", "Answer: 28 percent", "Answer: 28%"],
+        ["So \\boxed{27\\%} of them.", "Answer: 0.28 percent"],
+    ),
+    (
+        "expression",
+        "2\\sqrt{3}",
+        ["The side is \\boxed{2\\sqrt{3}}.", "Answer: \\sqrt{12}"],
+        ["The side is \\boxed{3\\sqrt{2}}."],
+    ),
     ("tuple", "(1, -2)", ["The point is \\boxed{(1,-2)}.", "Answer: (1, -2)"], ["The point is \\boxed{(-2,1)}."]),
     ("interval", "[0, 5)", ["So $x \\in \\boxed{[0,5)}$."], ["So $x \\in \\boxed{[0,5]}$."]),
-    ("degrees", "45^\\circ", ["The angle is \\boxed{45^\\circ}.", "The angle is \\boxed{45}."],
-     ["The angle is \\boxed{135^\\circ}."]),
+    (
+        "degrees",
+        "45^\\circ",
+        ["The angle is \\boxed{45^\\circ}.", "The angle is \\boxed{45}."],
+        ["The angle is \\boxed{135^\\circ}."],
+    ),
 ]
 
 

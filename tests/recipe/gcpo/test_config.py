@@ -12,7 +12,6 @@ from recipe.gcpo.config import GCPOSettings, TrainerNeed, build_section, gcpo_se
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 
-
 def test_the_recipe_config_parses_to_the_engine_defaults():
     settings = GCPOSettings.from_algorithm_config(compose_gcpo(["actor_rollout_ref.rollout.n=8"]).algorithm)
     assert settings.credit.method == "auto" and settings.credit.norm_by_std
@@ -23,7 +22,10 @@ def test_the_recipe_config_parses_to_the_engine_defaults():
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("algorithm.gcpo.credit.method=shap", r"algorithm.gcpo.credit.method must be one of \['auto', 'exact', 'mc', 'loo'\]"),
+        (
+            "algorithm.gcpo.credit.method=shap",
+            r"algorithm.gcpo.credit.method must be one of \['auto', 'exact', 'mc', 'loo'\]",
+        ),
         ("algorithm.gcpo.credit.permutations=3", r"algorithm.gcpo.credit.permutations must be an integer in \[4"),
         ("algorithm.gcpo.credit.epsilon=0", "algorithm.gcpo.credit.epsilon must be a finite number > 0"),
         ("algorithm.gcpo.encoder.long_text=middle", "algorithm.gcpo.encoder.long_text must be one of"),
@@ -79,6 +81,7 @@ def test_settings_objects_cross_process_boundaries_as_they_are():
 
 def test_one_message_for_every_setting_that_needs_the_gcpo_trainer():
     message = recipe_trainer_message(TrainerNeed("algorithm.x=1", "does x", "; or use y"), "trainer class T")
-    assert message.startswith("algorithm.x=1 needs the GCPO trainer, which does x: launch with `python -m "
-                              "recipe.gcpo.main_gcpo`")
+    assert message.startswith(
+        "algorithm.x=1 needs the GCPO trainer, which does x: launch with `python -m recipe.gcpo.main_gcpo`"
+    )
     assert message.endswith("; or use y (found: trainer class T).") and "\n" not in message

@@ -2,9 +2,9 @@
 
 import dataclasses
 import json
-import threading
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -23,7 +23,9 @@ CPU_ONLY = CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=120, tim
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}})
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}}
+    )
     yield
     ray.shutdown()
 
@@ -31,7 +33,11 @@ def local_ray():
 @pytest.fixture(scope="module")
 def batch():
     rows = load_demo_rollouts()
-    return [r["text"] for r in rows], [0.0 if i in (0, 5, 6) else 1.0 for i in range(len(rows))], [r["group"] for r in rows]
+    return (
+        [r["text"] for r in rows],
+        [0.0 if i in (0, 5, 6) else 1.0 for i in range(len(rows))],
+        [r["group"] for r in rows],
+    )
 
 
 def _long_batch(shared_data, copies=2):
@@ -61,7 +67,9 @@ def test_padding_rows_are_skipped_and_errors_keep_their_type(local_ray, batch):
     texts, rewards, groups = batch
     actor = CreditActor(options=CPU_ONLY)
     try:
-        padded = actor.compute(texts + ["pad"], rewards + [1.0], groups + ["pad-uid"], valid=[True] * len(texts) + [False])
+        padded = actor.compute(
+            texts + ["pad"], rewards + [1.0], groups + ["pad-uid"], valid=[True] * len(texts) + [False]
+        )
         plain = actor.compute(texts, rewards, groups)
         np.testing.assert_array_equal(padded.advantage[:-1], plain.advantage)
         assert padded.advantage[-1] == 0.0
@@ -221,8 +229,11 @@ def test_sharded_actors_credit_a_batch_as_one_actor_does_even_when_a_shard_is_ki
 
         victim = sharded.infos[1]["pid"]
         out = {}
-        call = threading.Thread(target=lambda: out.update(result=sharded.compute(
-            texts, rewards, groups, valid=valid, expected_group_size=8, seed=7)))
+        call = threading.Thread(
+            target=lambda: out.update(
+                result=sharded.compute(texts, rewards, groups, valid=valid, expected_group_size=8, seed=7)
+            )
+        )
         call.start()
         time.sleep(1.5)
         assert call.is_alive(), "the call finished before a shard could be killed; use a longer batch"

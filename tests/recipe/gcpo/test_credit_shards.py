@@ -96,4 +96,6 @@ def test_the_recipe_defaults_shard_one_actor_per_gpu(gcpo_config):
 
     settings = gcpo_settings(gcpo_config(["actor_rollout_ref.rollout.n=8"]))
     assert settings.actor.shards == "auto" and settings.actor.num_cpus == 1
-    assert gcpo_settings(gcpo_config(["actor_rollout_ref.rollout.n=8", "algorithm.gcpo.actor.shards=2"])).actor.shards == 2
+    assert (
+        gcpo_settings(gcpo_config(["actor_rollout_ref.rollout.n=8", "algorithm.gcpo.actor.shards=2"])).actor.shards == 2
+    )

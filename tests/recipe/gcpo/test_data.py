@@ -28,7 +28,8 @@ def prepared(tmp_path_factory):
     out = tmp_path_factory.mktemp("data")
     proc = subprocess.run(
         [sys.executable, "scripts/prepare_data.py", "--local-dir", str(SHARED_DATA), "--out-dir", str(out)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr
     return out, proc.stdout
@@ -37,7 +38,11 @@ def prepared(tmp_path_factory):
 def test_every_set_is_written_with_a_summary(prepared):
     out, summary = prepared
     assert sorted(p.name for p in out.iterdir()) == [
-        "train.parquet", "val_aime24.parquet", "val_aime25.parquet", "val_amc23.parquet", "val_gsm8k.parquet",
+        "train.parquet",
+        "val_aime24.parquet",
+        "val_aime25.parquet",
+        "val_amc23.parquet",
+        "val_gsm8k.parquet",
         "val_math500.parquet",
     ]
     assert "| dapo_math_17k | train | 2000 | 1992 | 8 | 0 | 57 |" in summary  # duplicates and form feeds
@@ -86,10 +91,15 @@ def test_verls_dataset_class_reads_the_files(prepared):
 def test_the_upstream_dapo_parquet_is_unwrapped_and_deduplicated(tmp_path):
     problems = ["What is $1+1$?", "Compute \x0crac{1}{2} + \x0crac{1}{2}."]
     rows = [
-        {"data_source": "math_dapo", "prompt": [{"role": "user", "content": DAPO_TEMPLATE.format(p)}],
-         "ability": "MATH", "reward_model": {"style": "rule-lighteval/MATH_v2", "ground_truth": a},
-         "extra_info": {"index": f"uuid-{i}"}}
-        for copy in range(3) for i, (p, a) in enumerate(zip(problems, ["2", "1"]))
+        {
+            "data_source": "math_dapo",
+            "prompt": [{"role": "user", "content": DAPO_TEMPLATE.format(p)}],
+            "ability": "MATH",
+            "reward_model": {"style": "rule-lighteval/MATH_v2", "ground_truth": a},
+            "extra_info": {"index": f"uuid-{i}"},
+        }
+        for copy in range(3)
+        for i, (p, a) in enumerate(zip(problems, ["2", "1"]))
     ]
     frame, report = prepare(DATASETS["dapo_math_17k"], rows)
     assert (report.read, report.kept, report.duplicates) == (6, 2, 4)
@@ -107,8 +117,18 @@ def test_gsm8k_hub_answers_and_empty_rows():
 
 def test_missing_local_files_without_download_is_a_clear_error(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "scripts/prepare_data.py", "--local-dir", str(tmp_path), "--out-dir", str(tmp_path / "o"),
-         "--datasets", "aime24"], capture_output=True, text=True,
+        [
+            sys.executable,
+            "scripts/prepare_data.py",
+            "--local-dir",
+            str(tmp_path),
+            "--out-dir",
+            str(tmp_path / "o"),
+            "--datasets",
+            "aime24",
+        ],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 1
     assert "aime24: none of ['aime24.jsonl', 'aime-2024.parquet'] found" in proc.stderr and "--download" in proc.stderr
@@ -124,7 +144,12 @@ def test_reference_solutions_are_kept_and_math_answers_come_from_the_last_box(sh
     assert report.kept == 20
     for source, row in zip(rows, frame.itertuples()):
         assert row.extra_info["solution"] == source["solution"].strip()
-        assert compute_score("math", f"Answer: {row.reward_model['ground_truth']}", row.reward_model["ground_truth"])["acc"] == 1.0
+        assert (
+            compute_score("math", f"Answer: {row.reward_model['ground_truth']}", row.reward_model["ground_truth"])[
+                "acc"
+            ]
+            == 1.0
+        )
     assert frame.reward_model.iloc[0]["ground_truth"] == "\\left( 3, \\frac{\\pi}{2} \\right)"
 
 
@@ -137,12 +162,26 @@ def test_download_with_no_hub_in_reach_fails_in_seconds_with_one_reason(tmp_path
     with socket.socket() as sock:  # a local port nothing listens on stands for an unreachable hub
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    for env, reason in (({"HF_HUB_OFFLINE": "1"}, "the hub is off"),
-                        ({"HF_ENDPOINT": f"http://127.0.0.1:{port}"}, "the hub (127.0.0.1) does not answer")):
+    for env, reason in (
+        ({"HF_HUB_OFFLINE": "1"}, "the hub is off"),
+        ({"HF_ENDPOINT": f"http://127.0.0.1:{port}"}, "the hub (127.0.0.1) does not answer"),
+    ):
         full = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
         start = time.monotonic()
-        proc = subprocess.run([sys.executable, "scripts/prepare_data.py", "--download", "--out-dir", str(tmp_path),
-                               "--datasets", "aime24"], capture_output=True, text=True, env={**full, **env})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "scripts/prepare_data.py",
+                "--download",
+                "--out-dir",
+                str(tmp_path),
+                "--datasets",
+                "aime24",
+            ],
+            capture_output=True,
+            text=True,
+            env={**full, **env},
+        )
         assert time.monotonic() - start < 60
         assert proc.returncode == 1 and f"aime24: cannot download Maxwell-Jia/AIME_2024: {reason}" in proc.stderr
         assert "use --local-dir" in proc.stderr and "Traceback" not in proc.stderr

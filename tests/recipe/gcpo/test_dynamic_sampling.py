@@ -33,9 +33,12 @@ def _put_finished(groups):
             fields.append({"responses": torch.tensor([1, 2]), "extra_fields": {"reward_extra_info": info}})
             tags.append({"status": "success", "global_steps": 1})
     tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
-    tq.kv_batch_put(keys=list(groups), partition_id="train",
-                    fields=list_of_dict_to_tensordict([{"prompt": torch.tensor([0])} for _ in groups]),
-                    tags=[{"is_prompt": True, "status": "finished", "global_steps": 1} for _ in groups])
+    tq.kv_batch_put(
+        keys=list(groups),
+        partition_id="train",
+        fields=list_of_dict_to_tensordict([{"prompt": torch.tensor([0])} for _ in groups]),
+        tags=[{"is_prompt": True, "status": "finished", "global_steps": 1} for _ in groups],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +60,27 @@ def finished_groups(local_tq):
 
 
 def _buffer(cls, metric, refills):
-    return cls(trainer_mode="sync", trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
-               max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}), refill_fn=refills.append,
-               filter_groups_metric=metric, train_batch_size=2, gen_batch_size=1, max_inflight_gen_batches=1)
+    return cls(
+        trainer_mode="sync",
+        trainer_config=OmegaConf.create({}),
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs=OmegaConf.create({}),
+        refill_fn=refills.append,
+        filter_groups_metric=metric,
+        train_batch_size=2,
+        gen_batch_size=1,
+        max_inflight_gen_batches=1,
+    )
 
 
-@pytest.mark.parametrize("metric, kept", [
-    ("gcpo_signal", {"mixed", "right-different"}),
-    ("acc", {"mixed"}),
-])
+@pytest.mark.parametrize(
+    "metric, kept",
+    [
+        ("gcpo_signal", {"mixed", "right-different"}),
+        ("acc", {"mixed"}),
+    ],
+)
 def test_verls_replay_buffer_filters_groups_on_the_metric(finished_groups, metric, kept):
     buffer = _buffer(ReplayBufferAsync, metric, [])
     assert buffer.get_sampleable_count(global_steps=1, partition_id="train") == len(kept)
@@ -79,7 +94,9 @@ def test_the_sync_buffer_trains_on_the_groups_with_gcpo_signal_and_refills_the_r
 
     def refill(count):  # what verl's trainer does: generate `count` new prompts (here: already finished)
         refills.append(count)
-        _put_finished({f"fresh{i}": [f"Prompt {i}: one and one make \\boxed{{2}}.", "\\boxed{2}"] for i in range(count)})
+        _put_finished(
+            {f"fresh{i}": [f"Prompt {i}: one and one make \\boxed{{2}}.", "\\boxed{2}"] for i in range(count)}
+        )
 
     buffer = _buffer(ReplayBuffer, "gcpo_signal", [])
     buffer.refill_fn = refill

@@ -8,8 +8,8 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.compute import compute_credit
+from gcpo_core.credit.config import CreditConfig
 from recipe.gcpo.estimator import StepCredit, compute_gcpo_outcome_advantage, provide_credit
 from tests.gcpo_core.helpers import clustered_embeddings
 
@@ -79,8 +79,12 @@ def test_all_correct_groups_with_redundancy_get_a_signal_grpo_does_not_give():
     batch = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"all_correct_scale": "batch"}}})
     with provide_credit(_credit(rewards, uids, emb, config=CreditConfig(all_correct_scale="batch"))):
         data = _data(rewards, uids)
-        centred, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
-                                                    index=data.non_tensor_batch["uid"], config=batch)
+        centred, _ = compute_gcpo_outcome_advantage(
+            data.batch["token_level_rewards"],
+            data.batch["response_mask"],
+            index=data.non_tensor_batch["uid"],
+            config=batch,
+        )
     np.testing.assert_allclose(centred[:, 0].numpy(), phi - phi.mean(), atol=1e-6)
 
 
@@ -97,10 +101,20 @@ def test_the_estimator_applies_exactly_the_engines_normalisation(method, all_cor
     emb = torch.from_numpy(clustered_embeddings(rng, groups, size).reshape(groups * size, -1))
     config = CreditConfig(method=method, permutations=8, all_correct_scale=all_correct_scale)
     engine = compute_credit(rewards, emb, uids, config)
-    credit = StepCredit(np.array(uids, dtype=object), rewards, engine.score.numpy(), np.ones(len(uids), dtype=bool),
-                        config=config, stderr=engine.shapley_stderr.numpy())
-    algorithm = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {
-        "method": method, "permutations": 8, "all_correct_scale": all_correct_scale}}})
+    credit = StepCredit(
+        np.array(uids, dtype=object),
+        rewards,
+        engine.score.numpy(),
+        np.ones(len(uids), dtype=bool),
+        config=config,
+        stderr=engine.shapley_stderr.numpy(),
+    )
+    algorithm = OmegaConf.create(
+        {
+            "norm_adv_by_std_in_grpo": True,
+            "gcpo": {"credit": {"method": method, "permutations": 8, "all_correct_scale": all_correct_scale}},
+        }
+    )
     data = _data(rewards.tolist(), uids)
     with provide_credit(credit):
         adv = compute_advantage(data, adv_estimator="gcpo", norm_adv_by_std_in_grpo=True, config=algorithm)
@@ -149,12 +163,20 @@ def test_dr_grpo_switch_and_std_floor_travel_with_the_credit_parsed_from_the_alg
     centred = OmegaConf.create({"norm_adv_by_std_in_grpo": False})
     credit = _credit(rewards, uids, emb, config=GCPOSettings.from_algorithm_config(centred).credit)
     with provide_credit(credit):
-        adv, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
-                                                index=data.non_tensor_batch["uid"], config=centred)
+        adv, _ = compute_gcpo_outcome_advantage(
+            data.batch["token_level_rewards"],
+            data.batch["response_mask"],
+            index=data.non_tensor_batch["uid"],
+            config=centred,
+        )
     np.testing.assert_allclose(adv[:, 0].numpy(), credit.score - credit.score.mean(), atol=1e-6)
     floored = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"std_floor": 10.0}}})
     credit = _credit(rewards, uids, emb, config=GCPOSettings.from_algorithm_config(floored).credit)
     with provide_credit(credit):
-        adv, _ = compute_gcpo_outcome_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
-                                                index=data.non_tensor_batch["uid"], config=floored)
+        adv, _ = compute_gcpo_outcome_advantage(
+            data.batch["token_level_rewards"],
+            data.batch["response_mask"],
+            index=data.non_tensor_batch["uid"],
+            config=floored,
+        )
     assert float(adv.abs().max()) < 0.02

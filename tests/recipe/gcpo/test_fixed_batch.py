@@ -66,8 +66,9 @@ def fixed_batch() -> tuple[np.ndarray, torch.Tensor, list[str]]:
 
 
 def _algorithm(overrides: dict, norm_by_std: bool):
-    return OmegaConf.create({"adv_estimator": "gcpo", "norm_adv_by_std_in_grpo": norm_by_std,
-                             "gcpo": {"credit": dict(overrides)}})
+    return OmegaConf.create(
+        {"adv_estimator": "gcpo", "norm_adv_by_std_in_grpo": norm_by_std, "gcpo": {"credit": dict(overrides)}}
+    )
 
 
 def compute_all() -> dict[str, dict[str, list[float]]]:
@@ -76,8 +77,8 @@ def compute_all() -> dict[str, dict[str, list[float]]]:
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     from gcpo_core.credit.compute import compute_credit
-    from recipe.gcpo.estimator import StepCredit, provide_credit
     from recipe.gcpo.config import GCPOSettings
+    from recipe.gcpo.estimator import StepCredit, provide_credit
 
     rewards, embeddings, uids = fixed_batch()
     n = len(uids)
@@ -90,13 +91,22 @@ def compute_all() -> dict[str, dict[str, list[float]]]:
         mask[:, :3] = 1
         token_rewards = torch.zeros(n, 4, dtype=torch.float32)
         token_rewards[:, 2] = torch.tensor(rewards, dtype=torch.float32)
-        data = DataProto.from_dict(tensors={"token_level_rewards": token_rewards, "response_mask": mask},
-                                   non_tensors={"uid": np.array(uids, dtype=object)})
-        step = StepCredit(np.array(uids, dtype=object), token_rewards.sum(-1).double().numpy(),
-                          result.score.numpy(), np.ones(n, dtype=bool), credit_config, result.shapley_stderr.numpy())
+        data = DataProto.from_dict(
+            tensors={"token_level_rewards": token_rewards, "response_mask": mask},
+            non_tensors={"uid": np.array(uids, dtype=object)},
+        )
+        step = StepCredit(
+            np.array(uids, dtype=object),
+            token_rewards.sum(-1).double().numpy(),
+            result.score.numpy(),
+            np.ones(n, dtype=bool),
+            credit_config,
+            result.shapley_stderr.numpy(),
+        )
         with provide_credit(step):
-            verl_adv = compute_advantage(data, adv_estimator="gcpo", norm_adv_by_std_in_grpo=norm_by_std,
-                                         config=algorithm).batch["advantages"][:, 0]
+            verl_adv = compute_advantage(
+                data, adv_estimator="gcpo", norm_adv_by_std_in_grpo=norm_by_std, config=algorithm
+            ).batch["advantages"][:, 0]
         out[name] = {
             "shapley": result.shapley.tolist(),
             "shapley_stderr": result.shapley_stderr.tolist(),
@@ -136,7 +146,9 @@ def test_the_fixed_batch_gives_the_recorded_credit_and_advantages():
 if __name__ == "__main__":
     if sys.argv[1:] != ["--record"]:
         sys.exit("usage: python -m tests.recipe.gcpo.test_fixed_batch --record")
-    values = {name: {field: [float(v).hex() for v in vs] for field, vs in fields.items()}
-              for name, fields in compute_all().items()}
+    values = {
+        name: {field: [float(v).hex() for v in vs] for field, vs in fields.items()}
+        for name, fields in compute_all().items()
+    }
     RECORD.write_text(json.dumps({"environment": _environment(), "values": values}, indent=1) + "\n")
     print(f"recorded {RECORD}")

@@ -16,16 +16,16 @@ from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from gcpo_core.credit.advantages import normalize_credit
 from gcpo_core.cli.demo import load_demo_rollouts
+from gcpo_core.credit.advantages import normalize_credit
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.grouping import layout_groups
 from gcpo_core.encoding.pipeline import credit_rollouts
 from recipe.gcpo.config import CreditActorOptions
 from recipe.gcpo.credit_actor import CreditActor
-from tests.special_e2e.smoke import checks
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
 from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.special_e2e.smoke import checks
 
 GROUP_SIZE = 4
 BASE_OVERRIDES = [f"actor_rollout_ref.rollout.n={GROUP_SIZE}", "algorithm.gcpo.actor.num_gpus=0"]
@@ -33,8 +33,12 @@ BASE_OVERRIDES = [f"actor_rollout_ref.rollout.n={GROUP_SIZE}", "algorithm.gcpo.a
 
 @pytest.fixture(scope="module")
 def local_tq():
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}})
-    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1, "total_storage_size": 10000}}}))
+    ray.init(
+        num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}}
+    )
+    tq.init(
+        OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1, "total_storage_size": 10000}}})
+    )
     yield
     tq.close()
     ray.shutdown()
@@ -79,24 +83,34 @@ def _put_batch(tokenizer, step_seed=0, timed_out=None, retried=frozenset()):
         length = len(ids)
         rm = torch.zeros(length)
         rm[-1] = reward
-        fields.append({
-            "uid": uid,
-            "prompts": torch.tensor([3, 4, 5]),
-            "responses": ids,
-            "response_mask": torch.ones(length, dtype=torch.int64),
-            "rm_scores": rm,
-            "rollout_log_probs": torch.from_numpy(-rng.random(length)).float(),
-            "old_log_probs": torch.from_numpy(-rng.random(length)).float(),
-            "ref_log_prob": torch.from_numpy(-rng.random(length)).float(),
-        })
+        fields.append(
+            {
+                "uid": uid,
+                "prompts": torch.tensor([3, 4, 5]),
+                "responses": ids,
+                "response_mask": torch.ones(length, dtype=torch.int64),
+                "rm_scores": rm,
+                "rollout_log_probs": torch.from_numpy(-rng.random(length)).float(),
+                "old_log_probs": torch.from_numpy(-rng.random(length)).float(),
+                "ref_log_prob": torch.from_numpy(-rng.random(length)).float(),
+            }
+        )
         if timed_out is not None:
-            fields[-1]["extra_fields"] = {"reward_extra_info": {"score": reward, "timeout": float(row in timed_out),
-                                                                "timeout_retried": float(row in retried),
-                                                                "acc": reward > 0, "pred": text.split()[-1]}}
+            fields[-1]["extra_fields"] = {
+                "reward_extra_info": {
+                    "score": reward,
+                    "timeout": float(row in timed_out),
+                    "timeout_retried": float(row in retried),
+                    "acc": reward > 0,
+                    "pred": text.split()[-1],
+                }
+            }
         key = f"{uid}-{step_seed}"
         keys.append(f"{key}_{session}_0")
         fields[-1]["uid"] = key
-        tags.append({"status": "success", "prompt_len": 3, "response_len": length, "seq_len": 3 + length, "global_steps": 1})
+        tags.append(
+            {"status": "success", "prompt_len": 3, "response_len": length, "seq_len": 3 + length, "global_steps": 1}
+        )
     meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
     batch = KVBatchMeta(partition_id="train", keys=meta.keys, tags=meta.tags)
     # verl pads the batch with synthetic rows (shared uid pad<hex>, zero response mask) to a divisible size
@@ -117,7 +131,9 @@ def _trainer(cls, config, tokenizer, credit_actor=None, global_steps=3):
 
 
 def _row_advantages(batch):
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "response_mask"])
+    data = tq.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "response_mask"]
+    )
     advantages = data["advantages"].to_padded_tensor(padding=0.0)
     mask = data["response_mask"].to_padded_tensor(padding=0)
     first = advantages[:, 0]
@@ -126,7 +142,9 @@ def _row_advantages(batch):
 
 
 def _expected(tokenizer, batch, minilm, config: CreditConfig, shaping=None):
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "responses", "rm_scores"])
+    data = tq.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "responses", "rm_scores"]
+    )
     valid = np.array([not t.get("is_padding", False) for t in batch.tags])
     texts = [tokenizer.decode(ids.tolist(), skip_special_tokens=True) for ids in data["responses"].unbind()]
     rewards = data["rm_scores"].to_padded_tensor(padding=0.0).sum(-1).double().numpy()
@@ -137,9 +155,14 @@ def _expected(tokenizer, batch, minilm, config: CreditConfig, shaping=None):
     layout = layout_groups([uids[i] for i in rows])
     expected = np.zeros(len(valid))
     normalised = normalize_credit(  # the engine's normalisation, with the verifier reward deciding mixed groups
-        layout.gather(torch.from_numpy(score)), layout.mask, layout.gather(torch.from_numpy(rewards[rows])),
-        epsilon=config.epsilon, std_floor=config.std_floor, all_correct_scale=config.all_correct_scale,
-        stderr=layout.gather(torch.from_numpy(result.shapley_stderr)))
+        layout.gather(torch.from_numpy(score)),
+        layout.mask,
+        layout.gather(torch.from_numpy(rewards[rows])),
+        epsilon=config.epsilon,
+        std_floor=config.std_floor,
+        all_correct_scale=config.all_correct_scale,
+        stderr=layout.gather(torch.from_numpy(result.shapley_stderr)),
+    )
     expected[rows] = layout.scatter(normalised).numpy()
     return expected, valid
 
@@ -202,7 +225,12 @@ def test_responses_are_handed_to_the_actor_after_balancing_and_not_embedded_agai
     expected, _ = _expected(tiny_tokenizer, batch, minilm, CreditConfig())
     np.testing.assert_allclose(_row_advantages(batch), expected, atol=1e-5)
 
-    off = _trainer(GCPOTrainer, compose_gcpo(BASE_OVERRIDES + ["algorithm.gcpo.actor.prefetch=false"]), tiny_tokenizer, credit_actor)
+    off = _trainer(
+        GCPOTrainer,
+        compose_gcpo(BASE_OVERRIDES + ["algorithm.gcpo.actor.prefetch=false"]),
+        tiny_tokenizer,
+        credit_actor,
+    )
     off._balance_batch(_put_batch(tiny_tokenizer, step_seed=7), {})
     assert off._prefetched is None
 
@@ -246,10 +274,15 @@ def test_kl_in_reward_shapes_gcpo_as_it_shapes_grpo(local_tq, tiny_tokenizer, cr
     metrics = {}
     trainer._compute_advantage(batch, metrics)
 
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                           select_fields=["old_log_probs", "ref_log_prob", "response_mask", "token_level_rewards", "rm_scores"])
+    data = tq.kv_batch_get(
+        keys=batch.keys,
+        partition_id=batch.partition_id,
+        select_fields=["old_log_probs", "ref_log_prob", "response_mask", "token_level_rewards", "rm_scores"],
+    )
     mask = data["response_mask"].to_padded_tensor(padding=0).float()
-    kl = (data["old_log_probs"].to_padded_tensor(padding=0.0) - data["ref_log_prob"].to_padded_tensor(padding=0.0)) * mask
+    kl = (
+        data["old_log_probs"].to_padded_tensor(padding=0.0) - data["ref_log_prob"].to_padded_tensor(padding=0.0)
+    ) * mask
     shaping = (-0.5 * kl).sum(-1).double().numpy()
     written = data["token_level_rewards"].to_padded_tensor(padding=0.0).sum(-1).double().numpy()
     scores = data["rm_scores"].to_padded_tensor(padding=0.0).sum(-1).double().numpy()
@@ -294,8 +327,9 @@ def test_copo_writes_the_weighted_local_advantage_and_the_global_one_for_the_act
     metrics = {}
     batch = _trainer(GCPOTrainer, config, tiny_tokenizer)._compute_advantage(batch, metrics)
     local = _row_advantages(batch)
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                           select_fields=[GLOBAL_ADVANTAGE_FIELD, "response_mask", "uid"])
+    data = tq.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=[GLOBAL_ADVANTAGE_FIELD, "response_mask", "uid"]
+    )
     global_ = data[GLOBAL_ADVANTAGE_FIELD].to_padded_tensor(padding=0.0)
     mask = data["response_mask"].to_padded_tensor(padding=0)
     assert torch.allclose(global_, global_[:, :1] * mask)
@@ -303,10 +337,13 @@ def test_copo_writes_the_weighted_local_advantage_and_the_global_one_for_the_act
     rows = _rollouts()  # the real rows, in order; verl's padding rows follow
     layout = layout_groups([uid for uid, *_ in rows])
     answers = {a: i for i, a in enumerate(sorted({text.split()[-1] for *_, text, _ in rows}))}
-    terms = copo_terms(layout.gather(torch.tensor([r for *_, r in rows], dtype=torch.float64)),
-                       layout.gather(torch.tensor([r > 0 for *_, r in rows])).to(torch.bool),
-                       layout.gather(torch.tensor([answers[text.split()[-1]] for *_, text, _ in rows])),
-                       layout.mask, gate="soft")
+    terms = copo_terms(
+        layout.gather(torch.tensor([r for *_, r in rows], dtype=torch.float64)),
+        layout.gather(torch.tensor([r > 0 for *_, r in rows])).to(torch.bool),
+        layout.gather(torch.tensor([answers[text.split()[-1]] for *_, text, _ in rows])),
+        layout.mask,
+        gate="soft",
+    )
     weight = layout.scatter(terms.local_weight).numpy()
     expected_local = weight * layout.scatter(terms.local_advantage).numpy()
     expected_global = (1 - weight) * layout.scatter(terms.global_advantage).numpy()
@@ -344,7 +381,9 @@ def test_resuming_a_step_reproduces_its_monte_carlo_credit(local_tq, tiny_tokeni
 def test_credit_dumps_are_written_every_n_steps(local_tq, tiny_tokenizer, credit_actor, tmp_path):
     from gcpo_core.evaluation.dump import read_credit_dump
 
-    config = compose_gcpo(BASE_OVERRIDES + ["algorithm.gcpo.dump.every_n_steps=2", f"algorithm.gcpo.dump.directory={tmp_path}"])
+    config = compose_gcpo(
+        BASE_OVERRIDES + ["algorithm.gcpo.dump.every_n_steps=2", f"algorithm.gcpo.dump.directory={tmp_path}"]
+    )
     for step in (3, 4):
         trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor, global_steps=step)
         trainer._compute_advantage(_put_batch(tiny_tokenizer, step_seed=10 + step), {})
@@ -363,8 +402,9 @@ def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_p
     rows = load_demo_rollouts()
     solution = rows[4]["text"]  # the sprints reference solution, in the tokenizer's vocabulary
     keys, fields, tags = [], [], []
-    for g, (uid, rewards, with_solution) in enumerate((("wrong-ref", [-1.0] * 3, True), ("wrong-none", [-1.0] * 3, False),
-                                                       ("mixed", [1.0, -1.0, -1.0], True))):
+    for g, (uid, rewards, with_solution) in enumerate(
+        (("wrong-ref", [-1.0] * 3, True), ("wrong-none", [-1.0] * 3, False), ("mixed", [1.0, -1.0, -1.0], True))
+    ):
         for s, reward in enumerate(rewards):
             ids = torch.tensor(tiny_tokenizer(rows[s]["text"], add_special_tokens=False)["input_ids"] + [2])
             prompts = torch.tensor([3, 4, 5])
@@ -374,10 +414,21 @@ def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_p
             extra = {"index": g, "problem": "p"}
             if with_solution:
                 extra["solution"] = solution
-            fields.append({"uid": uid, "prompts": prompts, "responses": ids, "response_mask": torch.ones(n, dtype=torch.int64),
-                           "loss_mask": torch.ones(n, dtype=torch.int64), "input_ids": torch.cat([prompts, ids]),
-                           "attention_mask": torch.ones(3 + n, dtype=torch.int64), "position_ids": torch.arange(3 + n),
-                           "rm_scores": rm, "rollout_log_probs": torch.zeros(n), "extra_info": extra})
+            fields.append(
+                {
+                    "uid": uid,
+                    "prompts": prompts,
+                    "responses": ids,
+                    "response_mask": torch.ones(n, dtype=torch.int64),
+                    "loss_mask": torch.ones(n, dtype=torch.int64),
+                    "input_ids": torch.cat([prompts, ids]),
+                    "attention_mask": torch.ones(3 + n, dtype=torch.int64),
+                    "position_ids": torch.arange(3 + n),
+                    "rm_scores": rm,
+                    "rollout_log_probs": torch.zeros(n),
+                    "extra_info": extra,
+                }
+            )
             keys.append(f"{uid}_{s}_0")
             tags.append({"status": "success", "prompt_len": 3, "response_len": n, "seq_len": 3 + n, "global_steps": 1})
     meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
@@ -389,10 +440,15 @@ def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_p
     monkeypatch.setattr(PPOTrainerSync, "_balance_batch", lambda self, batch, metrics, *a, **k: batch)
     metrics = {}
     batch = trainer._balance_batch(batch, metrics)
-    assert metrics == {"group_contrastive/all_wrong_groups": 2.0, "group_contrastive/injected_groups": 1.0,
-                       "group_contrastive/missing_solutions": 1.0}
+    assert metrics == {
+        "group_contrastive/all_wrong_groups": 2.0,
+        "group_contrastive/injected_groups": 1.0,
+        "group_contrastive/missing_solutions": 1.0,
+    }
 
-    data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["responses", "rm_scores", "input_ids", "response_mask"])
+    data = tq.kv_batch_get(
+        keys=batch.keys, partition_id="train", select_fields=["responses", "rm_scores", "input_ids", "response_mask"]
+    )
     responses = [r.tolist() for r in data["responses"].unbind()]
     assert tiny_tokenizer.decode(responses[0], skip_special_tokens=True) == " ".join(solution.split())
     assert batch.tags[0]["response_len"] == len(responses[0]) and batch.tags[0]["group_contrastive_reference"]
@@ -402,8 +458,9 @@ def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_p
 
     # verl's next step computes the old log-probs of every row, the reference included
     old = [torch.zeros(len(r)) for r in responses]
-    tq.kv_batch_put(keys=batch.keys, partition_id="train",
-                    fields=list_of_dict_to_tensordict([{"old_log_probs": o} for o in old]))
+    tq.kv_batch_put(
+        keys=batch.keys, partition_id="train", fields=list_of_dict_to_tensordict([{"old_log_probs": o} for o in old])
+    )
     trainer._compute_advantage(batch, {})  # GRPO now has something to contrast in the first group
     advantages = _row_advantages(batch)
     assert advantages[0] > 0 and np.all(advantages[1:3] < 0) and np.all(advantages[3:6] == 0)
@@ -413,11 +470,22 @@ def test_reference_injection_refuses_rows_with_per_token_fields_it_cannot_rebuil
     from recipe.gcpo.baselines.group_contrastive import GroupContrastiveSettings, inject_references
 
     prompts, responses = torch.tensor([3, 4, 5]), torch.tensor([6, 7, 2])
-    row = {"uid": "routed", "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses]),
-           "response_mask": torch.ones(3, dtype=torch.int64), "rm_scores": torch.tensor([0.0, 0.0, -1.0]),
-           "routed_experts": torch.zeros(6, 2, dtype=torch.int64), "extra_info": {"solution": "He sprints"}}
-    meta = tq.kv_batch_put(keys=["routed_0_0"], partition_id="train", fields=list_of_dict_to_tensordict([row]),
-                           tags=[{"status": "success", "prompt_len": 3, "response_len": 3, "seq_len": 6}])
+    row = {
+        "uid": "routed",
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses]),
+        "response_mask": torch.ones(3, dtype=torch.int64),
+        "rm_scores": torch.tensor([0.0, 0.0, -1.0]),
+        "routed_experts": torch.zeros(6, 2, dtype=torch.int64),
+        "extra_info": {"solution": "He sprints"},
+    }
+    meta = tq.kv_batch_put(
+        keys=["routed_0_0"],
+        partition_id="train",
+        fields=list_of_dict_to_tensordict([row]),
+        tags=[{"status": "success", "prompt_len": 3, "response_len": 3, "seq_len": 6}],
+    )
     batch = KVBatchMeta(partition_id="train", keys=meta.keys, tags=meta.tags)
     with pytest.raises(ValueError, match="per-token field 'routed_experts'"):
         inject_references(batch, tiny_tokenizer, GroupContrastiveSettings(enable=True), 64)

@@ -33,8 +33,13 @@ def _entry_point(*overrides, cwd, dry_run=True, **env):
     full_env.update(env, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     if dry_run:
         full_env["GCPO_DRY_RUN"] = "1"
-    return subprocess.run([sys.executable, "-m", "recipe.gcpo.main_gcpo", *overrides], capture_output=True,
-                          text=True, env=full_env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "recipe.gcpo.main_gcpo", *overrides],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+    )
 
 
 def _assert_one_line_error(proc, line):
@@ -66,10 +71,14 @@ def test_dry_run_validates_and_prints_the_config_without_starting_anything(tmp_p
     assert "permutations: 128" in proc.stdout and "trainer_mode: sync" in proc.stdout
     assert "nothing was started" in proc.stdout
     # the launchers' own file names are written by prepare_data.py; a file of the user's own is theirs to fix
-    assert ("# warning: /data/train.parquet does not exist here (scripts/prepare_data.py writes it (--out-dir: the "
-            "launchers' DATA_DIR))") in proc.stdout
-    assert ("# warning: /data/val.parquet does not exist here (point data.train_files / data.val_files at a file "
-            "that exists on this machine)") in proc.stdout
+    assert (
+        "# warning: /data/train.parquet does not exist here (scripts/prepare_data.py writes it (--out-dir: the "
+        "launchers' DATA_DIR))"
+    ) in proc.stdout
+    assert (
+        "# warning: /data/val.parquet does not exist here (point data.train_files / data.val_files at a file "
+        "that exists on this machine)"
+    ) in proc.stdout
     # what will run, before the config
     head = proc.stdout.split(DRY_RUN_MARKER)[0]
     assert "gcpo: estimator: algorithm.adv_estimator=gcpo: Shapley credit" in head
@@ -81,7 +90,9 @@ def test_dry_run_validates_and_prints_the_config_without_starting_anything(tmp_p
 def test_a_misspelt_key_fails_with_one_line_naming_the_closest_key(tmp_path):
     proc = _entry_point(*VALID, "algorithm.gcpo.credit.methd=mc", cwd=tmp_path)
     _assert_one_line_error(
-        proc, "error: algorithm.gcpo.credit.methd is not a key of the config: did you mean algorithm.gcpo.credit.method?")
+        proc,
+        "error: algorithm.gcpo.credit.methd is not a key of the config: did you mean algorithm.gcpo.credit.method?",
+    )
 
 
 def test_hydra_full_error_puts_the_traceback_between_two_copies_of_the_reason(tmp_path):
@@ -93,18 +104,30 @@ def test_hydra_full_error_puts_the_traceback_between_two_copies_of_the_reason(tm
 
 
 def test_a_machine_without_gpus_stops_before_ray_with_one_line(tmp_path):
-    proc = _entry_point(*VALID, f"trainer.default_local_dir={tmp_path / 'ckpt'}", cwd=tmp_path, dry_run=False,
-                        CUDA_VISIBLE_DEVICES="", RAY_TMPDIR=str(tmp_path))  # no Ray cluster `ray start`ed here
-    _assert_one_line_error(proc, (
-        "error: no GPU found on this machine (trainer.device=cuda: 0 visible) and no Ray cluster to join (RAY_ADDRESS): "
-        "training needs GPUs. To check a config on a machine without GPUs, use the dry run (--dry-run / "
-        "GCPO_DRY_RUN=1): it composes and validates the config and starts nothing."))
+    proc = _entry_point(
+        *VALID,
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        cwd=tmp_path,
+        dry_run=False,
+        CUDA_VISIBLE_DEVICES="",
+        RAY_TMPDIR=str(tmp_path),
+    )  # no Ray cluster `ray start`ed here
+    _assert_one_line_error(
+        proc,
+        (
+            "error: no GPU found on this machine (trainer.device=cuda: 0 visible) and no Ray cluster to join (RAY_ADDRESS): "
+            "training needs GPUs. To check a config on a machine without GPUs, use the dry run (--dry-run / "
+            "GCPO_DRY_RUN=1): it composes and validates the config and starts nothing."
+        ),
+    )
     assert "ray init kwargs" not in proc.stdout  # what verl prints as it starts Ray
     assert "No supported accelerator detected" not in proc.stderr  # verl's warning, before the one line
 
 
-@pytest.mark.parametrize("override, shown", [("trainer.nnodes=abc", "'abc'"), ("trainer.n_gpus_per_node=0", "0"),
-                                             ("trainer.nnodes=1.5", "1.5")])
+@pytest.mark.parametrize(
+    "override, shown",
+    [("trainer.nnodes=abc", "'abc'"), ("trainer.n_gpus_per_node=0", "0"), ("trainer.nnodes=1.5", "1.5")],
+)
 def test_the_cluster_shape_must_be_positive_integers(override, shown):
     from recipe.gcpo.preflight import validate
 
@@ -121,14 +144,17 @@ def test_the_legacy_trainer_is_refused():
 
 
 def test_the_register_module_refuses_what_needs_the_gcpo_trainer_under_a_stock_trainer():
-    import recipe.gcpo.register  # noqa: F401
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    import recipe.gcpo.register  # noqa: F401
 
     with pytest.raises(ValueError, match="needs the GCPO trainer.*trainer class PPOTrainerSync"):
         PPOTrainerSync(compose_gcpo(VALID))
     with pytest.raises(ValueError, match="group_contrastive.enable=true needs the GCPO trainer.*recipe.gcpo.main_gcpo"):
-        PPOTrainerSync(compose_gcpo(VALID + ["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true"]))
+        PPOTrainerSync(
+            compose_gcpo(VALID + ["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true"])
+        )
     # COPO's loss blend (its default) needs the recipe's trainer; its advantage blend needs only rewards
     with pytest.raises(ValueError, match="copo.blend=loss needs the GCPO trainer.*blend=advantage"):
         PPOTrainerSync(compose_gcpo(VALID + ["algorithm.adv_estimator=copo"]))
@@ -147,8 +173,11 @@ def test_verls_stock_entry_point_gets_the_check_through_verl_use_external_module
         "from tests.recipe.gcpo.conftest import compose_gcpo\n"
         f"PPOTrainerSync(compose_gcpo({VALID!r}))\n"
     )
-    env = dict(os.environ, VERL_USE_EXTERNAL_MODULES="recipe.gcpo.register",
-               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = dict(
+        os.environ,
+        VERL_USE_EXTERNAL_MODULES="recipe.gcpo.register",
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode != 0
     assert "ValueError: algorithm.adv_estimator=gcpo needs the GCPO trainer" in proc.stderr
@@ -189,11 +218,16 @@ def test_the_machine_is_checked_before_ray_starts_unless_a_cluster_is_joined(vis
 
 
 def test_a_misspelt_reward_kwarg_fails_the_dry_run_with_one_line(tmp_path):
-    proc = _entry_point(*VALID, "reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_response_len=8192",
-                        cwd=tmp_path)
-    _assert_one_line_error(proc, (
-        "error: reward.reward_kwargs: unknown key(s) ['max_response_len'] (did you mean 'max_resp_len'?); "
-        "known: ['max_resp_len', 'overlong_buffer_cfg']"))
+    proc = _entry_point(
+        *VALID, "reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_response_len=8192", cwd=tmp_path
+    )
+    _assert_one_line_error(
+        proc,
+        (
+            "error: reward.reward_kwargs: unknown key(s) ['max_response_len'] (did you mean 'max_resp_len'?); "
+            "known: ['max_resp_len', 'overlong_buffer_cfg']"
+        ),
+    )
 
 
 def test_the_training_data_loaders_workers_are_stopped_when_training_ends():
@@ -222,15 +256,21 @@ def test_the_training_data_loaders_workers_are_stopped_when_training_ends():
     stop_dataloader_workers(None)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("trainer.total_training_steps=abc", "trainer.total_training_steps must be an integer >= 1 or null, got 'abc'"),
-    ("data.train_batch_size=0", "data.train_batch_size must be an integer >= 1, got 0"),
-    ("data.train_batch_size=3.5", "data.train_batch_size must be an integer >= 1, got 3.5"),
-    ("actor_rollout_ref.actor.ppo_epochs=true", "actor_rollout_ref.actor.ppo_epochs must be an integer >= 1, got True"),
-    ("actor_rollout_ref.actor.optim.lr=0", "actor_rollout_ref.actor.optim.lr must be a number > 0, got 0"),
-    ("actor_rollout_ref.actor.optim.lr=fast", "actor_rollout_ref.actor.optim.lr must be a number > 0, got 'fast'"),
-    ("data.max_response_length=-8", "data.max_response_length must be an integer >= 1, got -8"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("trainer.total_training_steps=abc", "trainer.total_training_steps must be an integer >= 1 or null, got 'abc'"),
+        ("data.train_batch_size=0", "data.train_batch_size must be an integer >= 1, got 0"),
+        ("data.train_batch_size=3.5", "data.train_batch_size must be an integer >= 1, got 3.5"),
+        (
+            "actor_rollout_ref.actor.ppo_epochs=true",
+            "actor_rollout_ref.actor.ppo_epochs must be an integer >= 1, got True",
+        ),
+        ("actor_rollout_ref.actor.optim.lr=0", "actor_rollout_ref.actor.optim.lr must be a number > 0, got 0"),
+        ("actor_rollout_ref.actor.optim.lr=fast", "actor_rollout_ref.actor.optim.lr must be a number > 0, got 'fast'"),
+        ("data.max_response_length=-8", "data.max_response_length must be an integer >= 1, got -8"),
+    ],
+)
 def test_numeric_keys_are_checked_by_type_and_range(override, message):
     from recipe.gcpo.preflight import validate
 
@@ -245,30 +285,59 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
     train = tmp_path / "train.parquet"
     train.write_text("x")
     absent = tmp_path / "val_absent.parquet"
-    overrides = [VALID[0], f"data.train_files={train}", f"data.val_files={absent}", *VALID[3:],
-                 "trainer.n_gpus_per_node=1", "trainer.device=cpu", f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
-    proc = _entry_point(*overrides, cwd=tmp_path, dry_run=False, VERL_PLATFORM="cpu",
-                        VERL_USE_EXTERNAL_MODULES="tests.special_e2e.cpu_platform", RAY_TMPDIR=str(tmp_path))
-    _assert_one_line_error(proc, f"error: {absent} does not exist (data.train_files / data.val_files): point "
-                                 "data.train_files / data.val_files at a file that exists on this machine")
+    overrides = [
+        VALID[0],
+        f"data.train_files={train}",
+        f"data.val_files={absent}",
+        *VALID[3:],
+        "trainer.n_gpus_per_node=1",
+        "trainer.device=cpu",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
+    proc = _entry_point(
+        *overrides,
+        cwd=tmp_path,
+        dry_run=False,
+        VERL_PLATFORM="cpu",
+        VERL_USE_EXTERNAL_MODULES="tests.special_e2e.cpu_platform",
+        RAY_TMPDIR=str(tmp_path),
+    )
+    _assert_one_line_error(
+        proc,
+        f"error: {absent} does not exist (data.train_files / data.val_files): point "
+        "data.train_files / data.val_files at a file that exists on this machine",
+    )
     assert "ray init kwargs" not in proc.stdout
     # a file of the launchers' own is written by prepare_data.py, and the message says so
     launchers = tmp_path / "val_aime24.parquet"
     overrides[2] = f"data.val_files={launchers}"
-    proc = _entry_point(*overrides, cwd=tmp_path, dry_run=False, VERL_PLATFORM="cpu",
-                        VERL_USE_EXTERNAL_MODULES="tests.special_e2e.cpu_platform", RAY_TMPDIR=str(tmp_path))
-    _assert_one_line_error(proc, f"error: {launchers} does not exist (data.train_files / data.val_files): "
-                                 "scripts/prepare_data.py writes it (--out-dir: the launchers' DATA_DIR)")
+    proc = _entry_point(
+        *overrides,
+        cwd=tmp_path,
+        dry_run=False,
+        VERL_PLATFORM="cpu",
+        VERL_USE_EXTERNAL_MODULES="tests.special_e2e.cpu_platform",
+        RAY_TMPDIR=str(tmp_path),
+    )
+    _assert_one_line_error(
+        proc,
+        f"error: {launchers} does not exist (data.train_files / data.val_files): "
+        "scripts/prepare_data.py writes it (--out-dir: the launchers' DATA_DIR)",
+    )
 
 
-@pytest.mark.parametrize("extra, reason", [
-    ([], "no GPU found on this machine"),
-    (["data.train_batch_size=0"], "data.train_batch_size must be an integer >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "extra, reason",
+    [
+        ([], "no GPU found on this machine"),
+        (["data.train_batch_size=0"], "data.train_batch_size must be an integer >= 1, got 0"),
+    ],
+)
 def test_a_refused_run_writes_nothing(tmp_path, extra, reason):
     """Hydra's run directory (checkpoints/<project>/<experiment>/hydra/...) is made only for an accepted run."""
-    proc = _entry_point(*VALID, *extra, cwd=tmp_path, dry_run=False, CUDA_VISIBLE_DEVICES="",
-                        RAY_TMPDIR=str(tmp_path / "ray"))
+    proc = _entry_point(
+        *VALID, *extra, cwd=tmp_path, dry_run=False, CUDA_VISIBLE_DEVICES="", RAY_TMPDIR=str(tmp_path / "ray")
+    )
     assert proc.returncode == 2 and reason in proc.stderr
     assert [p.name for p in tmp_path.iterdir() if p.name != "ray"] == []
 
@@ -310,8 +379,9 @@ def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
 def _own_config(tmp_path, body="trainer:\n  project_name: mine\n"):
     folder = tmp_path / "conf"
     folder.mkdir()
-    (folder / "my_ppo.yaml").write_text("hydra:\n  searchpath:\n    - pkg://verl.trainer.config\n"
-                                        f"defaults:\n  - ppo_trainer\n  - _self_\n{body}")
+    (folder / "my_ppo.yaml").write_text(
+        f"hydra:\n  searchpath:\n    - pkg://verl.trainer.config\ndefaults:\n  - ppo_trainer\n  - _self_\n{body}"
+    )
     return folder
 
 
@@ -319,8 +389,16 @@ def test_a_users_own_config_gets_the_gcpo_keys_and_keeps_its_own_reward(tmp_path
     """A config of the user's own (defaults: verl's ppo_trainer) lacks algorithm.gcpo: the override used to fail
     with Hydra's 6-line 'Key gcpo is not in struct'. The recipe's keys are added, the user's reward stays."""
     folder = _own_config(tmp_path)
-    proc = _entry_point("--config-path", str(folder), "--config-name", "my_ppo", *VALID,
-                        "algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.method=mc", cwd=tmp_path)
+    proc = _entry_point(
+        "--config-path",
+        str(folder),
+        "--config-name",
+        "my_ppo",
+        *VALID,
+        "algorithm.adv_estimator=gcpo",
+        "algorithm.gcpo.credit.method=mc",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "gcpo: your config (my_ppo) has no algorithm.gcpo: the recipe's keys are added" in proc.stdout
     config = yaml.safe_load(proc.stdout.split(DRY_RUN_MARKER, 1)[1].rsplit("# dry run (", 1)[0])

@@ -16,19 +16,26 @@ from recipe.gcpo.preflight import validate
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 ROOT = Path(__file__).resolve().parents[3]
-BASE = ["actor_rollout_ref.model.path=/models/m", "data.train_files=/d/train.parquet",
-        "data.val_files=/d/val_aime24.parquet", "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"]
+BASE = [
+    "actor_rollout_ref.model.path=/models/m",
+    "data.train_files=/d/train.parquet",
+    "data.val_files=/d/val_aime24.parquet",
+    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.actor.use_dynamic_bsz=true",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+]
 
 
-def _reward_file(tmp_path, body="def my_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                                "    return 1.0\n"):
+def _reward_file(
+    tmp_path, body="def my_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n"
+):
     path = tmp_path / "my_reward.py"
     path.write_text(body)
     return path
 
 
 # --- verl's legacy reward keys ------------------------------------------------------------------------------
+
 
 def test_a_classic_custom_reward_function_is_migrated_not_ignored(tmp_path):
     """verl's V1 trainer reads only reward.*: a launcher's top-level custom_reward_function used to be dropped and the
@@ -39,13 +46,17 @@ def test_a_classic_custom_reward_function_is_migrated_not_ignored(tmp_path):
     assert config.reward.custom_reward_function.path == str(path)
     assert config.reward.custom_reward_function.name == "my_score"
     assert "custom_reward_function" not in config  # deleted, as verl's migration deletes it
-    assert lines == [f"custom_reward_function (verl's legacy key) -> reward.custom_reward_function: {path}:my_score, "
-                     "moved as verl's migrate_legacy_reward_impl moves it"]
+    assert lines == [
+        f"custom_reward_function (verl's legacy key) -> reward.custom_reward_function: {path}:my_score, "
+        "moved as verl's migrate_legacy_reward_impl moves it"
+    ]
     assert f"function {path}:my_score;" in preflight.describe_reward(config)
 
 
 def test_a_legacy_path_without_a_name_gets_verls_default_name(tmp_path):
-    path = _reward_file(tmp_path, "def compute_score(data_source, solution_str, ground_truth, extra_info):\n    return 0\n")
+    path = _reward_file(
+        tmp_path, "def compute_score(data_source, solution_str, ground_truth, extra_info):\n    return 0\n"
+    )
     config = compose_gcpo(BASE + [f"custom_reward_function.path={path}"])
     preflight.migrate_legacy_reward(config)
     assert config.reward.custom_reward_function.name == "compute_score"
@@ -56,14 +67,22 @@ def test_legacy_reward_model_keys_move_with_verls_migration():
     config = compose_gcpo(BASE + ["reward_model.reward_manager=dapo", "reward_model.num_workers=3"])
     lines = preflight.migrate_legacy_reward(config)
     assert config.reward.reward_manager.name == "dapo" and config.reward.num_workers == 3
-    assert lines == ["reward_model (verl's legacy keys) -> reward.reward_model, moved as verl's "
-                     "migrate_legacy_reward_impl moves them"]
+    assert lines == [
+        "reward_model (verl's legacy keys) -> reward.reward_model, moved as verl's "
+        "migrate_legacy_reward_impl moves them"
+    ]
 
 
 def test_both_a_legacy_and_a_new_reward_function_are_refused(tmp_path):
     path = _reward_file(tmp_path)
-    config = compose_gcpo(BASE + [f"custom_reward_function.path={path}", "custom_reward_function.name=my_score",
-                                  "reward.custom_reward_function.path=/other/reward.py"])
+    config = compose_gcpo(
+        BASE
+        + [
+            f"custom_reward_function.path={path}",
+            "custom_reward_function.name=my_score",
+            "reward.custom_reward_function.path=/other/reward.py",
+        ]
+    )
     with pytest.raises(ValueError, match=r"are both set: keep one, reward.custom_reward_function.path"):
         preflight.migrate_legacy_reward(config)
 
@@ -78,9 +97,20 @@ def test_nothing_legacy_changes_nothing():
 def test_a_launcher_with_a_classic_reward_block_trains_on_that_function(tmp_path):
     """The whole path, as the launcher's run would take it: the entry point in its own process, a dry run."""
     path = _reward_file(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "recipe.gcpo.main_gcpo", *BASE, f"custom_reward_function.path={path}",
-                           "custom_reward_function.name=my_score"], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "GCPO_DRY_RUN": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "recipe.gcpo.main_gcpo",
+            *BASE,
+            f"custom_reward_function.path={path}",
+            "custom_reward_function.name=my_score",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "GCPO_DRY_RUN": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     composed = proc.stdout.split("# composed config (dry run)")[1]
     assert f"path: {path}" in composed and "name: my_score" in composed and "pkg://recipe.gcpo.reward" not in composed
@@ -90,18 +120,31 @@ def test_a_launcher_with_a_classic_reward_block_trains_on_that_function(tmp_path
 
 # --- the reward function ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("body, overrides, message", [
-    (None, ["reward.custom_reward_function.path=/nowhere/reward.py"], "/nowhere/reward.py does not exist"),
-    (None, ["reward.custom_reward_function.path=pkg://no_such_module"], "no module no_such_module is importable"),
-    ("def other(**kw):\n    return 0\n", ["reward.custom_reward_function.name=my_score"], "defines no 'my_score'"),
-    ("my_score = 3\n", ["reward.custom_reward_function.name=my_score"], "is not a function"),
-    ("import no_such_dependency\n", ["reward.custom_reward_function.name=my_score"],
-     "fails to load here: ModuleNotFoundError"),
-    ("def my_score(response, answer):\n    return 0\n", ["reward.custom_reward_function.name=my_score"],
-     "cannot take data_source, solution_str, ground_truth, extra_info"),
-    ("def my_score(data_source, solution_str, ground_truth, extra_info, scale):\n    return 0\n",
-     ["reward.custom_reward_function.name=my_score"], "requires scale, which verl does not pass"),
-])
+
+@pytest.mark.parametrize(
+    "body, overrides, message",
+    [
+        (None, ["reward.custom_reward_function.path=/nowhere/reward.py"], "/nowhere/reward.py does not exist"),
+        (None, ["reward.custom_reward_function.path=pkg://no_such_module"], "no module no_such_module is importable"),
+        ("def other(**kw):\n    return 0\n", ["reward.custom_reward_function.name=my_score"], "defines no 'my_score'"),
+        ("my_score = 3\n", ["reward.custom_reward_function.name=my_score"], "is not a function"),
+        (
+            "import no_such_dependency\n",
+            ["reward.custom_reward_function.name=my_score"],
+            "fails to load here: ModuleNotFoundError",
+        ),
+        (
+            "def my_score(response, answer):\n    return 0\n",
+            ["reward.custom_reward_function.name=my_score"],
+            "cannot take data_source, solution_str, ground_truth, extra_info",
+        ),
+        (
+            "def my_score(data_source, solution_str, ground_truth, extra_info, scale):\n    return 0\n",
+            ["reward.custom_reward_function.name=my_score"],
+            "requires scale, which verl does not pass",
+        ),
+    ],
+)
 def test_a_reward_function_that_would_fail_in_the_workers_is_refused(tmp_path, body, overrides, message):
     extra = [] if body is None else [f"reward.custom_reward_function.path={_reward_file(tmp_path, body)}"]
     config = compose_gcpo(BASE + extra + overrides)
@@ -109,36 +152,56 @@ def test_a_reward_function_that_would_fail_in_the_workers_is_refused(tmp_path, b
         validate(config)
 
 
-@pytest.mark.parametrize("body", [
-    "def my_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0\n",
-    "def my_score(**kwargs):\n    return 0\n",
-    "async def my_score(data_source, solution_str, ground_truth, extra_info):\n    return 0\n",
-    "def my_score(data_source, solution_str, ground_truth, extra_info, scale):\n    return 0\n",  # scale given below
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "def my_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0\n",
+        "def my_score(**kwargs):\n    return 0\n",
+        "async def my_score(data_source, solution_str, ground_truth, extra_info):\n    return 0\n",
+        "def my_score(data_source, solution_str, ground_truth, extra_info, scale):\n    return 0\n",  # scale given below
+    ],
+)
 def test_reward_functions_verl_can_call_pass(tmp_path, body):
     path = _reward_file(tmp_path, body)
-    config = compose_gcpo(BASE + [f"reward.custom_reward_function.path={path}", "reward.custom_reward_function.name=my_score",
-                                  "+reward.custom_reward_function.reward_kwargs={scale:2}"])
+    config = compose_gcpo(
+        BASE
+        + [
+            f"reward.custom_reward_function.path={path}",
+            "reward.custom_reward_function.name=my_score",
+            "+reward.custom_reward_function.reward_kwargs={scale:2}",
+        ]
+    )
     preflight.check_reward_function(config)
 
 
 def test_the_reward_line_names_the_recipes_default_and_the_shaping():
-    config = compose_gcpo(BASE + ["reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_resp_len=8192",
-                                  "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
-                                  "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
-                                  "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
-                                  "+reward.reward_kwargs.overlong_buffer_cfg.log=false"])
+    config = compose_gcpo(
+        BASE
+        + [
+            "reward.reward_manager.name=dapo",
+            "+reward.reward_kwargs.max_resp_len=8192",
+            "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+            "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
+            "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+            "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
+        ]
+    )
     line = preflight.describe_reward(config)
-    assert line.startswith("reward: manager dapo (register); function pkg://recipe.gcpo.reward:compute_score (the "
-                           "recipe's math-verify reward")
+    assert line.startswith(
+        "reward: manager dapo (register); function pkg://recipe.gcpo.reward:compute_score (the "
+        "recipe's math-verify reward"
+    )
     assert "or to null for verl's data_source dispatch" in line
     assert line.endswith("overlong shaping on (max_resp_len 8192, buffer 4096, penalty factor 1.0)")
     dispatch = compose_gcpo(BASE + ["reward.custom_reward_function.path=null"])
-    assert "function verl's data_source dispatch (verl.utils.reward_score.default_compute_score)" in \
-        preflight.describe_reward(dispatch)
+    assert (
+        "function verl's data_source dispatch (verl.utils.reward_score.default_compute_score)"
+        in preflight.describe_reward(dispatch)
+    )
 
 
 # --- the recipe's blocks: the trainer they need, their groups, their interplay with verl's keys -------------
+
 
 def checked_gcpo(config):
     """The recipe's checks of a full config; its GCPO settings (None for another estimator)."""
@@ -194,14 +257,22 @@ def test_group_contrastive_needs_solutions_and_no_rollout_correction(tmp_path):
 
 def test_bypass_mode_is_refused_with_reference_injection():
     with pytest.raises(ValueError, match="bypass_mode=false"):
-        _group_contrastive(compose_gcpo(["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true",
-                                                 "algorithm.rollout_correction.bypass_mode=true"]))
+        _group_contrastive(
+            compose_gcpo(
+                [
+                    "algorithm.adv_estimator=grpo",
+                    "algorithm.group_contrastive.enable=true",
+                    "algorithm.rollout_correction.bypass_mode=true",
+                ]
+            )
+        )
 
 
 def test_multi_turn_and_oversized_exact_games_are_refused_at_start_up():
     with pytest.raises(ValueError, match="multi-turn agent loops"):
-        checked_gcpo(compose_gcpo(["actor_rollout_ref.rollout.n=8",
-                                           "actor_rollout_ref.rollout.multi_turn.enable=true"]))
+        checked_gcpo(
+            compose_gcpo(["actor_rollout_ref.rollout.n=8", "actor_rollout_ref.rollout.multi_turn.enable=true"])
+        )
     with pytest.raises(ValueError, match="method=exact enumerates 2\\^n coalitions"):
         checked_gcpo(compose_gcpo(["actor_rollout_ref.rollout.n=32", "algorithm.gcpo.credit.method=exact"]))
     assert checked_gcpo(compose_gcpo(["actor_rollout_ref.rollout.n=32"])).credit.method == "auto"
@@ -209,21 +280,32 @@ def test_multi_turn_and_oversized_exact_games_are_refused_at_start_up():
 
 # --- the reward's keyword arguments and DAPO's filter metric ------------------------------------------------
 
-LAUNCHER_REWARD = ["reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_resp_len=8192",
-                   "+reward.reward_kwargs.overlong_buffer_cfg.enable=true", "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
-                   "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
-                   "+reward.reward_kwargs.overlong_buffer_cfg.log=false"]
+LAUNCHER_REWARD = [
+    "reward.reward_manager.name=dapo",
+    "+reward.reward_kwargs.max_resp_len=8192",
+    "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+    "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
+    "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+    "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
+]
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["+reward.reward_kwargs.max_response_len=1"],
-     r"reward.reward_kwargs: unknown key\(s\) \['max_response_len'\] \(did you mean 'max_resp_len'\?\)"),
-    (["+reward.reward_kwargs.overlong_buffer_cfg.penalty=1"],
-     r"reward.reward_kwargs.overlong_buffer_cfg: unknown key\(s\) \['penalty'\] \(did you mean 'penalty_factor'\?\)"),
-    (["reward.reward_manager.name=naive"], r"read only by reward.reward_manager.name=dapo .*naive would ignore it"),
-    (["reward.reward_kwargs.max_resp_len=2048"], r"max_resp_len=2048 must be >= overlong_buffer_cfg.len=4096"),
-    (["reward.reward_kwargs.overlong_buffer_cfg.len=0"], r"overlong_buffer_cfg.len must be > 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["+reward.reward_kwargs.max_response_len=1"],
+            r"reward.reward_kwargs: unknown key\(s\) \['max_response_len'\] \(did you mean 'max_resp_len'\?\)",
+        ),
+        (
+            ["+reward.reward_kwargs.overlong_buffer_cfg.penalty=1"],
+            r"reward.reward_kwargs.overlong_buffer_cfg: unknown key\(s\) \['penalty'\] \(did you mean 'penalty_factor'\?\)",
+        ),
+        (["reward.reward_manager.name=naive"], r"read only by reward.reward_manager.name=dapo .*naive would ignore it"),
+        (["reward.reward_kwargs.max_resp_len=2048"], r"max_resp_len=2048 must be >= overlong_buffer_cfg.len=4096"),
+        (["reward.reward_kwargs.overlong_buffer_cfg.len=0"], r"overlong_buffer_cfg.len must be > 0"),
+    ],
+)
 def test_reward_kwargs_are_checked_against_what_the_reward_manager_reads(overrides, message):
     preflight.check_reward_kwargs(compose_gcpo(LAUNCHER_REWARD))
     with pytest.raises(ValueError, match=message):
@@ -235,7 +317,9 @@ def test_an_enabled_overlong_buffer_needs_every_value_the_dapo_manager_reads():
     with pytest.raises(ValueError, match="also reads overlong_buffer_cfg.penalty_factor"):
         preflight.check_reward_kwargs(compose_gcpo(partial))
     with pytest.raises(ValueError, match="needs reward.reward_kwargs.max_resp_len"):
-        preflight.check_reward_kwargs(compose_gcpo(partial + ["+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1"]))
+        preflight.check_reward_kwargs(
+            compose_gcpo(partial + ["+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1"])
+        )
 
 
 def _reward_kwargs_verl_reads() -> dict[str, dict]:
@@ -249,18 +333,33 @@ def _reward_kwargs_verl_reads() -> dict[str, dict]:
     found = {}
     for path in Path(managers.__file__).parent.glob("*.py"):
         for cls in [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)]:
-            names = [d.args[0].value for d in cls.decorator_list if isinstance(d, ast.Call) and d.args
-                     and isinstance(d.args[0], ast.Constant) and getattr(d.func, "id", "") == "register"]
+            names = [
+                d.args[0].value
+                for d in cls.decorator_list
+                if isinstance(d, ast.Call)
+                and d.args
+                and isinstance(d.args[0], ast.Constant)
+                and getattr(d.func, "id", "") == "register"
+            ]
             keys = {}
             for node in ast.walk(cls):
                 inner = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
-                if (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "get"
-                        and inner.args and getattr(inner.args[0], "value", None) == "reward_kwargs"):
+                if (
+                    isinstance(inner, ast.Call)
+                    and isinstance(inner.func, ast.Attribute)
+                    and inner.func.attr == "get"
+                    and inner.args
+                    and getattr(inner.args[0], "value", None) == "reward_kwargs"
+                ):
                     keys[node.args[0].value] = None
             for node in ast.walk(cls):
                 owner = node.value if isinstance(node, ast.Attribute) else None
-                if (isinstance(owner, ast.Attribute) and owner.attr in keys and isinstance(owner.value, ast.Name)
-                        and owner.value.id == "self"):
+                if (
+                    isinstance(owner, ast.Attribute)
+                    and owner.attr in keys
+                    and isinstance(owner.value, ast.Name)
+                    and owner.value.id == "self"
+                ):
                     keys[owner.attr] = (keys[owner.attr] or frozenset()) | {node.attr}
             if keys:
                 found.update({name: keys for name in names})
@@ -271,60 +370,114 @@ def test_the_reward_kwargs_table_is_what_verls_reward_managers_read():
     assert _reward_kwargs_verl_reads() == preflight.REWARD_KWARGS
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["+reward.custom_reward_function.reward_kwargs.correct_scor=2"],
-     r"reward.custom_reward_function.reward_kwargs \(keyword arguments of pkg://recipe.gcpo.reward:compute_score\): "
-     r"unknown key\(s\) \['correct_scor'\] \(did you mean 'correct_score'\?\); known: \['correct_score', 'timeout_s', 'wrong_score'\]"),
-    (["+reward.custom_reward_function.reward_kwargs.ground_truth=1"],
-     r"\['ground_truth'\] would replace the argument\(s\) verl passes"),
-    (["reward.custom_reward_function.path=null", "+reward.custom_reward_function.reward_kwargs.correct_score=2"],
-     r"reward_kwargs is set but custom_reward_function.path is not"),
-    (["reward.custom_reward_function.path=/no/such/reward.py", "+reward.custom_reward_function.reward_kwargs.a=1"],
-     r"\(/no/such/reward.py, compute_score\) cannot be loaded here"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["+reward.custom_reward_function.reward_kwargs.correct_scor=2"],
+            r"reward.custom_reward_function.reward_kwargs \(keyword arguments of pkg://recipe.gcpo.reward:compute_score\): "
+            r"unknown key\(s\) \['correct_scor'\] \(did you mean 'correct_score'\?\); known: \['correct_score', 'timeout_s', 'wrong_score'\]",
+        ),
+        (
+            ["+reward.custom_reward_function.reward_kwargs.ground_truth=1"],
+            r"\['ground_truth'\] would replace the argument\(s\) verl passes",
+        ),
+        (
+            ["reward.custom_reward_function.path=null", "+reward.custom_reward_function.reward_kwargs.correct_score=2"],
+            r"reward_kwargs is set but custom_reward_function.path is not",
+        ),
+        (
+            [
+                "reward.custom_reward_function.path=/no/such/reward.py",
+                "+reward.custom_reward_function.reward_kwargs.a=1",
+            ],
+            r"\(/no/such/reward.py, compute_score\) cannot be loaded here",
+        ),
+    ],
+)
 def test_custom_reward_function_kwargs_are_checked_by_name(overrides, message):
     with pytest.raises(ValueError, match=message):
         preflight.check_custom_reward_kwargs(compose_gcpo(overrides))
 
 
 def test_custom_reward_function_kwargs_the_function_reads_pass(tmp_path):
-    preflight.check_custom_reward_kwargs(compose_gcpo(["+reward.custom_reward_function.reward_kwargs.correct_score=2",
-                                                "+reward.custom_reward_function.reward_kwargs.wrong_score=0"]))
+    preflight.check_custom_reward_kwargs(
+        compose_gcpo(
+            [
+                "+reward.custom_reward_function.reward_kwargs.correct_score=2",
+                "+reward.custom_reward_function.reward_kwargs.wrong_score=0",
+            ]
+        )
+    )
     # a user's function with **kwargs reads what it reads; one without names its keywords
     module = tmp_path / "my_reward.py"
-    module.write_text("def open_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n"
-                      "def closed_score(data_source, solution_str, ground_truth, extra_info=None, *, scale=1.0):\n"
-                      "    return 0.0\n")
+    module.write_text(
+        "def open_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n"
+        "def closed_score(data_source, solution_str, ground_truth, extra_info=None, *, scale=1.0):\n"
+        "    return 0.0\n"
+    )
     base = [f"reward.custom_reward_function.path={module}"]
-    preflight.check_custom_reward_kwargs(compose_gcpo(base + ["reward.custom_reward_function.name=open_score",
-                                                       "+reward.custom_reward_function.reward_kwargs.anything=1"]))
-    preflight.check_custom_reward_kwargs(compose_gcpo(base + ["reward.custom_reward_function.name=closed_score",
-                                                       "+reward.custom_reward_function.reward_kwargs.scale=2"]))
+    preflight.check_custom_reward_kwargs(
+        compose_gcpo(
+            base
+            + [
+                "reward.custom_reward_function.name=open_score",
+                "+reward.custom_reward_function.reward_kwargs.anything=1",
+            ]
+        )
+    )
+    preflight.check_custom_reward_kwargs(
+        compose_gcpo(
+            base
+            + [
+                "reward.custom_reward_function.name=closed_score",
+                "+reward.custom_reward_function.reward_kwargs.scale=2",
+            ]
+        )
+    )
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['scal'\] \(did you mean 'scale'\?\)"):
-        preflight.check_custom_reward_kwargs(compose_gcpo(base + ["reward.custom_reward_function.name=closed_score",
-                                                           "+reward.custom_reward_function.reward_kwargs.scal=2"]))
+        preflight.check_custom_reward_kwargs(
+            compose_gcpo(
+                base
+                + [
+                    "reward.custom_reward_function.name=closed_score",
+                    "+reward.custom_reward_function.reward_kwargs.scal=2",
+                ]
+            )
+        )
 
 
 def test_filtering_on_gcpo_signal_needs_a_reward_that_reports_it(tmp_path):
-    base = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=gcpo_signal",
-            "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.use_dynamic_bsz=true",
-            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
-            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true"]
+    base = [
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.metric=gcpo_signal",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+    ]
     validate(compose_gcpo(base))  # the recipe's reward reports it
     validate(compose_gcpo(base + ["reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward"]))
     own = tmp_path / "my_reward.py"
-    own.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
-                   "    return {'score': 1.0, 'acc': 1.0}\n")
+    own.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+        "    return {'score': 1.0, 'acc': 1.0}\n"
+    )
     with pytest.raises(ValueError, match=r"never reports 'gcpo_signal': return it from the reward function"):
         validate(compose_gcpo(base + [f"reward.custom_reward_function.path={own}"]))
     with pytest.raises(ValueError, match="verl's built-in reward does not report it"):
         validate(compose_gcpo(base + ["reward.custom_reward_function.path=null"]))
     # filtering on acc needs nothing of the reward's
-    validate(compose_gcpo([b.replace("gcpo_signal", "acc") for b in base]
-                          + ["algorithm.gcpo.filter_all_correct=true", f"reward.custom_reward_function.path={own}"]))
+    validate(
+        compose_gcpo(
+            [b.replace("gcpo_signal", "acc") for b in base]
+            + ["algorithm.gcpo.filter_all_correct=true", f"reward.custom_reward_function.path={own}"]
+        )
+    )
 
 
 # --- the encoder --------------------------------------------------------------------------------------------
+
 
 def test_the_bundled_encoder_and_a_local_model_folder_pass(tmp_path):
     validate(compose_gcpo(BASE))
@@ -334,11 +487,14 @@ def test_the_bundled_encoder_and_a_local_model_folder_pass(tmp_path):
     validate(compose_gcpo(BASE + [f"algorithm.gcpo.encoder.model={folder}"]))
 
 
-@pytest.mark.parametrize("model, message", [
-    ("/no/such/encoder", "algorithm.gcpo.encoder.model=/no/such/encoder is not a folder"),
-    ("EMPTY", r"holds no model \(no modules.json or config.json\)"),
-    ("someone/not-cached-encoder", "is not in the Hugging Face cache and the hub is off"),
-])
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ("/no/such/encoder", "algorithm.gcpo.encoder.model=/no/such/encoder is not a folder"),
+        ("EMPTY", r"holds no model \(no modules.json or config.json\)"),
+        ("someone/not-cached-encoder", "is not in the Hugging Face cache and the hub is off"),
+    ],
+)
 def test_an_encoder_the_credit_actors_could_not_load_is_refused(tmp_path, monkeypatch, model, message):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
@@ -356,10 +512,14 @@ def test_a_grpo_run_does_not_check_an_encoder_it_never_loads():
 
 # --- the loggers --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("loggers, environ, message", [
-    ('["console","tensorbord"]', {}, r"'tensorbord' is not a backend verl knows \(did you mean tensorboard\?\)"),
-    ('["console","wandb"]', {"HOME": "/nonexistent"}, "W&B has no API key here"),
-])
+
+@pytest.mark.parametrize(
+    "loggers, environ, message",
+    [
+        ('["console","tensorbord"]', {}, r"'tensorbord' is not a backend verl knows \(did you mean tensorboard\?\)"),
+        ('["console","wandb"]', {"HOME": "/nonexistent"}, "W&B has no API key here"),
+    ],
+)
 def test_a_logger_verl_would_fail_on_is_refused(loggers, environ, message):
     config = compose_gcpo(BASE + [f"trainer.logger={loggers}"])
     with pytest.raises(ValueError, match=message):
@@ -385,6 +545,7 @@ def test_a_logger_whose_package_is_missing_is_refused(monkeypatch):
 
 # --- data files and the start-up lines ----------------------------------------------------------------------
 
+
 def test_only_the_launchers_own_files_point_at_prepare_data():
     assert "scripts/prepare_data.py" in preflight.missing_data_hint("/data/gcpo/val_aime24.parquet")
     assert "scripts/prepare_data.py" in preflight.missing_data_hint("~/data/gcpo/train.parquet")
@@ -399,10 +560,13 @@ def test_startup_says_what_will_run():
     assert reward.startswith("reward: ")
     assert scale.startswith("scale: 1 node(s) x 8") and "4 rollouts a step" in scale
     grpo = compose_gcpo(BASE + ["algorithm.adv_estimator=grpo"])
-    assert preflight.startup_lines(grpo)[0] == "estimator: algorithm.adv_estimator=grpo (verl's own estimator, unchanged)"
+    assert (
+        preflight.startup_lines(grpo)[0] == "estimator: algorithm.adv_estimator=grpo (verl's own estimator, unchanged)"
+    )
 
 
 # --- the credit actor's GPU memory --------------------------------------------------------------------------
+
 
 def test_the_encoders_parameters_are_counted_from_its_files():
     from sentence_transformers import SentenceTransformer
@@ -434,9 +598,15 @@ def test_the_computed_activations_bound_a_real_forward_pass(tmp_path):
         "encoder.encode(texts[:4])\n"
         "now = psutil.Process().memory_info().rss\n"
         "encoder.encode(texts)\n"
-        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - now) / 1024 ** 3)\n")
-    proc = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - now) / 1024 ** 3)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(probe)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rise = float(proc.stdout.strip().splitlines()[-1])
     estimate = preflight.encoder_memory("sentence-transformers/all-MiniLM-L6-v2", "float32", 65536)
@@ -461,8 +631,16 @@ def test_the_memory_line_warns_when_vllm_and_the_encoder_leave_too_little():
     assert len(preflight.memory_lines(settings, config, gpu_gib=24.0)) == 1  # a smaller pass fits
 
 
-@pytest.mark.parametrize("script", ["run_qwen3_4b_gcpo.sh", "run_qwen3_4b_dqo.sh", "run_qwen3_4b_dra_grpo.sh",
-                                    "run_qwen3_4b_gcpo_dynamic.sh", "run_qwen3_1.7b_gcpo.sh"])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "run_qwen3_4b_gcpo.sh",
+        "run_qwen3_4b_dqo.sh",
+        "run_qwen3_4b_dra_grpo.sh",
+        "run_qwen3_4b_gcpo_dynamic.sh",
+        "run_qwen3_1.7b_gcpo.sh",
+    ],
+)
 def test_the_launchers_fit_an_80_and_a_40_gib_gpu(script):
     from tests.scripts.launch import launcher_overrides
 

@@ -78,11 +78,16 @@ def _one_response(tokenizer, text: str, gold: str):
     prompt = torch.tensor([tokenizer.convert_tokens_to_ids("Q")])
     response = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])
     return DataProto.from_dict(
-        tensors={"prompts": prompt[None], "responses": response[None],
-                 "attention_mask": torch.ones(1, len(prompt) + len(response), dtype=torch.long)},
-        non_tensors={"data_source": np.array(["math_dapo"], dtype=object),
-                     "reward_model": np.array([{"ground_truth": gold}], dtype=object),
-                     "extra_info": np.array([{}], dtype=object)},
+        tensors={
+            "prompts": prompt[None],
+            "responses": response[None],
+            "attention_mask": torch.ones(1, len(prompt) + len(response), dtype=torch.long),
+        },
+        non_tensors={
+            "data_source": np.array(["math_dapo"], dtype=object),
+            "reward_model": np.array([{"ground_truth": gold}], dtype=object),
+            "extra_info": np.array([{}], dtype=object),
+        },
     )
 
 
@@ -91,10 +96,15 @@ def test_verls_dapo_reward_manager_scores_in_its_executor_threads_within_the_bou
     A pathological answer among them costs the bound, is wrong, and reaches reward_extra_info as a timeout."""
     from verl.trainer.ppo.reward import load_reward_manager
 
-    config = compose_gcpo([
-        "actor_rollout_ref.model.path=/models/none", "data.train_files=/d/t.parquet", "data.val_files=/d/v.parquet",
-        "reward.reward_manager.name=dapo", "+reward.custom_reward_function.reward_kwargs.timeout_s=1.0",
-    ])
+    config = compose_gcpo(
+        [
+            "actor_rollout_ref.model.path=/models/none",
+            "data.train_files=/d/t.parquet",
+            "data.val_files=/d/v.parquet",
+            "reward.reward_manager.name=dapo",
+            "+reward.custom_reward_function.reward_kwargs.timeout_s=1.0",
+        ]
+    )
     tokenizer = _char_tokenizer()
     manager = load_reward_manager(config, tokenizer)
     texts = [("Work.\nAnswer: 7", "7"), (PATHOLOGICAL, "3"), ("Work.\nAnswer: 8", "7"), ("So $\\boxed{25}$.", "25\\%")]

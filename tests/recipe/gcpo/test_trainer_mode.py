@@ -85,7 +85,9 @@ def chat_tokenizer():
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "</s>"] + words)}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", eos_token="</s>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", eos_token="</s>"
+    )
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     return tokenizer
 
@@ -93,9 +95,15 @@ def chat_tokenizer():
 @pytest.fixture
 def data_dir(tmp_path):
     """train.parquet and val_aime24.parquet in verl's RL format, 12 prompts each."""
-    rows = [{"data_source": "math", "prompt": [{"role": "user", "content": f"what is {i} plus {i}"}],
-             "reward_model": {"ground_truth": str(2 * i), "style": "rule"}, "extra_info": {"index": i}}
-            for i in range(12)]
+    rows = [
+        {
+            "data_source": "math",
+            "prompt": [{"role": "user", "content": f"what is {i} plus {i}"}],
+            "reward_model": {"ground_truth": str(2 * i), "style": "rule"},
+            "extra_info": {"index": i},
+        }
+        for i in range(12)
+    ]
     for name in ("train", "val_aime24"):
         pd.DataFrame(rows).to_parquet(tmp_path / f"{name}.parquet")
     return tmp_path
@@ -169,8 +177,10 @@ def _a_step_with_a_checkpoint_and_a_resume(trainer_cls, ckpt_dir, monkeypatch):
     resumed.train_dataloader = StatefulDataLoader(list(range(16)), batch_size=4)
     resumed._load_checkpoint()
     reissued = resumed._reissue_inflight_prompts()
-    relative = [(call[0], os.path.relpath(call[1], ckpt_dir), *call[2:]) for call in trainer.actor_rollout_wg.calls
-                + resumed.actor_rollout_wg.calls]
+    relative = [
+        (call[0], os.path.relpath(call[1], ckpt_dir), *call[2:])
+        for call in trainer.actor_rollout_wg.calls + resumed.actor_rollout_wg.calls
+    ]
     return {
         "transfer_queue": tq_calls,
         "files": written,
@@ -196,11 +206,14 @@ class _Started(Exception):
     """Raised where the trainer would start its workers on GPUs."""
 
 
-@pytest.mark.parametrize("overrides, trainer_cls", [
-    (["actor_rollout_ref.rollout.n=4"], GCPOTrainer),
-    (["algorithm.adv_estimator=grpo"], GCPOTrainer),
-    (["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=colocate_async"], PPOTrainerColocateAsync),
-])
+@pytest.mark.parametrize(
+    "overrides, trainer_cls",
+    [
+        (["actor_rollout_ref.rollout.n=4"], GCPOTrainer),
+        (["algorithm.adv_estimator=grpo"], GCPOTrainer),
+        (["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=colocate_async"], PPOTrainerColocateAsync),
+    ],
+)
 def test_the_task_runner_builds_the_gcpo_trainer_in_verls_sync_mode(overrides, trainer_cls, monkeypatch):
     built = []
 
@@ -245,8 +258,11 @@ def _run_statements(method, skipped_imports, added_calls=()):
     ``added_calls`` left out, as AST dumps."""
     [function] = ast.parse(textwrap.dedent(inspect.getsource(method))).body
     function = _DropCalls(added_calls).visit(function)
-    body = function.body[1:] if isinstance(function.body[0].value if isinstance(function.body[0], ast.Expr) else None,
-                                           ast.Constant) else function.body
+    body = (
+        function.body[1:]
+        if isinstance(function.body[0].value if isinstance(function.body[0], ast.Expr) else None, ast.Constant)
+        else function.body
+    )
     kept = [s for s in body if not (isinstance(s, (ast.Import, ast.ImportFrom)) and ast.unparse(s) in skipped_imports)]
     return [ast.dump(s).replace("'get_trainer_cls'", "'trainer_class'") for s in kept]
 
@@ -256,8 +272,10 @@ def test_the_task_runner_is_verls_but_for_the_trainer_class():
     up by mode: this fails when either side changes, so that the mirror is redone."""
     # the one addition: the training data loader's workers are stopped once training is over (verl keeps them
     # alive in trainer.train_dataloader_it, and Ray's shutdown killed them with a traceback after a good run)
-    ours = _run_statements(GCPOTaskRunner.run, {"from verl.utils.logging_utils import configure_verl_logging",
-                                                "import recipe.gcpo.register"},
-                           added_calls={"stop_dataloader_workers"})
+    ours = _run_statements(
+        GCPOTaskRunner.run,
+        {"from verl.utils.logging_utils import configure_verl_logging", "import recipe.gcpo.register"},
+        added_calls={"stop_dataloader_workers"},
+    )
     verls = _run_statements(TaskRunnerV1.__ray_actor_class__.run, {"from verl.trainer.ppo.v1 import get_trainer_cls"})
     assert ours == verls

@@ -76,15 +76,27 @@ def check(args) -> int:
         results.append(checks.check_metric_glossary(both))
         scale = checks.run_config_value(run.checkpoints, "algorithm.gcpo.credit.all_correct_scale")
         results.append(checks.check_all_correct_push(both, scale))
-    results += checks.check_resume(runs[1], runs[2], run.checkpoints, saved_step=first, resumed_steps=args.resumed_steps)
+    results += checks.check_resume(
+        runs[1], runs[2], run.checkpoints, saved_step=first, resumed_steps=args.resumed_steps
+    )
     if gcpo:
         results += checks.check_credit_dumps(run.dumps, range(1, last + 1))
     faults = {target: _read_json(run.fault(target)) for target in args.fault or ()}
     for target, record in faults.items():
-        later = [int(other["after_step"]) for other in faults.values()
-                 if other is not None and record is not None and int(other["after_step"]) > int(record["after_step"])]
-        results += checks.check_fault(target, record, runs[1], first, gcpo=gcpo, log=run.root / "log_run1.txt",
-                                      next_fault_after=min(later) if later else None)
+        later = [
+            int(other["after_step"])
+            for other in faults.values()
+            if other is not None and record is not None and int(other["after_step"]) > int(record["after_step"])
+        ]
+        results += checks.check_fault(
+            target,
+            record,
+            runs[1],
+            first,
+            gcpo=gcpo,
+            log=run.root / "log_run1.txt",
+            next_fault_after=min(later) if later else None,
+        )
     # a run with an injected fault prints the killed actor's error; the other must end without a traceback
     for number in (1, 2) if not args.fault else (2,):
         if (run.root / f"log_run{number}.txt").is_file():
@@ -112,19 +124,26 @@ def check(args) -> int:
         print(report.host_memory_table(host_memory))
     print(f"\nsmoke {args.estimator}: {'PASSED' if ok else 'FAILED'}")
 
-    run.summary.write_text(json.dumps({
-        "estimator": args.estimator,
-        "device": device,
-        "ok": ok,
-        "checks": [asdict(r) for r in results],
-        "wall_s": walls,
-        "step_time_s": report.step_times(both),
-        # each process's first step pays for lazy initialisation: left out of steady-state means
-        "warmup_steps": [1, first + 1],
-        "metrics": both,
-        "gpu_memory": memory,
-        "host_memory": host_memory,
-    }, indent=1, default=str), encoding="utf-8")
+    run.summary.write_text(
+        json.dumps(
+            {
+                "estimator": args.estimator,
+                "device": device,
+                "ok": ok,
+                "checks": [asdict(r) for r in results],
+                "wall_s": walls,
+                "step_time_s": report.step_times(both),
+                # each process's first step pays for lazy initialisation: left out of steady-state means
+                "warmup_steps": [1, first + 1],
+                "metrics": both,
+                "gpu_memory": memory,
+                "host_memory": host_memory,
+            },
+            indent=1,
+            default=str,
+        ),
+        encoding="utf-8",
+    )
     return 0 if ok else 1
 
 
@@ -132,9 +151,15 @@ def check_launcher(args) -> int:
     root = Path(args.run_dir)
     launcher = Path(__file__).resolve().parents[3] / "scripts" / args.launcher
     text = launcher.read_text(encoding="utf-8") if launcher.is_file() else ""
-    results = checks.check_launcher_run(root / "metrics_run1.jsonl", root / "log_run1.txt", root / "ckpt",
-                                        steps=args.steps, gcpo="adv_estimator=gcpo" in text,
-                                        copo="adv_estimator=copo" in text, dump_dir=root / "gcpo_dumps")
+    results = checks.check_launcher_run(
+        root / "metrics_run1.jsonl",
+        root / "log_run1.txt",
+        root / "ckpt",
+        steps=args.steps,
+        gcpo="adv_estimator=gcpo" in text,
+        copo="adv_estimator=copo" in text,
+        dump_dir=root / "gcpo_dumps",
+    )
     metrics = checks.read_metrics(root / "metrics_run1.jsonl") if (root / "metrics_run1.jsonl").is_file() else {}
     ok = all(r.ok for r in results)
     print(f"\n## Launcher smoke: {args.launcher}\n")
@@ -143,10 +168,19 @@ def check_launcher(args) -> int:
         print("\nWall time per phase (s):\n")
         print(report.phase_table(metrics))
     print(f"\nlauncher smoke {args.launcher}: {'PASSED' if ok else 'FAILED'}")
-    (root / "summary.json").write_text(json.dumps({
-        "launcher": args.launcher, "ok": ok, "checks": [asdict(r) for r in results],
-        "wall_s": _read_float(root / "wall_run1.txt"), "step_time_s": report.step_times(metrics),
-    }, indent=1), encoding="utf-8")
+    (root / "summary.json").write_text(
+        json.dumps(
+            {
+                "launcher": args.launcher,
+                "ok": ok,
+                "checks": [asdict(r) for r in results],
+                "wall_s": _read_float(root / "wall_run1.txt"),
+                "step_time_s": report.step_times(metrics),
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
     return 0 if ok else 1
 
 
@@ -186,8 +220,7 @@ def host_memory(args) -> int:
 def fault(args) -> int:
     from tests.special_e2e.smoke.processes import inject_fault
 
-    record = inject_fault(args.target, args.marker, args.metrics, args.after_step, args.out,
-                          parent_pid=args.parent_pid)
+    record = inject_fault(args.target, args.marker, args.metrics, args.after_step, args.out, parent_pid=args.parent_pid)
     if record is not None:
         killed = ", ".join(f"{k['pid']} ({k['title'].split()[0]})" for k in record["killed"]) or "nothing found"
         print(f"smoke: after step {args.after_step}: SIGKILL {args.target}: {killed}", file=sys.stderr, flush=True)
@@ -216,7 +249,7 @@ def describe_host(args) -> int:
                 break
     except OSError:
         pass
-    memory_gib = psutil.virtual_memory().total / 1024 ** 3
+    memory_gib = psutil.virtual_memory().total / 1024**3
     print(f"CPU: {model}, {os.cpu_count()} logical cores, {memory_gib:.0f} GiB")
     return 0
 
@@ -247,18 +280,29 @@ def cluster(args) -> int:
     for name in ("kill_node_after", "kill_credit_actor_after"):
         value = getattr(args, name)
         if value is not None and value >= args.steps:
-            print(f"error: --{name.replace('_', '-')} must be a step from 1 to {args.steps - 1} (before the last of "
-                  f"--steps {args.steps}), got {value}", file=sys.stderr)
+            print(
+                f"error: --{name.replace('_', '-')} must be a step from 1 to {args.steps - 1} (before the last of "
+                f"--steps {args.steps}), got {value}",
+                file=sys.stderr,
+            )
             return 2
     work_dir = args.work_dir.resolve()
     launcher = Path(__file__).resolve().parents[3] / "scripts" / args.launcher
     if not launcher.is_file() or not launcher.name.startswith("run_"):
         print(f"error: --launcher must be one of scripts/run_*.sh, got {args.launcher!r}", file=sys.stderr)
         return 2
-    options = Options(work_dir=work_dir, python=sys.executable, nodes=args.nodes,
-                      steps=args.steps, launcher=args.launcher, kill_node_after=args.kill_node_after,
-                      kill_credit_actor_after=args.kill_credit_actor_after, job_timeout_s=args.job_timeout,
-                      node_loss_bound_s=args.node_loss_bound, overrides=tuple(args.overrides))
+    options = Options(
+        work_dir=work_dir,
+        python=sys.executable,
+        nodes=args.nodes,
+        steps=args.steps,
+        launcher=args.launcher,
+        kill_node_after=args.kill_node_after,
+        kill_credit_actor_after=args.kill_credit_actor_after,
+        job_timeout_s=args.job_timeout,
+        node_loss_bound_s=args.node_loss_bound,
+        overrides=tuple(args.overrides),
+    )
     try:
         return run(options)
     except ClusterError as err:
@@ -273,12 +317,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from tests.special_e2e.smoke.run import main as run_smoke
 
         return run_smoke(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m tests.special_e2e.smoke", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.special_e2e.smoke",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    commands.add_parser("run", add_help=False,
-                        help="the smoke: build, train, checkpoint, resume, check (run --help lists its options)")
+    commands.add_parser(
+        "run", add_help=False, help="the smoke: build, train, checkpoint, resume, check (run --help lists its options)"
+    )
 
     p = commands.add_parser("build", help="write the tiny policy and the smoke data")
     p.add_argument("--out", type=Path, required=True)
@@ -291,8 +339,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--steps", type=int, required=True, help="steps of the first run (the saved step)")
     p.add_argument("--resumed-steps", type=int, default=1)
     p.add_argument("--groups-per-step", type=int, default=None, help="prompts per step (checks gcpo/groups)")
-    p.add_argument("--fault", action="append", choices=["credit", "reward"],
-                   help="a fault was injected in the first run: check that the run recovered from it")
+    p.add_argument(
+        "--fault",
+        action="append",
+        choices=["credit", "reward"],
+        help="a fault was injected in the first run: check that the run recovered from it",
+    )
     p.set_defaults(func=check)
 
     p = commands.add_parser("check-launcher", help="check a launcher's short run (run --launcher)")
@@ -343,23 +395,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.set_defaults(func=ray_actors)
 
     p = commands.add_parser(
-        "cluster", help="docker/slurm_gcpo.sbatch end to end on a Slurm cluster of namespaces (root)",
+        "cluster",
+        help="docker/slurm_gcpo.sbatch end to end on a Slurm cluster of namespaces (root)",
         description="A real Slurm cluster of --nodes nodes made of Linux namespaces on this machine "
-                    "(tests/special_e2e/smoke/cluster.py), docker/slurm_gcpo.sbatch run on it with a launcher's "
-                    "config on the CPU, a resumed job, the checks, and everything removed again.")
+        "(tests/special_e2e/smoke/cluster.py), docker/slurm_gcpo.sbatch run on it with a launcher's "
+        "config on the CPU, a resumed job, the checks, and everything removed again.",
+    )
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--steps", type=_step, default=2, help="steps of the first job (the resumed job adds one)")
-    p.add_argument("--kill-node-after", type=_step, default=None,
-                   help="crash the last node once this step is logged (a checkpoint every step): the job must end "
-                        "with one line naming it, and the resubmitted job resume from that step's checkpoint")
-    p.add_argument("--kill-credit-actor-after", type=_step, default=None,
-                   help="SIGKILL the credit actors once this step is logged (first job), as in the CPU smoke")
+    p.add_argument(
+        "--kill-node-after",
+        type=_step,
+        default=None,
+        help="crash the last node once this step is logged (a checkpoint every step): the job must end "
+        "with one line naming it, and the resubmitted job resume from that step's checkpoint",
+    )
+    p.add_argument(
+        "--kill-credit-actor-after",
+        type=_step,
+        default=None,
+        help="SIGKILL the credit actors once this step is logged (first job), as in the CPU smoke",
+    )
     p.add_argument("--launcher", default="run_qwen3_4b_gcpo.sh")
-    p.add_argument("--work-dir", type=Path, default=Path(os.environ.get("CLUSTER_SMOKE_DIR",
-                                                                        "/var/tmp/gcpo-cluster-smoke")))
+    p.add_argument(
+        "--work-dir", type=Path, default=Path(os.environ.get("CLUSTER_SMOKE_DIR", "/var/tmp/gcpo-cluster-smoke"))
+    )
     p.add_argument("--job-timeout", type=int, default=1500, help="seconds a job may take before it is cancelled")
-    p.add_argument("--node-loss-bound", type=int, default=300,
-                   help="seconds within which a job that lost a node must have ended")
+    p.add_argument(
+        "--node-loss-bound", type=int, default=300, help="seconds within which a job that lost a node must have ended"
+    )
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every job (they win)")
     p.set_defaults(func=cluster)
 

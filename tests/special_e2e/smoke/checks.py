@@ -78,8 +78,13 @@ def check_metrics(
     step, when given)."""
     results = []
     missing_steps = [s for s in steps if s not in metrics]
-    results.append(Check("steps logged", not missing_steps and sorted(metrics) == sorted(steps),
-                         f"expected {list(steps)}, logged {sorted(metrics)}"))
+    results.append(
+        Check(
+            "steps logged",
+            not missing_steps and sorted(metrics) == sorted(steps),
+            f"expected {list(steps)}, logged {sorted(metrics)}",
+        )
+    )
     for step in steps:
         data = metrics.get(step)
         if data is None:
@@ -98,8 +103,13 @@ def check_metrics(
             detail += f"; not finite: {bad}"
         results.append(Check(f"step {step} gcpo metrics", not absent and not bad, detail))
         if groups_per_step is not None and "gcpo/groups" in data:
-            results.append(Check(f"step {step} groups credited", data["gcpo/groups"] == groups_per_step,
-                                 f"gcpo/groups = {data['gcpo/groups']!r}, prompts per step = {groups_per_step}"))
+            results.append(
+                Check(
+                    f"step {step} groups credited",
+                    data["gcpo/groups"] == groups_per_step,
+                    f"gcpo/groups = {data['gcpo/groups']!r}, prompts per step = {groups_per_step}",
+                )
+            )
     return results
 
 
@@ -141,8 +151,13 @@ def check_credit_dumps(dump_dir: str | os.PathLike, steps: Iterable[int]) -> lis
                 scores = record.get("score", [])
                 if scores and max(scores) - min(scores) > ZERO_TOLERANCE:
                     failures.append(f"{where} (all wrong): unequal credit scores {scores}")
-    results.append(Check("all-wrong groups: zero advantage; wrong rollouts: zero credit", not failures,
-                         "; ".join(failures) if failures else f"{kinds['all_wrong']} all-wrong groups checked"))
+    results.append(
+        Check(
+            "all-wrong groups: zero advantage; wrong rollouts: zero credit",
+            not failures,
+            "; ".join(failures) if failures else f"{kinds['all_wrong']} all-wrong groups checked",
+        )
+    )
     absent = [k for k, n in kinds.items() if n == 0]
     detail = ", ".join(f"{n} {k}" for k, n in kinds.items()) + f" ({correct} of {rollouts} rollouts correct)"
     results.append(Check("group kinds occurred", not absent, detail + (f"; none {absent}" if absent else "")))
@@ -163,12 +178,19 @@ def check_resume(
     wrong_step_values = [s for run in (first_run, resumed_run) for s, d in run.items() if d.get(STEP_KEY) != s]
     return [
         Check("checkpoint saved", (checkpoint / "actor").is_dir(), f"{checkpoint / 'actor'}"),
-        Check("first run steps", first_steps == list(range(1, saved_step + 1)),
-              f"expected 1..{saved_step}, logged {first_steps}"),
-        Check("resumed from the saved step", resumed == expected_resumed,
-              f"expected {expected_resumed}, logged {resumed}"),
-        Check("step numbers consistent", not wrong_step_values,
-              f"{STEP_KEY} differs from the logged step at {wrong_step_values}" if wrong_step_values else "ok"),
+        Check(
+            "first run steps",
+            first_steps == list(range(1, saved_step + 1)),
+            f"expected 1..{saved_step}, logged {first_steps}",
+        ),
+        Check(
+            "resumed from the saved step", resumed == expected_resumed, f"expected {expected_resumed}, logged {resumed}"
+        ),
+        Check(
+            "step numbers consistent",
+            not wrong_step_values,
+            f"{STEP_KEY} differs from the logged step at {wrong_step_values}" if wrong_step_values else "ok",
+        ),
     ]
 
 
@@ -190,8 +212,14 @@ def read_validation_steps(path: str | os.PathLike) -> list[int]:
 
 
 # what a Slurm job that went well must not print either: a step or a Ray node that ended badly
-UNCLEAN_JOB_MARKERS = UNCLEAN_MARKERS + ("srun: error", "slurmstepd: error", " ERR ", "\tERR ", "exited unexpectedly",
-                                         "left the job")
+UNCLEAN_JOB_MARKERS = UNCLEAN_MARKERS + (
+    "srun: error",
+    "slurmstepd: error",
+    " ERR ",
+    "\tERR ",
+    "exited unexpectedly",
+    "left the job",
+)
 
 
 def check_clean_log(log: str | os.PathLike, markers: Sequence[str] = UNCLEAN_MARKERS) -> Check:
@@ -201,8 +229,11 @@ def check_clean_log(log: str | os.PathLike, markers: Sequence[str] = UNCLEAN_MAR
     except OSError as err:
         return Check("clean output", False, str(err))
     bad = [line.strip()[:160] for line in lines if any(marker in line for marker in markers)]
-    return Check(f"clean output ({Path(log).name})", not bad,
-                 f"{len(bad)} line(s) like: {bad[0]}" if bad else "no line that reads as a failure")
+    return Check(
+        f"clean output ({Path(log).name})",
+        not bad,
+        f"{len(bad)} line(s) like: {bad[0]}" if bad else "no line that reads as a failure",
+    )
 
 
 COPO_LOSS_METRICS = ("copo/local_adv_abs", "copo/global_adv_abs", "actor/copo_global_pg_loss")
@@ -214,15 +245,26 @@ def check_copo_loss(metrics: Mapping[int, Mapping[str, float]], steps: Sequence[
     missing = {s: [k for k in COPO_LOSS_METRICS if k not in metrics.get(s, {})] for s in steps}
     missing = {s: keys for s, keys in missing.items() if keys}
     if missing:
-        return Check("COPO's blended loss", False, "; ".join(f"step {s} lacks {', '.join(k)}" for s, k in missing.items()))
+        return Check(
+            "COPO's blended loss", False, "; ".join(f"step {s} lacks {', '.join(k)}" for s, k in missing.items())
+        )
     both = [s for s in steps if metrics[s]["copo/local_adv_abs"] > 0 and metrics[s]["copo/global_adv_abs"] > 0]
-    return Check("COPO's blended loss", bool(both),
-                 f"local and global advantages at steps {both}" if both else "every advantage was 0 (no mixed group)")
+    return Check(
+        "COPO's blended loss",
+        bool(both),
+        f"local and global advantages at steps {both}" if both else "every advantage was 0 (no mixed group)",
+    )
 
 
-def check_launcher_run(metrics_path: str | os.PathLike, log: str | os.PathLike, checkpoint_dir: str | os.PathLike,
-                       steps: int, gcpo: bool, copo: bool = False,
-                       dump_dir: str | os.PathLike | None = None) -> list[Check]:
+def check_launcher_run(
+    metrics_path: str | os.PathLike,
+    log: str | os.PathLike,
+    checkpoint_dir: str | os.PathLike,
+    steps: int,
+    gcpo: bool,
+    copo: bool = False,
+    dump_dir: str | os.PathLike | None = None,
+) -> list[Check]:
     """A launcher's short run: every step logged (with GCPO's metrics under GCPO, COPO's blended loss under COPO),
     validation before training and after the last step, the last step's checkpoint, an output without tracebacks,
     and under GCPO (with ``dump_dir``, its credit dumps) non-zero credit in mixed and all-correct groups."""
@@ -234,22 +276,35 @@ def check_launcher_run(metrics_path: str | os.PathLike, log: str | os.PathLike, 
     results = check_metrics(metrics, list(range(1, steps + 1)), gcpo=gcpo)
     if copo:
         results.append(check_copo_loss(metrics, list(range(1, steps + 1))))
-    results.append(Check("validation before and after training", validation[:1] == [0] and steps in validation,
-                         f"validation logged at steps {validation}, expected 0 and {steps}"))
+    results.append(
+        Check(
+            "validation before and after training",
+            validation[:1] == [0] and steps in validation,
+            f"validation logged at steps {validation}, expected 0 and {steps}",
+        )
+    )
     checkpoint = Path(checkpoint_dir) / f"global_step_{steps}" / "actor"
     results.append(Check("checkpoint saved", checkpoint.is_dir(), str(checkpoint)))
     if gcpo and dump_dir is not None:
         results += check_credit_signal(dump_dir, range(1, steps + 1))
     if gcpo:
         results.append(check_metric_glossary(metrics))
-        results.append(check_all_correct_push(metrics, run_config_value(checkpoint_dir,
-                                                                        "algorithm.gcpo.credit.all_correct_scale")))
+        results.append(
+            check_all_correct_push(metrics, run_config_value(checkpoint_dir, "algorithm.gcpo.credit.all_correct_scale"))
+        )
     results.append(check_clean_log(log))
     return results
 
 
-def check_fault(target: str, record: Mapping | None, first_run: Mapping[int, Mapping[str, float]], last_step: int,
-                gcpo: bool, log: str | os.PathLike, next_fault_after: int | None = None) -> list[Check]:
+def check_fault(
+    target: str,
+    record: Mapping | None,
+    first_run: Mapping[int, Mapping[str, float]],
+    last_step: int,
+    gcpo: bool,
+    log: str | os.PathLike,
+    next_fault_after: int | None = None,
+) -> list[Check]:
     """After the injected fault (``record``, written by the fault injector), the run went on: something was
     killed, every later step of the first run was logged, with GCPO's credit (``credit``) or with scores
     (``reward``), and with all its rollouts up to the step a later fault may affect (``next_fault_after``: the
@@ -258,27 +313,45 @@ def check_fault(target: str, record: Mapping | None, first_run: Mapping[int, Map
         return [Check(f"{target} fault injected", False, "no fault record: the step was never reached")]
     killed = record.get("killed", [])
     after = int(record["after_step"])
-    results = [Check(f"{target} fault injected", bool(killed),
-                     f"SIGKILL after step {after}: " + (", ".join(str(k["pid"]) for k in killed) or "no process found"))]
+    results = [
+        Check(
+            f"{target} fault injected",
+            bool(killed),
+            f"SIGKILL after step {after}: " + (", ".join(str(k["pid"]) for k in killed) or "no process found"),
+        )
+    ]
     later = list(range(after + 1, last_step + 1))
     logged = [s for s in later if s in first_run]
     results.append(Check(f"steps after the {target} fault", logged == later, f"expected {later}, logged {logged}"))
     if target == "credit" and gcpo:
         credited = [s for s in logged if all(k in first_run[s] for k in REQUIRED_GCPO_METRICS)]
-        results.append(Check("credit after the restart", credited == later,
-                             f"steps with GCPO's credit metrics: {credited} of {later}"))
+        results.append(
+            Check(
+                "credit after the restart",
+                credited == later,
+                f"steps with GCPO's credit metrics: {credited} of {later}",
+            )
+        )
     if target == "reward":
         scored = [s for s in logged if _is_finite_number(first_run[s].get("critic/score/mean"))]
-        results.append(Check("scores after the fault", scored == later, f"steps with finite scores: {scored} of {later}"))
+        results.append(
+            Check("scores after the fault", scored == later, f"steps with finite scores: {scored} of {later}")
+        )
     # every rollout of a later step made it into the batch: verl pads the rows of rollouts that failed, and the GCPO
     # trainer counts them (gcpo/excluded_rows; not logged by other estimators, so not checked there)
     own = [s for s in logged if next_fault_after is None or s <= next_fault_after]
     lost = {s: first_run[s].get("gcpo/excluded_rows") for s in own if "gcpo/excluded_rows" in first_run[s]}
     if lost:
         partial = {s: n for s, n in lost.items() if n}
-        results.append(Check(f"complete batches after the {target} fault", not partial,
-                             "; ".join(f"step {s}: {n:g} rollouts lost (padding rows)" for s, n in partial.items())
-                             if partial else f"steps {sorted(lost)}: no rollout lost"))
+        results.append(
+            Check(
+                f"complete batches after the {target} fault",
+                not partial,
+                "; ".join(f"step {s}: {n:g} rollouts lost (padding rows)" for s, n in partial.items())
+                if partial
+                else f"steps {sorted(lost)}: no rollout lost",
+            )
+        )
     return results
 
 
@@ -305,23 +378,38 @@ def check_credit_signal(dump_dir: str | os.PathLike, steps: Iterable[int]) -> li
             if any(abs(record["advantage"][i]) > ZERO_TOLERANCE for i in right):
                 pushed[kind] += 1
     return [
-        Check("non-zero credit: mixed groups", pushed["mixed"] > 0,
-              f"{pushed['mixed']} of {seen['mixed']} mixed groups with a non-zero advantage on a correct rollout"),
-        Check("non-zero credit: all-correct groups", pushed["all_correct"] > 0,
-              f"{pushed['all_correct']} of {seen['all_correct']} all-correct groups with a non-zero advantage"),
-        Check("positive Shapley credit of correct rollouts", correct > 0 and positive_credit == correct,
-              f"{positive_credit} of {correct} correct rollouts"),
+        Check(
+            "non-zero credit: mixed groups",
+            pushed["mixed"] > 0,
+            f"{pushed['mixed']} of {seen['mixed']} mixed groups with a non-zero advantage on a correct rollout",
+        ),
+        Check(
+            "non-zero credit: all-correct groups",
+            pushed["all_correct"] > 0,
+            f"{pushed['all_correct']} of {seen['all_correct']} all-correct groups with a non-zero advantage",
+        ),
+        Check(
+            "positive Shapley credit of correct rollouts",
+            correct > 0 and positive_credit == correct,
+            f"{positive_credit} of {correct} correct rollouts",
+        ),
     ]
 
 
 def check_checkpoint_ranks(checkpoint_dir: str | os.PathLike, step: int, world_size: int) -> Check:
     """The checkpoint of ``step`` holds the model, optimiser and extra state of every FSDP rank."""
     actor = Path(checkpoint_dir) / f"global_step_{step}" / "actor"
-    missing = [f"{kind}_world_size_{world_size}_rank_{rank}.pt" for rank in range(world_size)
-               for kind in ("model", "optim", "extra_state")
-               if not (actor / f"{kind}_world_size_{world_size}_rank_{rank}.pt").is_file()]
-    return Check(f"checkpoint of step {step} holds every rank", not missing,
-                 f"missing {missing} in {actor}" if missing else f"{world_size} ranks' shards in {actor}")
+    missing = [
+        f"{kind}_world_size_{world_size}_rank_{rank}.pt"
+        for rank in range(world_size)
+        for kind in ("model", "optim", "extra_state")
+        if not (actor / f"{kind}_world_size_{world_size}_rank_{rank}.pt").is_file()
+    ]
+    return Check(
+        f"checkpoint of step {step} holds every rank",
+        not missing,
+        f"missing {missing} in {actor}" if missing else f"{world_size} ranks' shards in {actor}",
+    )
 
 
 def check_job(name: str, state: str, exit_code: str) -> Check:
@@ -333,8 +421,9 @@ def check_job(name: str, state: str, exit_code: str) -> Check:
 PLACED_ON_EVERY_NODE = ("FSDP ranks", "vLLM replicas", "credit-actor shards")
 
 
-def check_actor_placement(peak: Mapping[str, Mapping[str, int]], node_names_by_ip: Mapping[str, str],
-                          last_error: str = "") -> list[Check]:
+def check_actor_placement(
+    peak: Mapping[str, Mapping[str, int]], node_names_by_ip: Mapping[str, str], last_error: str = ""
+) -> list[Check]:
     """FSDP ranks, vLLM replicas and credit-actor shards alive on every node at some point of the run."""
     if not peak:
         return [Check("actor placement", False, f"Ray's state API gave no sample ({last_error or 'no record'})")]
@@ -343,9 +432,14 @@ def check_actor_placement(peak: Mapping[str, Mapping[str, int]], node_names_by_i
         by_ip = peak.get(role, {})
         on = sorted(node_names_by_ip.get(ip, ip) for ip in by_ip)
         absent = sorted(set(node_names_by_ip.values()) - set(on))
-        results.append(Check(f"{role} on every node", not absent,
-                             ", ".join(f"{node_names_by_ip.get(ip, ip)}: {n}" for ip, n in sorted(by_ip.items()))
-                             + (f"; none on {absent}" if absent else "")))
+        results.append(
+            Check(
+                f"{role} on every node",
+                not absent,
+                ", ".join(f"{node_names_by_ip.get(ip, ip)}: {n}" for ip, n in sorted(by_ip.items()))
+                + (f"; none on {absent}" if absent else ""),
+            )
+        )
     return results
 
 
@@ -360,10 +454,16 @@ def check_node_loss(state: str, ended_at: float, kill: Mapping, log: str | os.Pa
         lines = []
     naming = [line.strip() for line in lines if f"node {node} " in line and "left the job" in line]
     return [
-        Check("node loss ends the job", state != "COMPLETED" and waited <= bound_s,
-              f"{state}, {waited:.1f} s after {node} crashed (bound {bound_s:.0f} s)"),
-        Check("node loss named in one line", len(naming) == 1,
-              naming[0][:200] if len(naming) == 1 else f"{len(naming)} lines name {node} as lost"),
+        Check(
+            "node loss ends the job",
+            state != "COMPLETED" and waited <= bound_s,
+            f"{state}, {waited:.1f} s after {node} crashed (bound {bound_s:.0f} s)",
+        ),
+        Check(
+            "node loss named in one line",
+            len(naming) == 1,
+            naming[0][:200] if len(naming) == 1 else f"{len(naming)} lines name {node} as lost",
+        ),
     ]
 
 
@@ -389,8 +489,11 @@ def check_metric_glossary(metrics: Mapping[int, Mapping[str, float]], path: str 
     if not Path(path).is_file():
         return Check("metrics in the glossary", True, f"{path} not here (an install without docs): not checked")
     missing = sorted(logged - glossary_metrics(path))
-    return Check("metrics in the glossary", not missing,
-                 f"not in docs/metrics.md: {missing}" if missing else f"{len(logged)} gcpo metrics, each described")
+    return Check(
+        "metrics in the glossary",
+        not missing,
+        f"not in docs/metrics.md: {missing}" if missing else f"{len(logged)} gcpo metrics, each described",
+    )
 
 
 # GCPO's push in all-correct groups against the correctness push in mixed groups: under the default
@@ -419,14 +522,19 @@ def check_all_correct_push(metrics: Mapping[int, Mapping[str, float]], scale: st
     """Under ``all_correct_scale=group`` (the default) all-correct groups carry a push of the same order as mixed
     ones: mean ``gcpo/all_correct_adv_abs`` over the steps that had both kinds of group is at least
     ``SAME_ORDER`` of mean ``gcpo/mixed_adv_abs``. Under ``batch`` the balance is only reported."""
-    both = [s for s, d in metrics.items()
-            if (d.get("gcpo/all_correct_adv_abs") or 0) > 0 and (d.get("gcpo/mixed_adv_abs") or 0) > 0]
+    both = [
+        s
+        for s, d in metrics.items()
+        if (d.get("gcpo/all_correct_adv_abs") or 0) > 0 and (d.get("gcpo/mixed_adv_abs") or 0) > 0
+    ]
     if not both:
         return Check("all-correct push", False, "no step had both an all-correct and a mixed group with advantages")
     pushed = sum(metrics[s]["gcpo/all_correct_adv_abs"] for s in both) / len(both)
     mixed = sum(metrics[s]["gcpo/mixed_adv_abs"] for s in both) / len(both)
-    detail = (f"mean |advantage| {pushed:.3f} in all-correct groups, {mixed:.3f} in mixed ones ({pushed / mixed:.2f}) "
-              f"at steps {both}; all_correct_scale={scale}")
+    detail = (
+        f"mean |advantage| {pushed:.3f} in all-correct groups, {mixed:.3f} in mixed ones ({pushed / mixed:.2f}) "
+        f"at steps {both}; all_correct_scale={scale}"
+    )
     if scale == "batch":
         return Check("all-correct push", True, detail + " (scaled by the batch's spread: not required)")
     return Check("all-correct push", pushed >= SAME_ORDER * mixed, detail + f" (required: >= {SAME_ORDER})")

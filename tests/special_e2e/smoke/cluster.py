@@ -75,7 +75,9 @@ def free_subnet(routes: str, candidates: Sequence[str] = CANDIDATE_SUBNETS) -> i
         network = ipaddress.ip_network(candidate)
         if not any(network.overlaps(other) for other in taken):
             return network
-    raise ClusterError(f"every candidate subnet ({candidates[0]} ... {candidates[-1]}) overlaps a route of this machine")
+    raise ClusterError(
+        f"every candidate subnet ({candidates[0]} ... {candidates[-1]}) overlaps a route of this machine"
+    )
 
 
 def missing_programs(programs: Sequence[str] = PROGRAMS) -> list[str]:
@@ -114,8 +116,10 @@ def slurm_conf(nodes: Sequence[str], addresses: Sequence[str], root: Path, cpus:
         "MinJobAge=3600",  # finished jobs stay in `scontrol show job` while the smoke reads them
         "GresTypes=gpu",
     ]
-    lines += [f"NodeName={name} NodeAddr={address} CPUs={cpus} Gres=gpu:1 State=UNKNOWN"
-              for name, address in zip(nodes, addresses)]
+    lines += [
+        f"NodeName={name} NodeAddr={address} CPUs={cpus} Gres=gpu:1 State=UNKNOWN"
+        for name, address in zip(nodes, addresses)
+    ]
     lines.append("PartitionName=smoke Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
 
@@ -177,8 +181,10 @@ class NamespaceCluster:
         self.subnet = free_subnet(_run(["ip", "-4", "route"]).stdout)
         hosts = list(self.subnet.hosts())
         self.bridge = f"gcpo{self.tag}br"
-        self.nodes = [Node(name, str(hosts[index]), f"gcpo{self.tag}-{name}", f"gcpo{self.tag}v{index + 1}")
-                      for index, name in enumerate(node_names(self.count))]
+        self.nodes = [
+            Node(name, str(hosts[index]), f"gcpo{self.tag}-{name}", f"gcpo{self.tag}v{index + 1}")
+            for index, name in enumerate(node_names(self.count))
+        ]
         self._write_files()
         self._start_munge()
         self._make_network()
@@ -187,8 +193,15 @@ class NamespaceCluster:
         self.wait_until_idle(timeout_s)
 
     def _write_files(self) -> None:
-        for sub in ("etc", "state", "run", "log", "munge", *(f"spool/{n.name}" for n in self.nodes),
-                    *(f"nodes/{n.name}/private" for n in self.nodes)):
+        for sub in (
+            "etc",
+            "state",
+            "run",
+            "log",
+            "munge",
+            *(f"spool/{n.name}" for n in self.nodes),
+            *(f"nodes/{n.name}/private" for n in self.nodes),
+        ):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "munge").chmod(0o755)  # munged asks that its socket's folder be reachable by every user
         for node in self.nodes:
@@ -199,7 +212,8 @@ class NamespaceCluster:
         (self.root / "etc" / "gres.conf").write_text("Name=gpu File=/dev/null\n")
         (self.root / "etc" / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
         (self.root / "etc" / "hosts").write_text(
-            "127.0.0.1 localhost\n" + "".join(f"{n.address} {n.name}\n" for n in self.nodes))
+            "127.0.0.1 localhost\n" + "".join(f"{n.address} {n.name}\n" for n in self.nodes)
+        )
 
     def _start_munge(self) -> None:
         key = self.root / "munge" / "munge.key"
@@ -207,12 +221,25 @@ class NamespaceCluster:
         key.chmod(0o600)
         munge = self.root / "munge"
         self.munged = subprocess.Popen(
-            ["munged", "--foreground", "--force", f"--socket={munge / 'munge.socket'}", f"--key-file={key}",
-             f"--pid-file={munge / 'munged.pid'}", f"--seed-file={munge / 'munged.seed'}",
-             f"--log-file={self.root / 'log' / 'munged.log'}"],
-            stdout=subprocess.DEVNULL, stderr=open(self.root / "log" / "munged.out", "ab"), start_new_session=True)
-        _wait_for(lambda: (munge / "munge.socket").exists(), 10, "munged did not create its socket "
-                  f"(see {self.root / 'log' / 'munged.out'})")
+            [
+                "munged",
+                "--foreground",
+                "--force",
+                f"--socket={munge / 'munge.socket'}",
+                f"--key-file={key}",
+                f"--pid-file={munge / 'munged.pid'}",
+                f"--seed-file={munge / 'munged.seed'}",
+                f"--log-file={self.root / 'log' / 'munged.log'}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.root / "log" / "munged.out", "ab"),
+            start_new_session=True,
+        )
+        _wait_for(
+            lambda: (munge / "munge.socket").exists(),
+            10,
+            f"munged did not create its socket (see {self.root / 'log' / 'munged.out'})",
+        )
 
     def _make_network(self) -> None:
         _run(["ip", "link", "add", self.bridge, "type", "bridge"])
@@ -243,10 +270,26 @@ class NamespaceCluster:
     def _start_node(self, node: Node) -> None:
         spec = self._node_spec(node)
         node.process = subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/{node.netns}", "unshare", "--uts", "--pid", "--fork", "--mount",
-             "--mount-proc", self.python, "-m", "tests.special_e2e.smoke.cluster", str(spec)],
-            cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL,
-            stderr=open(self.root / "log" / f"{node.name}.out", "ab"), start_new_session=True)
+            [
+                "nsenter",
+                f"--net=/run/netns/{node.netns}",
+                "unshare",
+                "--uts",
+                "--pid",
+                "--fork",
+                "--mount",
+                "--mount-proc",
+                self.python,
+                "-m",
+                "tests.special_e2e.smoke.cluster",
+                str(spec),
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.root / "log" / f"{node.name}.out", "ab"),
+            start_new_session=True,
+        )
 
     def node_states(self) -> dict[str, str]:
         """Each node's state as Slurm has it (``idle``, ``alloc``, ``down*``, ...)."""
@@ -267,15 +310,23 @@ class NamespaceCluster:
             last = self.node_states()
             return all(last.get(name) == "idle" for name in names)
 
-        _wait_for(idle, timeout_s, f"Slurm nodes not idle within {timeout_s:.0f} s: {last or 'no answer'} "
-                                   f"(logs in {self.root / 'log'})")
+        _wait_for(
+            idle,
+            timeout_s,
+            f"Slurm nodes not idle within {timeout_s:.0f} s: {last or 'no answer'} (logs in {self.root / 'log'})",
+        )
 
     # ---- using it ----------------------------------------------------------------------------------------------
-    def command(self, args: Sequence[str], check: bool = True, timeout: float = 60,
-                env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    def command(
+        self, args: Sequence[str], check: bool = True, timeout: float = 60, env: Optional[dict] = None
+    ) -> subprocess.CompletedProcess:
         """A command on node 1's network (the login node): ``sbatch``, ``scontrol``, ``sinfo``, Ray's state API."""
-        return _run(["nsenter", f"--net=/run/netns/{self.nodes[0].netns}", *args], check=check, timeout=timeout,
-                    env=env or self.env)
+        return _run(
+            ["nsenter", f"--net=/run/netns/{self.nodes[0].netns}", *args],
+            check=check,
+            timeout=timeout,
+            env=env or self.env,
+        )
 
     def node(self, name: str) -> Node:
         for node in self.nodes:
@@ -366,8 +417,9 @@ def _reap(process: subprocess.Popen, timeout_s: float = 20) -> None:
         process.wait(timeout=timeout_s)
 
 
-def _run(args: Sequence[str], check: bool = True, timeout: float = 60,
-         env: Optional[dict] = None) -> subprocess.CompletedProcess:
+def _run(
+    args: Sequence[str], check: bool = True, timeout: float = 60, env: Optional[dict] = None
+) -> subprocess.CompletedProcess:
     try:
         proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -394,9 +446,11 @@ def node_main(spec_path: str) -> int:
     import socket
 
     socket.sethostname(spec["name"])
-    for args in (["mount", "--bind", spec["hosts"], "/etc/hosts"],
-                 ["mount", "--bind", spec["private"], spec["private_at"]],
-                 ["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm"]):
+    for args in (
+        ["mount", "--bind", spec["hosts"], "/etc/hosts"],
+        ["mount", "--bind", spec["private"], spec["private_at"]],
+        ["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm"],
+    ):
         subprocess.run(args, check=True)
     daemons = [subprocess.Popen(["slurmd", "-D", "-N", spec["name"], "-f", spec["conf"]])]
     if spec["controller"]:

@@ -38,14 +38,29 @@ from tests.special_e2e.cpu_platform import cpu_overrides
 from tests.special_e2e.smoke import checks, report
 from tests.special_e2e.smoke.cluster import NODE_PRIVATE, ROOT, NamespaceCluster
 from tests.special_e2e.smoke.processes import logged_steps, reap
-from tests.special_e2e.smoke.run import (ADDRESS_IN_USE, ATTENTION_OVERRIDES, LAUNCHER_SIZES, OVERLONG_PENALTY,
-                                         SMOKE_REWARD)
+from tests.special_e2e.smoke.run import (
+    ADDRESS_IN_USE,
+    ATTENTION_OVERRIDES,
+    LAUNCHER_SIZES,
+    OVERLONG_PENALTY,
+    SMOKE_REWARD,
+)
 
 SBATCH = ROOT / "docker" / "slurm_gcpo.sbatch"
 RUN_MARKER = ".gcpo-cluster-smoke"
 # Slurm's job states once the batch script has ended (COMPLETING: ended, the nodes still cleaning up)
-ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-                "BOOT_FAIL", "DEADLINE", "COMPLETING"}
+ENDED_STATES = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "COMPLETING",
+}
 # the launcher validates on $DATA_DIR/val_<set>.parquet: the smoke's prompts, written there as this set
 VALIDATION_SET = "smoke"
 
@@ -137,55 +152,64 @@ def job_overrides(paths: Paths, total_steps: int, save_freq: int, gcpo: bool, ex
     positive, the file logger, checkpoints and credit dumps in the run folder; then the command line's."""
     # the CPU smoke's device overrides without ray_kwargs.ray_init.*: this driver joins the job's Ray cluster
     # padded batches through PyTorch's SDPA: vLLM's CPU wheel brings no flash-attn (the CPU smoke's SMOKE_ATTN=auto)
-    args = cpu_overrides() + list(ATTENTION_OVERRIDES["sdpa"]) + [
-        'trainer.logger=["console","file"]',
-        f"trainer.total_training_steps={total_steps}",
-        f"trainer.save_freq={save_freq}",
-        f"trainer.test_freq={total_steps}",
-        f"trainer.default_local_dir={paths.checkpoints}",
-        "actor_rollout_ref.rollout.agent.num_workers=2",
-        "reward.num_workers=2",
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        *SMOKE_REWARD,
-        f"reward.reward_kwargs.overlong_buffer_cfg.penalty_factor={OVERLONG_PENALTY}",
-    ]
+    args = (
+        cpu_overrides()
+        + list(ATTENTION_OVERRIDES["sdpa"])
+        + [
+            'trainer.logger=["console","file"]',
+            f"trainer.total_training_steps={total_steps}",
+            f"trainer.save_freq={save_freq}",
+            f"trainer.test_freq={total_steps}",
+            f"trainer.default_local_dir={paths.checkpoints}",
+            "actor_rollout_ref.rollout.agent.num_workers=2",
+            "reward.num_workers=2",
+            "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+            *SMOKE_REWARD,
+            f"reward.reward_kwargs.overlong_buffer_cfg.penalty_factor={OVERLONG_PENALTY}",
+        ]
+    )
     if gcpo:
-        args += ["algorithm.gcpo.dump.every_n_steps=1", "algorithm.gcpo.dump.max_groups=64",
-                 f"algorithm.gcpo.dump.directory={paths.dumps}"]
+        args += [
+            "algorithm.gcpo.dump.every_n_steps=1",
+            "algorithm.gcpo.dump.max_groups=64",
+            f"algorithm.gcpo.dump.directory={paths.dumps}",
+        ]
     return args + list(extra)
 
 
 def job_environment(paths: Paths, job: str, marker: str, token: str, cluster_env: dict) -> dict[str, str]:
     """The environment sbatch hands to the job (``--export=ALL``, Slurm's default), as a user's shell would have it."""
     env = {key: value for key, value in cluster_env.items() if key not in ("RAY_ADDRESS", "RAY_TMPDIR")}
-    env.update({
-        "CONTAINER_RUNTIME": "none",
-        # Ray's sockets and session in each node's own folder (the sbatch's default is under /tmp, which the
-        # nodes of this machine share)
-        "RAY_TMPDIR": str(NODE_PRIVATE / f"ray-{job}"),
-        "HOME": str(paths.home),
-        "RAY_AUTH_TOKEN": token,  # the sbatch would make one; given, so that the state-API sampler can read
-        "RAY_JOIN_TIMEOUT": "300",
-        # no idle Ray workers started ahead of the driver's first tasks: about 1 GiB on 2 cores
-        "RAY_prestart_worker_first_driver": "0",
-        # the harness and the CPU platform from this checkout (not in the wheel), in every process on every node
-        "PYTHONPATH": checkout_path(cluster_env.get("PYTHONPATH")),
-        "VERL_PLATFORM": "cpu",
-        "VERL_USE_EXTERNAL_MODULES": "tests.special_e2e.cpu_platform",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "OMP_NUM_THREADS": str(os.cpu_count() or 1),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "GCPO_SMOKE_MARKER": marker,
-        "VERL_FILE_LOGGER_PATH": str(paths.job_file(job, "metrics")),
-        "MODEL_PATH": str(paths.model),
-        "DATA_DIR": str(paths.launcher_data),
-        "TRAIN_FILE": str(paths.smoke_data / "train.parquet"),
-        "CKPT_DIR": str(paths.checkpoints),
-        "VAL_SETS": VALIDATION_SET,
-        **LAUNCHER_SIZES,
-    })
+    env.update(
+        {
+            "CONTAINER_RUNTIME": "none",
+            # Ray's sockets and session in each node's own folder (the sbatch's default is under /tmp, which the
+            # nodes of this machine share)
+            "RAY_TMPDIR": str(NODE_PRIVATE / f"ray-{job}"),
+            "HOME": str(paths.home),
+            "RAY_AUTH_TOKEN": token,  # the sbatch would make one; given, so that the state-API sampler can read
+            "RAY_JOIN_TIMEOUT": "300",
+            # no idle Ray workers started ahead of the driver's first tasks: about 1 GiB on 2 cores
+            "RAY_prestart_worker_first_driver": "0",
+            # the harness and the CPU platform from this checkout (not in the wheel), in every process on every node
+            "PYTHONPATH": checkout_path(cluster_env.get("PYTHONPATH")),
+            "VERL_PLATFORM": "cpu",
+            "VERL_USE_EXTERNAL_MODULES": "tests.special_e2e.cpu_platform",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "OMP_NUM_THREADS": str(os.cpu_count() or 1),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "GCPO_SMOKE_MARKER": marker,
+            "VERL_FILE_LOGGER_PATH": str(paths.job_file(job, "metrics")),
+            "MODEL_PATH": str(paths.model),
+            "DATA_DIR": str(paths.launcher_data),
+            "TRAIN_FILE": str(paths.smoke_data / "train.parquet"),
+            "CKPT_DIR": str(paths.checkpoints),
+            "VAL_SETS": VALIDATION_SET,
+            **LAUNCHER_SIZES,
+        }
+    )
     return env
 
 
@@ -218,8 +242,14 @@ class JobRunner:
     def __init__(self, cluster: NamespaceCluster, paths: Paths, options: Options, token: str) -> None:
         self.cluster, self.paths, self.options, self.token = cluster, paths, options, token
 
-    def run(self, record: JobRecord, total_steps: int, save_freq: int, kill_node_after: Optional[int] = None,
-            kill_credit_after: Optional[int] = None) -> JobRecord:
+    def run(
+        self,
+        record: JobRecord,
+        total_steps: int,
+        save_freq: int,
+        kill_node_after: Optional[int] = None,
+        kill_credit_after: Optional[int] = None,
+    ) -> JobRecord:
         gcpo = "adv_estimator=gcpo" in (ROOT / "scripts" / self.options.launcher).read_text(encoding="utf-8")
         args = job_overrides(self.paths, total_steps, save_freq, gcpo, self.options.overrides)
         while True:
@@ -227,29 +257,46 @@ class JobRunner:
             self._run_once(record, args, kill_node_after, kill_credit_after)
             log = self.paths.job_file(record.name, "log")
             text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-            reason = start_up_retry_reason(record.state, bool(logged_steps(self.paths.job_file(record.name, "metrics"))),
-                                           text, record.attempts)
+            reason = start_up_retry_reason(
+                record.state, bool(logged_steps(self.paths.job_file(record.name, "metrics"))), text, record.attempts
+            )
             if reason is None:
                 return record
             record.retry_reason = f"job {record.job_id} {reason}"
             print(f"cluster smoke: {record.retry_reason}: submitting it once more", file=sys.stderr, flush=True)
             log.rename(log.with_suffix(f".attempt{record.attempts}.log"))
 
-    def _run_once(self, record: JobRecord, args: list[str], kill_node_after: Optional[int],
-                  kill_credit_after: Optional[int]) -> None:
+    def _run_once(
+        self, record: JobRecord, args: list[str], kill_node_after: Optional[int], kill_credit_after: Optional[int]
+    ) -> None:
         paths, name = self.paths, record.name
         marker = f"gcpo-cluster-{os.getpid()}-{name}-{record.attempts}"
         metrics = paths.job_file(name, "metrics")
         metrics.unlink(missing_ok=True)
         env = job_environment(paths, name, marker, self.token, self.cluster.env)
         record.files = {kind: str(paths.job_file(name, kind)) for kind in ("log", "metrics", "actors", "memory")}
-        submit = ["sbatch", "--parsable", f"--nodes={self.options.nodes}", "--gpus-per-node=1",
-                  "--cpus-per-task=24", f"--job-name=gcpo-{name}", f"--output={paths.job_file(name, 'log')}",
-                  str(SBATCH), f"scripts/{self.options.launcher}", *args]
+        submit = [
+            "sbatch",
+            "--parsable",
+            f"--nodes={self.options.nodes}",
+            "--gpus-per-node=1",
+            "--cpus-per-task=24",
+            f"--job-name=gcpo-{name}",
+            f"--output={paths.job_file(name, 'log')}",
+            str(SBATCH),
+            f"scripts/{self.options.launcher}",
+            *args,
+        ]
         print(f"+ {' '.join(submit)}", flush=True)
         record.submitted = time.time()
-        proc = subprocess.run(["nsenter", f"--net=/run/netns/{self.cluster.nodes[0].netns}", *submit],
-                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+        proc = subprocess.run(
+            ["nsenter", f"--net=/run/netns/{self.cluster.nodes[0].netns}", *submit],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
         if proc.returncode != 0:
             record.state, record.exit_code = "NOT SUBMITTED", proc.stderr.strip()[-300:]
             return
@@ -257,8 +304,9 @@ class JobRunner:
         helpers = self._start_helpers(record, marker, metrics, kill_credit_after)
         killer = None
         if kill_node_after is not None:
-            killer = threading.Thread(target=self._kill_node_after, args=(record, metrics, kill_node_after),
-                                      daemon=True)
+            killer = threading.Thread(
+                target=self._kill_node_after, args=(record, metrics, kill_node_after), daemon=True
+            )
             killer.start()
         try:
             self._wait(record)
@@ -277,26 +325,58 @@ class JobRunner:
         if fault.is_file():
             record.credit_fault = json.loads(fault.read_text(encoding="utf-8"))
 
-    def _start_helpers(self, record: JobRecord, marker: str, metrics: Path,
-                       kill_credit_after: Optional[int]) -> list[subprocess.Popen]:
+    def _start_helpers(
+        self, record: JobRecord, marker: str, metrics: Path, kill_credit_after: Optional[int]
+    ) -> list[subprocess.Popen]:
         python, paths, me = self.options.python, self.paths, str(os.getpid())
         module = [python, "-m", "tests.special_e2e.smoke"]
         helpers = [
-            subprocess.Popen([*module, "host-memory", "--out", record.files["memory"], "--marker", marker,
-                              "--parent-pid", me], cwd=ROOT),
+            subprocess.Popen(
+                [*module, "host-memory", "--out", record.files["memory"], "--marker", marker, "--parent-pid", me],
+                cwd=ROOT,
+            ),
             # the dashboard answers on the head's loopback: from inside node 1's network
-            subprocess.Popen(["nsenter", f"--net=/run/netns/{self.cluster.nodes[0].netns}", *module, "ray-actors",
-                              "--out", record.files["actors"], "--address", "http://127.0.0.1:8265",
-                              "--parent-pid", me], cwd=ROOT,
-                             env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token,
-                                  "HOME": str(paths.home)},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+            subprocess.Popen(
+                [
+                    "nsenter",
+                    f"--net=/run/netns/{self.cluster.nodes[0].netns}",
+                    *module,
+                    "ray-actors",
+                    "--out",
+                    record.files["actors"],
+                    "--address",
+                    "http://127.0.0.1:8265",
+                    "--parent-pid",
+                    me,
+                ],
+                cwd=ROOT,
+                env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, "HOME": str(paths.home)},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
         ]
         if kill_credit_after is not None:
-            helpers.append(subprocess.Popen(
-                [*module, "fault", "--target", "credit", "--after-step", str(kill_credit_after), "--marker", marker,
-                 "--metrics", str(metrics), "--out", str(paths.run / f"fault_credit_{record.name}.json"),
-                 "--parent-pid", me], cwd=ROOT))
+            helpers.append(
+                subprocess.Popen(
+                    [
+                        *module,
+                        "fault",
+                        "--target",
+                        "credit",
+                        "--after-step",
+                        str(kill_credit_after),
+                        "--marker",
+                        marker,
+                        "--metrics",
+                        str(metrics),
+                        "--out",
+                        str(paths.run / f"fault_credit_{record.name}.json"),
+                        "--parent-pid",
+                        me,
+                    ],
+                    cwd=ROOT,
+                )
+            )
         return helpers
 
     def _kill_node_after(self, record: JobRecord, metrics: Path, step: int) -> None:
@@ -305,8 +385,12 @@ class JobRunner:
         while not record.ended:
             if step in logged_steps(metrics):
                 record.node_kill = {**self.cluster.kill_node(victim), "after_step": step}
-                print(f"cluster smoke: after step {step}: crashed node {victim} "
-                      f"({record.node_kill['processes']} processes)", file=sys.stderr, flush=True)
+                print(
+                    f"cluster smoke: after step {step}: crashed node {victim} "
+                    f"({record.node_kill['processes']} processes)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return
             time.sleep(0.5)
 
@@ -335,8 +419,9 @@ class JobRunner:
     def refresh(self, record: JobRecord) -> None:
         """Read a job's final state again (a job that lost a node finishes once the node is back)."""
         for _ in range(30):
-            fields = parse_job(self.cluster.command(["scontrol", "show", "job", "-o", record.job_id],
-                                                    check=False, timeout=30).stdout)
+            fields = parse_job(
+                self.cluster.command(["scontrol", "show", "job", "-o", record.job_id], check=False, timeout=30).stdout
+            )
             record.state, record.exit_code = fields.get("JobState", record.state), fields.get("ExitCode", "")
             if record.state in ENDED_STATES - {"COMPLETING"}:
                 record.finished = record.finished or time.time()
@@ -349,8 +434,9 @@ def prepare(paths: Paths, options: Options) -> None:
     """The tiny policy, the smoke's prompts (training, and validation as the launcher's only validation set, so that
     the command needs no data from outside the project), and a HOME with a Ray token left from an earlier local
     run."""
-    subprocess.run([options.python, "-m", "tests.special_e2e.smoke", "build", "--out", str(paths.root)], cwd=ROOT,
-                   check=True)
+    subprocess.run(
+        [options.python, "-m", "tests.special_e2e.smoke", "build", "--out", str(paths.root)], cwd=ROOT, check=True
+    )
     paths.launcher_data.mkdir(parents=True, exist_ok=True)
     (paths.launcher_data / f"val_{VALIDATION_SET}.parquet").write_bytes((paths.smoke_data / "val.parquet").read_bytes())
     token = paths.home / ".ray" / "auth_token"
@@ -363,8 +449,9 @@ def fresh_run_folder(paths: Paths) -> None:
 
     if paths.run.exists():
         if not (paths.run / RUN_MARKER).is_file():
-            raise SystemExit(f"error: {paths.run} exists and is not a cluster smoke's run folder; "
-                             "choose another --work-dir")
+            raise SystemExit(
+                f"error: {paths.run} exists and is not a cluster smoke's run folder; choose another --work-dir"
+            )
         shutil.rmtree(paths.run)
     paths.run.mkdir(parents=True)
     (paths.run / RUN_MARKER).touch()
@@ -379,13 +466,20 @@ def run(options: Options) -> int:
     started = time.time()
     jobs: list[JobRecord] = []
     with NamespaceCluster(paths.cluster, count=options.nodes, python=options.python) as cluster:
-        print(f"cluster smoke: {options.nodes} Slurm nodes up in {time.time() - started:.1f} s "
-              f"({', '.join(f'{n.name} {n.address}' for n in cluster.nodes)})", flush=True)
+        print(
+            f"cluster smoke: {options.nodes} Slurm nodes up in {time.time() - started:.1f} s "
+            f"({', '.join(f'{n.name} {n.address}' for n in cluster.nodes)})",
+            flush=True,
+        )
         runner = JobRunner(cluster, paths, options, token)
         kill = options.kill_node_after
-        train = runner.run(JobRecord("train"), total_steps=options.steps,
-                           save_freq=1 if kill is not None else options.steps, kill_node_after=kill,
-                           kill_credit_after=options.kill_credit_actor_after)
+        train = runner.run(
+            JobRecord("train"),
+            total_steps=options.steps,
+            save_freq=1 if kill is not None else options.steps,
+            kill_node_after=kill,
+            kill_credit_after=options.kill_credit_actor_after,
+        )
         jobs.append(train)
         if train.node_kill is not None:
             restored = time.time()
@@ -402,19 +496,24 @@ def run(options: Options) -> int:
     return report_and_save(paths, options, jobs, results, total)
 
 
-def evaluate(paths: Paths, options: Options, cluster: NamespaceCluster, jobs: list[JobRecord], saved_step: int,
-             last_step: int) -> list[checks.Check]:
+def evaluate(
+    paths: Paths, options: Options, cluster: NamespaceCluster, jobs: list[JobRecord], saved_step: int, last_step: int
+) -> list[checks.Check]:
     train = jobs[0]
     resume = jobs[1] if len(jobs) > 1 else None
     ips = {node.address: node.name for node in cluster.nodes}
     crashed = train.node_kill is not None
     results: list[checks.Check] = []
     if options.kill_node_after is not None and not crashed:
-        results.append(checks.Check("node loss injected", False,
-                                    f"step {options.kill_node_after} was never logged: no node was crashed"))
+        results.append(
+            checks.Check(
+                "node loss injected", False, f"step {options.kill_node_after} was never logged: no node was crashed"
+            )
+        )
     if crashed:
-        results += checks.check_node_loss(train.state, train.ended, train.node_kill,
-                                          paths.job_file("train", "log"), bound_s=options.node_loss_bound_s)
+        results += checks.check_node_loss(
+            train.state, train.ended, train.node_kill, paths.job_file("train", "log"), bound_s=options.node_loss_bound_s
+        )
     else:
         results.append(checks.check_job("train", train.state, train.exit_code))
     metrics = {}
@@ -426,24 +525,38 @@ def evaluate(paths: Paths, options: Options, cluster: NamespaceCluster, jobs: li
             metrics[job.name] = {}
     gcpo = "adv_estimator=gcpo" in (ROOT / "scripts" / options.launcher).read_text(encoding="utf-8")
     first = list(range(1, saved_step + 1))
-    results += [checks.Check(f"train: {c.name}", c.ok, c.detail)
-                for c in checks.check_metrics(metrics["train"], first, gcpo=gcpo)]
+    results += [
+        checks.Check(f"train: {c.name}", c.ok, c.detail)
+        for c in checks.check_metrics(metrics["train"], first, gcpo=gcpo)
+    ]
     results.append(checks.check_checkpoint_ranks(paths.checkpoints, saved_step, options.nodes))
     placement = _read_json(paths.job_file("train", "actors")) or {}
     results += checks.check_actor_placement(placement.get("peak", {}), ips, placement.get("last_error", ""))
     if train.credit_fault is not None or options.kill_credit_actor_after is not None:
-        results += checks.check_fault("credit", train.credit_fault, metrics["train"], options.steps if not crashed
-                                      else saved_step, gcpo=gcpo, log=paths.job_file("train", "log"))
+        results += checks.check_fault(
+            "credit",
+            train.credit_fault,
+            metrics["train"],
+            options.steps if not crashed else saved_step,
+            gcpo=gcpo,
+            log=paths.job_file("train", "log"),
+        )
     if resume is None:
         results.append(checks.Check("resume job", False, "not submitted: the first job failed"))
     else:
         results.append(checks.check_job("resume", resume.state, resume.exit_code))
         resumed = list(range(saved_step + 1, last_step + 1))
-        results += [checks.Check(f"resume: {c.name}", c.ok, c.detail)
-                    for c in checks.check_metrics(metrics["resume"], resumed, gcpo=gcpo)]
-        results.append(checks.Check("resumed from the last checkpoint", sorted(metrics["resume"]) == resumed,
-                                    f"checkpoint at step {saved_step}; expected steps {resumed}, "
-                                    f"logged {sorted(metrics['resume'])}"))
+        results += [
+            checks.Check(f"resume: {c.name}", c.ok, c.detail)
+            for c in checks.check_metrics(metrics["resume"], resumed, gcpo=gcpo)
+        ]
+        results.append(
+            checks.Check(
+                "resumed from the last checkpoint",
+                sorted(metrics["resume"]) == resumed,
+                f"checkpoint at step {saved_step}; expected steps {resumed}, logged {sorted(metrics['resume'])}",
+            )
+        )
         results.append(checks.check_checkpoint_ranks(paths.checkpoints, last_step, options.nodes))
         results.append(checks.check_clean_log(paths.job_file("resume", "log"), markers=checks.UNCLEAN_JOB_MARKERS))
     if not crashed and options.kill_credit_actor_after is None:
@@ -452,8 +565,11 @@ def evaluate(paths: Paths, options: Options, cluster: NamespaceCluster, jobs: li
         results += checks.check_credit_signal(paths.dumps, range(1, last_step + 1))
         every = {**metrics.get("train", {}), **metrics.get("resume", {})}
         results.append(checks.check_metric_glossary(every))
-        results.append(checks.check_all_correct_push(every, checks.run_config_value(
-            paths.checkpoints, "algorithm.gcpo.credit.all_correct_scale")))
+        results.append(
+            checks.check_all_correct_push(
+                every, checks.run_config_value(paths.checkpoints, "algorithm.gcpo.credit.all_correct_scale")
+            )
+        )
     return results
 
 
@@ -473,8 +589,9 @@ def _read_json(path: Path) -> Optional[dict]:
         return None
 
 
-def report_and_save(paths: Paths, options: Options, jobs: list[JobRecord], results: list[checks.Check],
-                    total_s: float) -> int:
+def report_and_save(
+    paths: Paths, options: Options, jobs: list[JobRecord], results: list[checks.Check], total_s: float
+) -> int:
     ok = all(r.ok for r in results)
     metrics = {job.name: _safe_metrics(paths.job_file(job.name, "metrics")) for job in jobs}
     memory = {job.name: m for job in jobs if (m := _read_json(paths.job_file(job.name, "memory"))) is not None}
@@ -482,8 +599,14 @@ def report_and_save(paths: Paths, options: Options, jobs: list[JobRecord], resul
     print(f"\n## Cluster smoke: {options.nodes} nodes, {options.launcher}\n")
     print("\n".join(r.line() for r in results))
     print("\nJobs:\n")
-    print(report.job_table([(job.name, job.job_id, job.state, job.exit_code, job.wall_s, metrics[job.name],
-                             job.attempts) for job in jobs]))
+    print(
+        report.job_table(
+            [
+                (job.name, job.job_id, job.state, job.exit_code, job.wall_s, metrics[job.name], job.attempts)
+                for job in jobs
+            ]
+        )
+    )
     if placement.get("peak"):
         names = {address: name for address, name in (placement.get("nodes") or {}).items()}
         by_name = {role: {names.get(ip, ip): n for ip, n in by_ip.items()} for role, by_ip in placement["peak"].items()}
@@ -494,14 +617,21 @@ def report_and_save(paths: Paths, options: Options, jobs: list[JobRecord], resul
         print(report.host_memory_table(memory))
     node_loss = next((job for job in jobs if job.node_kill is not None), None)
     if node_loss is not None:
-        print(f"\nNode loss: {node_loss.node_kill['node']} crashed after step {node_loss.node_kill['after_step']}; "
-              f"the job ended {node_loss.ended - node_loss.node_kill['time']:.1f} s later ({node_loss.state})")
+        print(
+            f"\nNode loss: {node_loss.node_kill['node']} crashed after step {node_loss.node_kill['after_step']}; "
+            f"the job ended {node_loss.ended - node_loss.node_kill['time']:.1f} s later ({node_loss.state})"
+        )
     print(f"\ncluster smoke: {'PASSED' if ok else 'FAILED'} in {total_s / 60:.1f} min")
     summary = {
-        "ok": ok, "nodes": options.nodes, "launcher": options.launcher, "total_s": round(total_s, 1),
-        "checks": [asdict(r) for r in results], "jobs": [asdict(job) | {"wall_s": job.wall_s} for job in jobs],
+        "ok": ok,
+        "nodes": options.nodes,
+        "launcher": options.launcher,
+        "total_s": round(total_s, 1),
+        "checks": [asdict(r) for r in results],
+        "jobs": [asdict(job) | {"wall_s": job.wall_s} for job in jobs],
         "step_time_s": {job.name: report.step_times(metrics[job.name]) for job in jobs},
-        "host_memory": memory, "placement": placement.get("peak", {}),
+        "host_memory": memory,
+        "placement": placement.get("peak", {}),
         "node_loss_exit_s": round(node_loss.ended - node_loss.node_kill["time"], 1) if node_loss else None,
     }
     (paths.run / "summary.json").write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")

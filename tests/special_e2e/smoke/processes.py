@@ -80,7 +80,7 @@ def short_name(title: str) -> str:
     first = words[0]
     if first.startswith("ray::"):
         # "ray::Class", "ray::Class.method", "ray::<actor name>:Class"; an idle pooled worker is "ray::IDLE"
-        return "ray::" + first[len("ray::"):].rsplit(":", 1)[-1].split(".")[0]
+        return "ray::" + first[len("ray::") :].rsplit(":", 1)[-1].split(".")[0]
     name = Path(first).name
     if name.startswith("python") and len(words) > 2 and words[1] == "-m":
         return f"python -m {words[2]}"
@@ -152,8 +152,9 @@ class _Stop:
         self.requested = True
 
 
-def sample_memory_until_stopped(out: Path, marker: str, interval_s: float = 5.0,
-                                parent_pid: Optional[int] = None) -> dict:
+def sample_memory_until_stopped(
+    out: Path, marker: str, interval_s: float = 5.0, parent_pid: Optional[int] = None
+) -> dict:
     """Sample the run's processes' memory (PSS) until SIGTERM (or the parent is gone); write the peak per process
     kind (summed over the processes of one kind at one instant) and the peak total to ``out`` as JSON."""
     stop = _Stop()
@@ -180,7 +181,7 @@ def sample_memory_until_stopped(out: Path, marker: str, interval_s: float = 5.0,
 
 
 def _write_memory(out: Path, total: int, by_kind: dict, counts: dict, samples: int, interval_s: float) -> dict:
-    gib = 1024 ** 3
+    gib = 1024**3
     summary = {
         "peak_total_gib": round(total / gib, 3),
         "peak_by_kind_gib": {k: round(v / gib, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
@@ -211,9 +212,16 @@ def logged_steps(metrics: Path) -> set[int]:
     return steps
 
 
-def inject_fault(target: str, marker: str, metrics: Path, after_step: int, out: Path,
-                 parent_pid: Optional[int] = None, poll_s: float = 0.5,
-                 kill: Callable[[int, int], None] = os.kill) -> Optional[dict]:
+def inject_fault(
+    target: str,
+    marker: str,
+    metrics: Path,
+    after_step: int,
+    out: Path,
+    parent_pid: Optional[int] = None,
+    poll_s: float = 0.5,
+    kill: Callable[[int, int], None] = os.kill,
+) -> Optional[dict]:
     """Once step ``after_step`` is in ``metrics``, SIGKILL the run's processes of ``target`` (``credit``: every
     credit actor; ``reward``: one reward worker) and record what was killed in ``out``. Returns the record, or
     None if the run ended (or the parent went away) first."""
@@ -224,8 +232,12 @@ def inject_fault(target: str, marker: str, metrics: Path, after_step: int, out: 
             victims = [p for p in run_processes(marker, memory=False) if p.title.startswith(titles)]
             if target == "reward":
                 victims = victims[:1]
-            record = {"target": target, "after_step": after_step, "time": time.time(),
-                      "killed": [{"pid": p.pid, "title": p.title} for p in victims]}
+            record = {
+                "target": target,
+                "after_step": after_step,
+                "time": time.time(),
+                "killed": [{"pid": p.pid, "title": p.title} for p in victims],
+            }
             for proc in victims:
                 kill(proc.pid, signal.SIGKILL)
             out.write_text(json.dumps(record, indent=1), encoding="utf-8")

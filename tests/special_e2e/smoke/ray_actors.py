@@ -56,13 +56,20 @@ def _state_api_sample(address: str) -> dict[str, dict[str, int]]:
     from ray.util.state import list_actors, list_nodes
 
     ips = {node.node_id: node.node_ip for node in list_nodes(address=address, limit=1000)}
-    actors = [{"class_name": a.class_name, "node_id": a.node_id, "state": a.state}
-              for a in list_actors(address=address, limit=10000)]
+    actors = [
+        {"class_name": a.class_name, "node_id": a.node_id, "state": a.state}
+        for a in list_actors(address=address, limit=10000)
+    ]
     return placement(actors, ips)
 
 
-def sample_until_stopped(out: Path, address: str, interval_s: float = 10.0, parent_pid: Optional[int] = None,
-                         sample: Callable[[str], dict] = _state_api_sample) -> dict:
+def sample_until_stopped(
+    out: Path,
+    address: str,
+    interval_s: float = 10.0,
+    parent_pid: Optional[int] = None,
+    sample: Callable[[str], dict] = _state_api_sample,
+) -> dict:
     """Sample the actors' placement until SIGTERM (or the parent is gone); write the peak per role and node, the
     number of samples and the last error (the dashboard answers only once the head is up) to ``out``."""
     stop = _Stop()

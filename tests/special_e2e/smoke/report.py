@@ -58,14 +58,19 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def phase_table(metrics: Mapping[int, Mapping[str, float]]) -> str:
     """Seconds per phase (rows) and step (columns); phases no step has are left out."""
     steps = sorted(metrics)
-    rows = [[label] + [_cell(metrics[s].get(key)) for s in steps]
-            for label, key in PHASES if any(key in metrics[s] for s in steps)]
+    rows = [
+        [label] + [_cell(metrics[s].get(key)) for s in steps]
+        for label, key in PHASES
+        if any(key in metrics[s] for s in steps)
+    ]
     return _table(["phase (s)"] + [f"step {s}" for s in steps], rows)
 
 
 def metrics_table(metrics: Mapping[int, Mapping[str, float]], keys: Sequence[str] = KEY_METRICS) -> str:
     steps = sorted(metrics)
-    rows = [[key] + [_cell(metrics[s].get(key)) for s in steps] for key in keys if any(key in metrics[s] for s in steps)]
+    rows = [
+        [key] + [_cell(metrics[s].get(key)) for s in steps] for key in keys if any(key in metrics[s] for s in steps)
+    ]
     return _table(["metric"] + [f"step {s}" for s in steps], rows)
 
 
@@ -78,8 +83,10 @@ def startup_seconds(wall_s: Optional[float], metrics: Mapping[int, Mapping[str, 
 
 def run_table(runs: Mapping[int, tuple[Optional[float], Mapping[int, Mapping[str, float]]]]) -> str:
     """Each run's steps, wall time and start-up + shutdown time (``{run: (wall_s, metrics by step)}``)."""
-    rows = [[str(n), ", ".join(map(str, sorted(metrics))), _cell(wall), _cell(startup_seconds(wall, metrics))]
-            for n, (wall, metrics) in sorted(runs.items())]
+    rows = [
+        [str(n), ", ".join(map(str, sorted(metrics))), _cell(wall), _cell(startup_seconds(wall, metrics))]
+        for n, (wall, metrics) in sorted(runs.items())
+    ]
     return _table(["run", "steps", "wall (s)", "start-up + shutdown (s)"], rows)
 
 
@@ -107,8 +114,15 @@ def comparison_table(gcpo: Mapping[int, float], grpo: Mapping[int, float], warmu
     (``warmup``: each process's first step, which pays for lazy initialisation, marked and left out of the mean;
     all steps when none is steady)."""
     common = sorted(set(gcpo) & set(grpo))
-    rows = [[f"step {s}" + (" (warm-up)" if s in warmup else ""), _cell(gcpo[s]), _cell(grpo[s]),
-             _cell(_ratio(gcpo[s], grpo[s]))] for s in common]
+    rows = [
+        [
+            f"step {s}" + (" (warm-up)" if s in warmup else ""),
+            _cell(gcpo[s]),
+            _cell(grpo[s]),
+            _cell(_ratio(gcpo[s], grpo[s])),
+        ]
+        for s in common
+    ]
     steady = [s for s in common if s not in warmup] or common
     if steady:
         mean_gcpo = sum(gcpo[s] for s in steady) / len(steady)
@@ -118,8 +132,9 @@ def comparison_table(gcpo: Mapping[int, float], grpo: Mapping[int, float], warmu
     return _table(["", "GCPO step (s)", "GRPO step (s)", "GCPO / GRPO"], rows)
 
 
-def phase_comparison_table(gcpo: Mapping[int, Mapping[str, float]], grpo: Mapping[int, Mapping[str, float]],
-                           warmup: Sequence[int] = ()) -> str:
+def phase_comparison_table(
+    gcpo: Mapping[int, Mapping[str, float]], grpo: Mapping[int, Mapping[str, float]], warmup: Sequence[int] = ()
+) -> str:
     """Mean seconds per phase over the steady-state steps both runs have, GCPO next to GRPO: where a
     difference in step time comes from."""
     common = sorted(set(gcpo) & set(grpo))
@@ -136,8 +151,10 @@ def phase_comparison_table(gcpo: Mapping[int, Mapping[str, float]], grpo: Mappin
         rows.append([label, _cell(mean_a), _cell(mean_b), _cell(ratio)])
     # verl's replay buffer looks for finished rollouts every 2 s (poll_interval), so timing_s/gen comes in steps of
     # about 2 s: on a small smoke that rounding, not the estimator, decides most of a difference in generation
-    off_gen = [[m[s]["timing_s/step"] - m[s].get("timing_s/gen", 0.0) for s in steady if "timing_s/step" in m[s]]
-               for m in (gcpo, grpo)]
+    off_gen = [
+        [m[s]["timing_s/step"] - m[s].get("timing_s/gen", 0.0) for s in steady if "timing_s/step" in m[s]]
+        for m in (gcpo, grpo)
+    ]
     if all(off_gen):
         a, b = (sum(v) / len(v) for v in off_gen)
         rows.append(["step without generation", _cell(a), _cell(b), _cell(_ratio(a, b))])
@@ -163,11 +180,21 @@ def job_table(jobs: Sequence[tuple]) -> str:
     for name, job_id, state, exit_code, wall, metrics, attempts in jobs:
         times = step_times(metrics)
         steady = [t for s, t in sorted(times.items())[1:]]
-        rows.append([name, job_id or "—", state, exit_code or "—", _cell(wall),
-                     ", ".join(map(str, sorted(metrics))) or "—",
-                     _cell(sum(steady) / len(steady) if steady else None), str(attempts)])
-    return _table(["job", "id", "state", "exit", "wall (s)", "steps", "mean step (s), first left out",
-                   "submissions"], rows)
+        rows.append(
+            [
+                name,
+                job_id or "—",
+                state,
+                exit_code or "—",
+                _cell(wall),
+                ", ".join(map(str, sorted(metrics))) or "—",
+                _cell(sum(steady) / len(steady) if steady else None),
+                str(attempts),
+            ]
+        )
+    return _table(
+        ["job", "id", "state", "exit", "wall (s)", "steps", "mean step (s), first left out", "submissions"], rows
+    )
 
 
 def placement_table(peak: Mapping[str, Mapping[str, int]]) -> str:

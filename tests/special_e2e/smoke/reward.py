@@ -47,6 +47,9 @@ def compute_score(
     fingerprint = text_fingerprint(solution_str or "")
     correct = fingerprint < correct_rate(extra_info)
     words = (solution_str or "").split()
-    return {"score": float(correct_score if correct else wrong_score), "acc": 1.0 if correct else 0.0,
-            "gcpo_signal": 1.0 + FINGERPRINT_SCALE * fingerprint if correct else 0.0,
-            "pred": words[-1] if words else ""}
+    return {
+        "score": float(correct_score if correct else wrong_score),
+        "acc": 1.0 if correct else 0.0,
+        "gcpo_signal": 1.0 + FINGERPRINT_SCALE * fingerprint if correct else 0.0,
+        "pred": words[-1] if words else "",
+    }

@@ -55,25 +55,38 @@ ATTENTION_OVERRIDES = {
     # verl's default: packed sequences through flash-attn's varlen kernels (what the launchers run)
     "flash_attention_2": ("actor_rollout_ref.model.use_remove_padding=true",),
     # without flash-attn (vLLM's wheel does not bring it): padded batches through PyTorch's SDPA
-    "sdpa": ("actor_rollout_ref.model.use_remove_padding=false",
-             "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"),
+    "sdpa": (
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    ),
 }
 # a launcher's run with the tiny policy and the smoke's prompts (--launcher here, and every job of the cluster
 # smoke): the launchers read their sizes from these environment variables (scripts/common.sh)
 LAUNCHER_SIZES = {
-    "TRAIN_BATCH_SIZE": "3", "MINI_BATCH_SIZE": "3", "N_RESP": "4", "MAX_PROMPT_LENGTH": "1024",
-    "MAX_RESPONSE_LENGTH": "64", "OVERLONG_BUFFER": "16", "VAL_N": "1", "GPU_MEM_UTIL": "0.15",
+    "TRAIN_BATCH_SIZE": "3",
+    "MINI_BATCH_SIZE": "3",
+    "N_RESP": "4",
+    "MAX_PROMPT_LENGTH": "1024",
+    "MAX_RESPONSE_LENGTH": "64",
+    "OVERLONG_BUFFER": "16",
+    "VAL_N": "1",
+    "GPU_MEM_UTIL": "0.15",
 }
 # Every response of the random policy runs to the length limit, so DAPO's overlong shaping always costs it the
 # whole penalty: at the launchers' factor 1.0 a correct answer's reward is 1 - 1 = 0, GCPO's quality is 0
 # everywhere and the credit path is checked on zeros. At 0.5 a correct answer keeps 0.5 and a wrong one has -1.5.
 OVERLONG_PENALTY = "0.5"
-SMOKE_REWARD = ("reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward",
-                "reward.custom_reward_function.name=compute_score")
+SMOKE_REWARD = (
+    "reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward",
+    "reward.custom_reward_function.name=compute_score",
+)
 # what a missing option value is (argparse says only "expected one argument")
 VALUE_NEEDED = {
-    "--device": "a value (gpu or cpu)", "--estimator": "a value (gcpo or grpo)", "--steps": "a value",
-    "--kill-credit-actor-after": "a step", "--kill-reward-worker-after": "a step",
+    "--device": "a value (gpu or cpu)",
+    "--estimator": "a value (gcpo or grpo)",
+    "--steps": "a value",
+    "--kill-credit-actor-after": "a step",
+    "--kill-reward-worker-after": "a step",
     "--launcher": "a launcher (e.g. run_qwen3_4b_gcpo.sh)",
 }
 ENVIRONMENT_HELP = """\
@@ -183,13 +196,21 @@ class Settings:
         attention = environ.get("SMOKE_ATTN", "auto")
         if attention != "auto" and attention not in ATTENTION_OVERRIDES:
             raise UsageError(f"SMOKE_ATTN must be auto, flash_attention_2 or sdpa, got '{attention}'")
-        source = (environ.get("SMOKE_DATA_SOURCE") or environ.get("GCPO_SHARED_DATA")
-                  or str(ROOT / ".." / "shared" / "data"))
-        return cls(smoke_dir=Path(environ.get("SMOKE_DIR") or f"{tmp_dir}/gcpo-smoke"),
-                   python=environ.get("PYTHON") or sys.executable,
-                   gpu_mem_util=environ.get("SMOKE_GPU_MEM_UTIL", "0.15"), n_resp=environ.get("SMOKE_N_RESP", "8"),
-                   max_response_length=int(length), attention=attention, run_timeout_s=int(timeout),
-                   ray_cpus=environ.get("SMOKE_RAY_CPUS", "24"), data_source=Path(source), tmp_dir=tmp_dir)
+        source = (
+            environ.get("SMOKE_DATA_SOURCE") or environ.get("GCPO_SHARED_DATA") or str(ROOT / ".." / "shared" / "data")
+        )
+        return cls(
+            smoke_dir=Path(environ.get("SMOKE_DIR") or f"{tmp_dir}/gcpo-smoke"),
+            python=environ.get("PYTHON") or sys.executable,
+            gpu_mem_util=environ.get("SMOKE_GPU_MEM_UTIL", "0.15"),
+            n_resp=environ.get("SMOKE_N_RESP", "8"),
+            max_response_length=int(length),
+            attention=attention,
+            run_timeout_s=int(timeout),
+            ray_cpus=environ.get("SMOKE_RAY_CPUS", "24"),
+            data_source=Path(source),
+            tmp_dir=tmp_dir,
+        )
 
 
 def _positive(value: str) -> bool:
@@ -207,31 +228,56 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m tests.special_e2e.smoke run", allow_abbrev=False, epilog=ENVIRONMENT_HELP,
-                     usage="%(prog)s --device gpu|cpu [options] [key=value ...]",
-                     description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="", help="gpu (one CUDA GPU) or cpu (verl's CPU platform of "
-                                                     "tests/special_e2e/cpu_platform.py)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="build the policy and data, compose and validate the run's config and print it")
-    parser.add_argument("--estimator", help="the advantage estimator (default gcpo; grpo runs the same smoke with "
-                                            "verl's GRPO)")
-    parser.add_argument("--compare", action="store_true",
-                        help="run the GCPO smoke, then the GRPO smoke, and print their step times side by side")
-    parser.add_argument("--steps", default="2",
-                        help="steps before the checkpoint (default 2); the resumed run adds one")
-    parser.add_argument("--kill-credit-actor-after", metavar="S",
-                        help="SIGKILL the credit actor(s) once step S is logged (first run); the check then asks that "
-                             "Ray restarted them and that every later step still has GCPO's credit")
-    parser.add_argument("--kill-reward-worker-after", metavar="S",
-                        help="the same for one of verl's reward workers; later steps must still be scored")
-    parser.add_argument("--launcher", metavar="L",
-                        help="instead of the smoke's own config, run launcher L (scripts/run_*.sh: its reward "
-                             "manager, overlong buffer, validation sets, dynamic batch sizes, data loader workers) "
-                             "with the tiny policy and small sizes as environment variables, this device's settings "
-                             "as overrides, on 30 prompts of the real data (scripts/prepare_data.py --local-dir "
-                             "SMOKE_DATA_SOURCE): validation, STEPS steps, a checkpoint, the final validation; then "
-                             "its checks")
+    parser = _Parser(
+        prog="python -m tests.special_e2e.smoke run",
+        allow_abbrev=False,
+        epilog=ENVIRONMENT_HELP,
+        usage="%(prog)s --device gpu|cpu [options] [key=value ...]",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--device",
+        default="",
+        help="gpu (one CUDA GPU) or cpu (verl's CPU platform of tests/special_e2e/cpu_platform.py)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="build the policy and data, compose and validate the run's config and print it",
+    )
+    parser.add_argument(
+        "--estimator", help="the advantage estimator (default gcpo; grpo runs the same smoke with verl's GRPO)"
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="run the GCPO smoke, then the GRPO smoke, and print their step times side by side",
+    )
+    parser.add_argument(
+        "--steps", default="2", help="steps before the checkpoint (default 2); the resumed run adds one"
+    )
+    parser.add_argument(
+        "--kill-credit-actor-after",
+        metavar="S",
+        help="SIGKILL the credit actor(s) once step S is logged (first run); the check then asks that "
+        "Ray restarted them and that every later step still has GCPO's credit",
+    )
+    parser.add_argument(
+        "--kill-reward-worker-after",
+        metavar="S",
+        help="the same for one of verl's reward workers; later steps must still be scored",
+    )
+    parser.add_argument(
+        "--launcher",
+        metavar="L",
+        help="instead of the smoke's own config, run launcher L (scripts/run_*.sh: its reward "
+        "manager, overlong buffer, validation sets, dynamic batch sizes, data loader workers) "
+        "with the tiny policy and small sizes as environment variables, this device's settings "
+        "as overrides, on 30 prompts of the real data (scripts/prepare_data.py --local-dir "
+        "SMOKE_DATA_SOURCE): validation, STEPS steps, a checkpoint, the final validation; then "
+        "its checks",
+    )
     return parser
 
 
@@ -247,8 +293,9 @@ def parse_options(argv: Sequence[str]) -> Options:
 
 def _validated(ns: argparse.Namespace, overrides: tuple[str, ...]) -> Options:
     if ns.device not in ("gpu", "cpu"):
-        raise UsageError(f"--device must be gpu or cpu, got '{ns.device}' "
-                         "(scripts/smoke_1gpu.sh, scripts/smoke_cpu.sh)")
+        raise UsageError(
+            f"--device must be gpu or cpu, got '{ns.device}' (scripts/smoke_1gpu.sh, scripts/smoke_cpu.sh)"
+        )
     estimators = _estimators(ns.estimator, ns.compare)
     if not _positive(ns.steps):
         raise UsageError(f"--steps must be a positive integer, got '{ns.steps}'")
@@ -258,8 +305,17 @@ def _validated(ns: argparse.Namespace, overrides: tuple[str, ...]) -> Options:
     if credit is not None and estimators != ("gcpo",):
         raise UsageError("--kill-credit-actor-after needs the gcpo estimator (grpo has no credit actor)")
     launcher = _launcher(ns, credit, reward)
-    return Options(device=ns.device, estimators=estimators, steps=steps, dry_run=ns.dry_run, compare=ns.compare,
-                   kill_credit_after=credit, kill_reward_after=reward, launcher=launcher, overrides=overrides)
+    return Options(
+        device=ns.device,
+        estimators=estimators,
+        steps=steps,
+        dry_run=ns.dry_run,
+        compare=ns.compare,
+        kill_credit_after=credit,
+        kill_reward_after=reward,
+        launcher=launcher,
+        overrides=overrides,
+    )
 
 
 def _estimators(given: Optional[str], compare: bool) -> tuple[str, ...]:
@@ -277,8 +333,9 @@ def _kill_step(flag: str, value: Optional[str], steps: int) -> Optional[int]:
     if value is None:
         return None
     if not _positive(value) or int(value) >= steps:
-        raise UsageError(f"{flag} must be a step from 1 to {steps - 1} (one before the last of --steps {steps}), "
-                         f"got '{value}'")
+        raise UsageError(
+            f"{flag} must be a step from 1 to {steps - 1} (one before the last of --steps {steps}), got '{value}'"
+        )
     return int(value)
 
 
@@ -375,8 +432,9 @@ class _TeedProcess:
 
     def __init__(self, command: Sequence[str], env: Mapping[str, str], log: IO[bytes]) -> None:
         self.started = time.monotonic()
-        self.popen = subprocess.Popen(list(command), env=dict(env), cwd=ROOT, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT)
+        self.popen = subprocess.Popen(
+            list(command), env=dict(env), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         assert self.popen.stdout is not None
         self._tee = threading.Thread(target=_tee, args=(self.popen.stdout, log), daemon=True)
         self._tee.start()
@@ -435,6 +493,7 @@ def _died_of_taken_port(outcome: Outcome, log: Path, metrics: Path) -> bool:
 @contextlib.contextmanager
 def _sigterm_as_exit() -> Iterator[None]:
     """A SIGTERM of the smoke (CI cancelled) unwinds like Ctrl-C, through every clean-up."""
+
     def handle(signum: int, _frame: object) -> NoReturn:
         raise SystemExit(128 + signum)
 
@@ -479,8 +538,15 @@ class Smoke:
             return 1
         failed = [estimator for estimator in self.options.estimators if not self.smoke(estimator)]
         if self.options.compare and not self.options.dry_run and not failed:
-            status = harness(["compare", "--gcpo", str(self.settings.smoke_dir / "gcpo"),
-                              "--grpo", str(self.settings.smoke_dir / "grpo")])
+            status = harness(
+                [
+                    "compare",
+                    "--gcpo",
+                    str(self.settings.smoke_dir / "gcpo"),
+                    "--grpo",
+                    str(self.settings.smoke_dir / "grpo"),
+                ]
+            )
             if status:
                 return status
         if failed:
@@ -505,18 +571,42 @@ class Smoke:
         self.describe_device(run_dir)
         if not (self.train(estimator, run_dir, 1, steps) and self.train(estimator, run_dir, 2, steps + 1)):
             return False
-        faults = [word for target, after in (("credit", self.options.kill_credit_after),
-                                             ("reward", self.options.kill_reward_after))
-                  if after is not None for word in ("--fault", target)]
-        return harness(["check", "--run-dir", str(run_dir.root), "--estimator", estimator, "--steps", str(steps),
-                        "--groups-per-step", str(PROMPTS_PER_STEP), *faults]) == 0
+        faults = [
+            word
+            for target, after in (
+                ("credit", self.options.kill_credit_after),
+                ("reward", self.options.kill_reward_after),
+            )
+            if after is not None
+            for word in ("--fault", target)
+        ]
+        return (
+            harness(
+                [
+                    "check",
+                    "--run-dir",
+                    str(run_dir.root),
+                    "--estimator",
+                    estimator,
+                    "--steps",
+                    str(steps),
+                    "--groups-per-step",
+                    str(PROMPTS_PER_STEP),
+                    *faults,
+                ]
+            )
+            == 0
+        )
 
     def dry_run(self, estimator: str, run_dir: RunDir) -> bool:
         """Compose and validate the first run's config (the trainer prints it), running nothing."""
         steps = self.options.steps
         args = self.trainer_args(estimator, run_dir, steps, str(run_dir.root / "ray"))
-        print(f"# smoke {estimator} ({self.options.device}): the first run (steps 1-{steps}); the resumed run "
-              f"differs only in trainer.total_training_steps={steps + 1} and its metrics file", flush=True)
+        print(
+            f"# smoke {estimator} ({self.options.device}): the first run (steps 1-{steps}); the resumed run "
+            f"differs only in trainer.total_training_steps={steps + 1} and its metrics file",
+            flush=True,
+        )
         return self._python(["-m", TRAINER, *args], GCPO_DRY_RUN="1").returncode == 0
 
     def describe_device(self, run_dir: RunDir) -> None:
@@ -527,8 +617,13 @@ class Smoke:
                 harness(["describe-host"])
         elif shutil.which("nvidia-smi", path=self.env.get("PATH")):
             with run_dir.device.open("w", encoding="utf-8") as out, contextlib.suppress(subprocess.SubprocessError):
-                subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                                "--format=csv,noheader"], stdout=out, env=self.env, timeout=60, check=False)
+                subprocess.run(
+                    ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                    stdout=out,
+                    env=self.env,
+                    timeout=60,
+                    check=False,
+                )
 
     def train(self, estimator: str, run_dir: RunDir, run: int, total_steps: int) -> bool:
         """One trainer run of the smoke, with a Ray folder of its own, removed after it."""
@@ -536,9 +631,14 @@ class Smoke:
         try:
             args = self.trainer_args(estimator, run_dir, total_steps, ray_dir)
             # the run's temporary files (vLLM's sockets, verl's checkpoint locks) go with its Ray folder
-            return self.bounded_run(f"{estimator} run {run} (to step {total_steps})", run_dir, run,
-                                    [self.settings.python, "-m", TRAINER, *args], {"TMPDIR": ray_dir},
-                                    self._marker(f"{estimator}-{run}"))
+            return self.bounded_run(
+                f"{estimator} run {run} (to step {total_steps})",
+                run_dir,
+                run,
+                [self.settings.python, "-m", TRAINER, *args],
+                {"TMPDIR": ray_dir},
+                self._marker(f"{estimator}-{run}"),
+            )
         finally:
             shutil.rmtree(ray_dir, ignore_errors=True)
 
@@ -607,20 +707,26 @@ class Smoke:
 
     @staticmethod
     def _dump_args(run_dir: RunDir) -> list[str]:
-        return ["algorithm.gcpo.dump.every_n_steps=1", "algorithm.gcpo.dump.max_groups=64",
-                f"algorithm.gcpo.dump.directory={run_dir.dumps}"]
+        return [
+            "algorithm.gcpo.dump.every_n_steps=1",
+            "algorithm.gcpo.dump.max_groups=64",
+            f"algorithm.gcpo.dump.directory={run_dir.dumps}",
+        ]
 
     # ---- --launcher --------------------------------------------------------------------------------------------
     def launcher_smoke(self) -> bool:
         """--launcher: the launcher's own config, small, then its checks. Its settings are environment variables
         (scripts/common.sh), and this device's overrides come before the command line's."""
         launcher, steps = self.options.launcher, self.options.steps
-        run_dir = RunDir(self.settings.smoke_dir / f"launcher-{launcher[:-len('.sh')]}")
+        run_dir = RunDir(self.settings.smoke_dir / f"launcher-{launcher[: -len('.sh')]}")
         data_dir = self.settings.smoke_dir / "launcher_data"
         source = self.settings.data_source
         if not source.is_dir():
-            print(f"error: --launcher needs local copies of the data sets (scripts/prepare_data.py --local-dir): "
-                  f"{source} is not a folder; set SMOKE_DATA_SOURCE (or GCPO_SHARED_DATA) to one", file=sys.stderr)
+            print(
+                f"error: --launcher needs local copies of the data sets (scripts/prepare_data.py --local-dir): "
+                f"{source} is not a folder; set SMOKE_DATA_SOURCE (or GCPO_SHARED_DATA) to one",
+                file=sys.stderr,
+            )
             return False
         if not fresh_run_dir(run_dir.root):
             return False
@@ -629,13 +735,23 @@ class Smoke:
             return False
         ray_dir = self._new_ray_dir()
         try:
-            ok = self.bounded_run(f"{launcher} ({steps} steps)", run_dir, 1,
-                                  ["bash", f"scripts/{launcher}", *self.launcher_args(run_dir, data_dir, ray_dir)],
-                                  self.launcher_environment(run_dir, data_dir, ray_dir), self._marker("launcher"))
+            ok = self.bounded_run(
+                f"{launcher} ({steps} steps)",
+                run_dir,
+                1,
+                ["bash", f"scripts/{launcher}", *self.launcher_args(run_dir, data_dir, ray_dir)],
+                self.launcher_environment(run_dir, data_dir, ray_dir),
+                self._marker("launcher"),
+            )
         finally:
             shutil.rmtree(ray_dir, ignore_errors=True)
-        return ok and harness(["check-launcher", "--run-dir", str(run_dir.root), "--launcher", launcher,
-                               "--steps", str(steps)]) == 0
+        return (
+            ok
+            and harness(
+                ["check-launcher", "--run-dir", str(run_dir.root), "--launcher", launcher, "--steps", str(steps)]
+            )
+            == 0
+        )
 
     def prepare_launcher_data(self, source: Path, data_dir: Path) -> bool:
         """30 training prompts and the validation sets of the real data, once (kept across smokes)."""
@@ -649,8 +765,19 @@ class Smoke:
             # stands in
             if not (staged / "math_train.jsonl").is_file() and (staged / "math500.jsonl").is_file():
                 shutil.copy(staged / "math500.jsonl", staged / "math_train.jsonl")
-            proc = self._python(["scripts/prepare_data.py", "--local-dir", str(staged), "--out-dir", str(data_dir),
-                                 "--train-limit", "30", "--datasets", "dapo_math_17k,math,aime24,amc23"])
+            proc = self._python(
+                [
+                    "scripts/prepare_data.py",
+                    "--local-dir",
+                    str(staged),
+                    "--out-dir",
+                    str(data_dir),
+                    "--train-limit",
+                    "30",
+                    "--datasets",
+                    "dapo_math_17k,math,aime24,amc23",
+                ]
+            )
         finally:
             shutil.rmtree(staged, ignore_errors=True)
         if proc.returncode:
@@ -663,16 +790,25 @@ class Smoke:
         """The overrides after the launcher's own: this device's, the file logger, checkpoints, small worker
         counts, the smoke's prompts and reward; then the command line's."""
         steps, launcher = self.options.steps, self.options.launcher
-        args = [*self.device_args(ray_dir), *ATTENTION_OVERRIDES[self.attention],
-                'trainer.logger=["console","file"]', f"trainer.save_freq={steps}", f"trainer.test_freq={steps}",
-                f"trainer.default_local_dir={run_dir.checkpoints}", "actor_rollout_ref.rollout.agent.num_workers=2",
-                "reward.num_workers=2"]
+        args = [
+            *self.device_args(ray_dir),
+            *ATTENTION_OVERRIDES[self.attention],
+            'trainer.logger=["console","file"]',
+            f"trainer.save_freq={steps}",
+            f"trainer.test_freq={steps}",
+            f"trainer.default_local_dir={run_dir.checkpoints}",
+            "actor_rollout_ref.rollout.agent.num_workers=2",
+            "reward.num_workers=2",
+        ]
         # A random policy never solves a real problem: on the math reward every group is all wrong, and every
         # check of the credit (and dynamic sampling, COPO's blended loss) would run on zeros. So the smoke's
         # three prompts train (an all-wrong, a mixed and an all-correct group every step) on the smoke reward,
         # with a penalty that keeps a correct answer's reward positive (OVERLONG_PENALTY).
-        print("smoke: the smoke's prompts and reward stand in for the math data and reward (a random policy solves "
-              "nothing), with half the overlong penalty (every response reaches the length limit)", file=sys.stderr)
+        print(
+            "smoke: the smoke's prompts and reward stand in for the math data and reward (a random policy solves "
+            "nothing), with half the overlong penalty (every response reaches the length limit)",
+            file=sys.stderr,
+        )
         args += [*SMOKE_REWARD, f"reward.reward_kwargs.overlong_buffer_cfg.penalty_factor={OVERLONG_PENALTY}"]
         if "group_contrastive" in launcher:
             args.append(f"data.train_files={data_dir}/train_math.parquet")
@@ -683,14 +819,24 @@ class Smoke:
     def launcher_environment(self, run_dir: RunDir, data_dir: Path, ray_dir: str) -> dict[str, str]:
         """The launcher's settings (scripts/common.sh reads them): the tiny policy, the smoke's sizes."""
         smoke_dir = self.settings.smoke_dir
-        return {"TMPDIR": ray_dir, "MODEL_PATH": f"{smoke_dir}/model", "DATA_DIR": str(data_dir),
-                "TRAIN_FILE": f"{smoke_dir}/data/train.parquet", "NNODES": "1", "GPUS_PER_NODE": "1",
-                **LAUNCHER_SIZES, "GPU_MEM_UTIL": self.settings.gpu_mem_util, "VAL_SETS": "aime24 amc23",
-                "TOTAL_STEPS": str(self.options.steps), "CKPT_DIR": str(run_dir.checkpoints)}
+        return {
+            "TMPDIR": ray_dir,
+            "MODEL_PATH": f"{smoke_dir}/model",
+            "DATA_DIR": str(data_dir),
+            "TRAIN_FILE": f"{smoke_dir}/data/train.parquet",
+            "NNODES": "1",
+            "GPUS_PER_NODE": "1",
+            **LAUNCHER_SIZES,
+            "GPU_MEM_UTIL": self.settings.gpu_mem_util,
+            "VAL_SETS": "aime24 amc23",
+            "TOTAL_STEPS": str(self.options.steps),
+            "CKPT_DIR": str(run_dir.checkpoints),
+        }
 
     # ---- one bounded run ---------------------------------------------------------------------------------------
-    def bounded_run(self, label: str, run_dir: RunDir, run: int, command: Sequence[str], env: Mapping[str, str],
-                    marker: str) -> bool:
+    def bounded_run(
+        self, label: str, run_dir: RunDir, run: int, command: Sequence[str], env: Mapping[str, str], marker: str
+    ) -> bool:
         """One trainer run, bounded by SMOKE_RUN_TIMEOUT, with its samplers beside it; writes log_run<N>.txt,
         wall_run<N>.txt and metrics_run<N>.jsonl, and prints [PASS] or [FAIL]. A run that died at start-up of a
         taken port runs once more."""
@@ -701,17 +847,21 @@ class Smoke:
             outcome = self._run_once(command, full_env, run_dir, run, marker)
             if attempt == 1 and _died_of_taken_port(outcome, log, metrics):
                 first = log.with_name(f"{log.stem}.attempt1.txt")
-                print(f"smoke: {label} died at start-up with EADDRINUSE (a port picked free was taken before it was "
-                      f"bound, as on a busy machine): running it once more; first log: {first}", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"smoke: {label} died at start-up with EADDRINUSE (a port picked free was taken before it was "
+                    f"bound, as on a busy machine): running it once more; first log: {first}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 log.rename(first)
                 metrics.unlink(missing_ok=True)
                 continue
             break
         return self._verdict(label, outcome, log)
 
-    def _run_once(self, command: Sequence[str], env: Mapping[str, str], run_dir: RunDir, run: int,
-                  marker: str) -> Outcome:
+    def _run_once(
+        self, command: Sequence[str], env: Mapping[str, str], run_dir: RunDir, run: int, marker: str
+    ) -> Outcome:
         helpers = self._start_helpers(run_dir, run, marker)
         try:
             with run_dir.log(run).open("wb") as log, _TeedProcess(command, env, log) as proc:
@@ -729,8 +879,11 @@ class Smoke:
 
     def _verdict(self, label: str, outcome: Outcome, log: Path) -> bool:
         if outcome.timed_out:
-            print(f"[FAIL] {label} did not finish in SMOKE_RUN_TIMEOUT={self.settings.run_timeout_s} s and was "
-                  f"stopped; log: {log}", flush=True)
+            print(
+                f"[FAIL] {label} did not finish in SMOKE_RUN_TIMEOUT={self.settings.run_timeout_s} s and was "
+                f"stopped; log: {log}",
+                flush=True,
+            )
             return False
         if outcome.returncode:
             print(f"[FAIL] {label} exited {outcome.returncode}; log: {log}", flush=True)
@@ -749,20 +902,43 @@ class Smoke:
             commands.append(["host-memory", "--out", str(run_dir.host_memory(run)), "--marker", marker, *parent])
         for target, after in (("credit", self.options.kill_credit_after), ("reward", self.options.kill_reward_after)):
             if run == 1 and after is not None:
-                commands.append(["fault", "--target", target, "--after-step", str(after), "--marker", marker,
-                                 "--metrics", str(run_dir.metrics(1)), "--out", str(run_dir.fault(target)), *parent])
+                commands.append(
+                    [
+                        "fault",
+                        "--target",
+                        target,
+                        "--after-step",
+                        str(after),
+                        "--marker",
+                        marker,
+                        "--metrics",
+                        str(run_dir.metrics(1)),
+                        "--out",
+                        str(run_dir.fault(target)),
+                        *parent,
+                    ]
+                )
         # the helpers' environment has no marker: they are not the run's, and reaping it leaves them be
-        return [subprocess.Popen([self.settings.python, "-m", HARNESS, *words], env=self.env, cwd=ROOT)
-                for words in commands]
+        return [
+            subprocess.Popen([self.settings.python, "-m", HARNESS, *words], env=self.env, cwd=ROOT)
+            for words in commands
+        ]
 
     def _python(self, args: Sequence[str], **env: str) -> subprocess.CompletedProcess:
         """A short Python step (build, data, dry run), bounded like a run; a step past it fails."""
         try:
-            return subprocess.run([self.settings.python, *args], env={**self.env, **env}, cwd=ROOT,
-                                  timeout=self.settings.run_timeout_s, check=False)
+            return subprocess.run(
+                [self.settings.python, *args],
+                env={**self.env, **env},
+                cwd=ROOT,
+                timeout=self.settings.run_timeout_s,
+                check=False,
+            )
         except subprocess.TimeoutExpired as err:
-            print(f"smoke: {' '.join(args[:3])} did not finish in SMOKE_RUN_TIMEOUT={self.settings.run_timeout_s} s",
-                  file=sys.stderr)
+            print(
+                f"smoke: {' '.join(args[:3])} did not finish in SMOKE_RUN_TIMEOUT={self.settings.run_timeout_s} s",
+                file=sys.stderr,
+            )
             return subprocess.CompletedProcess(err.cmd, 124)
 
     def _new_ray_dir(self) -> str:

@@ -7,8 +7,8 @@ import pytest
 from verl.utils.tracking import FileLogger
 
 from gcpo_core.credit.config import CreditConfig
-from gcpo_core.evaluation.dump import write_credit_dump
 from gcpo_core.encoding.pipeline import credit_rollouts
+from gcpo_core.evaluation.dump import write_credit_dump
 from tests.special_e2e.smoke import checks
 from tests.special_e2e.smoke.__main__ import main
 from tests.special_e2e.smoke.reward import compute_score
@@ -18,8 +18,13 @@ N_RESP = 8
 
 
 def step_metrics(step, gcpo=True, **changes):
-    data = {"training/global_step": step, "timing_s/step": 1.5 + step, "timing_s/gen": 0.5, "critic/score/mean": 0.0,
-            "critic/values/mean": float("nan")}  # verl logs NaN critic values without a critic: not checked
+    data = {
+        "training/global_step": step,
+        "timing_s/step": 1.5 + step,
+        "timing_s/gen": 0.5,
+        "critic/score/mean": 0.0,
+        "critic/values/mean": float("nan"),
+    }  # verl logs NaN critic values without a critic: not checked
     if gcpo:
         data.update({key: 0.25 for key in checks.REQUIRED_GCPO_METRICS}, **{"gcpo/groups": 3.0})
         # the default all_correct_scale=group: an all-correct push of the order of the mixed one
@@ -55,10 +60,13 @@ def write_dump(dump_dir, step, minilm, rates=(0.0, 0.5, 1.0)):
             uid = f"prompt{g}"
             for text in group_texts(uid):
                 texts.append(text)
-                rewards.append(compute_score("gcpo_smoke", text, "540", extra_info={"smoke_correct_rate": rate})["score"])
+                rewards.append(
+                    compute_score("gcpo_smoke", text, "540", extra_info={"smoke_correct_rate": rate})["score"]
+                )
                 uids.append(uid)
-        result = credit_rollouts(texts, rewards, uids, minilm, CreditConfig(), expected_group_size=N_RESP,
-                                 return_embeddings=True, seed=0)
+        result = credit_rollouts(
+            texts, rewards, uids, minilm, CreditConfig(), expected_group_size=N_RESP, return_embeddings=True, seed=0
+        )
         _credited[rates] = (texts, rewards, uids, result)
     texts, rewards, uids, result = _credited[rates]
     return write_credit_dump(dump_dir, step, texts, rewards, uids, [True] * len(texts), result, max_groups=64)
@@ -70,22 +78,30 @@ def failed(results):
 
 # --- metrics ---------------------------------------------------------------------------------------------
 
+
 def test_metrics_of_every_step_present_and_finite_pass(tmp_path, monkeypatch):
-    path = write_metrics(tmp_path / "m.jsonl", {0: {"val-core/acc": 0.1}, 1: step_metrics(1), 2: step_metrics(2)},
-                         monkeypatch)
+    path = write_metrics(
+        tmp_path / "m.jsonl", {0: {"val-core/acc": 0.1}, 1: step_metrics(1), 2: step_metrics(2)}, monkeypatch
+    )
     metrics = checks.read_metrics(path)
     assert sorted(metrics) == [1, 2]  # the validation record before training is not a step
     assert metrics[1]["critic/values/mean"] is None  # orjson writes NaN as null
     assert not failed(checks.check_metrics(metrics, [1, 2], gcpo=True, groups_per_step=3))
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"gcpo/team_value/mean": float("nan")}, "not finite: ['gcpo/team_value/mean=None']"),  # orjson writes NaN as null
-    ({"timing_s/gcpo_shapley": float("inf")}, "not finite"),
-    ({"timing_s/gcpo_total": ...}, "missing ['timing_s/gcpo_total']"),
-    ({"gcpo/groups": 2.0}, "gcpo/groups = 2.0, prompts per step = 3"),
-    ({"timing_s/step": ...}, "timing_s/step = None"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"gcpo/team_value/mean": float("nan")},
+            "not finite: ['gcpo/team_value/mean=None']",
+        ),  # orjson writes NaN as null
+        ({"timing_s/gcpo_shapley": float("inf")}, "not finite"),
+        ({"timing_s/gcpo_total": ...}, "missing ['timing_s/gcpo_total']"),
+        ({"gcpo/groups": 2.0}, "gcpo/groups = 2.0, prompts per step = 3"),
+        ({"timing_s/step": ...}, "timing_s/step = None"),
+    ],
+)
 def test_a_missing_or_non_finite_gcpo_metric_fails(tmp_path, monkeypatch, change, message):
     path = write_metrics(tmp_path / "m.jsonl", {1: step_metrics(1), 2: step_metrics(2, **change)}, monkeypatch)
     bad = failed(checks.check_metrics(checks.read_metrics(path), [1, 2], gcpo=True, groups_per_step=3))
@@ -110,6 +126,7 @@ def test_a_line_that_is_not_a_logger_record_is_an_error(tmp_path):
 
 # --- resume ----------------------------------------------------------------------------------------------
 
+
 def saved(tmp_path, step):
     (tmp_path / "ckpt" / f"global_step_{step}" / "actor").mkdir(parents=True)
     return tmp_path / "ckpt"
@@ -133,6 +150,7 @@ def test_no_checkpoint_or_a_mislabelled_step_fails(tmp_path):
 
 
 # --- credit dumps ----------------------------------------------------------------------------------------
+
 
 def test_real_credit_of_smoke_rewards_passes(tmp_path, minilm):
     for step in (1, 2):
@@ -173,6 +191,7 @@ def test_a_run_without_all_wrong_groups_or_without_its_dump_fails(tmp_path, mini
 
 # --- the command the script calls --------------------------------------------------------------------------
 
+
 def synthetic_run(root, monkeypatch, minilm=None, resumed_steps=(3,)):
     run = RunDir(root)
     write_metrics(run.metrics(1), {1: step_metrics(1), 2: step_metrics(2)}, monkeypatch)
@@ -180,8 +199,17 @@ def synthetic_run(root, monkeypatch, minilm=None, resumed_steps=(3,)):
     saved(root, 2)
     run.wall(1).write_text("30.0\n")
     run.wall(2).write_text("20.0\n")
-    run.gpu_memory(1).write_text(json.dumps({"samples": 3, "processes": [
-        {"pid": 7, "peak_mib": 2048.0, "name": "ray::WorkerDict"}, {"pid": 8, "peak_mib": 600.0, "name": "ray::CreditWorker"}]}))
+    run.gpu_memory(1).write_text(
+        json.dumps(
+            {
+                "samples": 3,
+                "processes": [
+                    {"pid": 7, "peak_mib": 2048.0, "name": "ray::WorkerDict"},
+                    {"pid": 8, "peak_mib": 600.0, "name": "ray::CreditWorker"},
+                ],
+            }
+        )
+    )
     if minilm is not None:
         for step in (1, 2, 3):
             write_dump(run.dumps, step, minilm)
@@ -190,7 +218,10 @@ def synthetic_run(root, monkeypatch, minilm=None, resumed_steps=(3,)):
 
 def test_check_command_passes_a_good_run_and_writes_its_summary(tmp_path, monkeypatch, minilm, capsys):
     run = synthetic_run(tmp_path, monkeypatch, minilm)
-    assert main(["check", "--run-dir", str(tmp_path), "--estimator", "gcpo", "--steps", "2", "--groups-per-step", "3"]) == 0
+    assert (
+        main(["check", "--run-dir", str(tmp_path), "--estimator", "gcpo", "--steps", "2", "--groups-per-step", "3"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "[FAIL]" not in out and "smoke gcpo: PASSED" in out
     assert "| 1 | 1, 2 | 30 | 24 |" in out  # 30 s wall - (2.5 + 3.5) s of steps
@@ -213,9 +244,12 @@ def checked_and_compared(tmp_path, monkeypatch, minilm, capsys, resumed_grpo_ste
     the comparison's output."""
     synthetic_run(tmp_path / "gcpo", monkeypatch, minilm)
     grpo = RunDir(tmp_path / "grpo")
-    write_metrics(grpo.metrics(1), {s: step_metrics(s, gcpo=False, **{"timing_s/step": 2.0}) for s in (1, 2)}, monkeypatch)
-    write_metrics(grpo.metrics(2), {3: step_metrics(3, gcpo=False, **{"timing_s/step": resumed_grpo_step_s})},
-                  monkeypatch)
+    write_metrics(
+        grpo.metrics(1), {s: step_metrics(s, gcpo=False, **{"timing_s/step": 2.0}) for s in (1, 2)}, monkeypatch
+    )
+    write_metrics(
+        grpo.metrics(2), {3: step_metrics(3, gcpo=False, **{"timing_s/step": resumed_grpo_step_s})}, monkeypatch
+    )
     saved(grpo.root, 2)
     for name in ("gcpo", "grpo"):
         assert main(["check", "--run-dir", str(tmp_path / name), "--estimator", name, "--steps", "2"]) == 0
@@ -236,12 +270,15 @@ def test_compare_without_a_finished_run_is_a_clear_error(tmp_path, capsys):
 
 # --- the CPU smoke's additions: clean output, faults, launchers, steady-state comparison -----------------------
 
+
 def test_a_traceback_or_a_killed_loader_worker_fails_the_clean_output_check(tmp_path):
     log = tmp_path / "log.txt"
     log.write_text("step:1 - ok\nall done\n")
     assert checks.check_clean_log(log).ok
-    log.write_text("step:2\nRuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly\n"
-                   "  ... is killed by signal: Killed.\n")
+    log.write_text(
+        "step:2\nRuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly\n"
+        "  ... is killed by signal: Killed.\n"
+    )
     result = checks.check_clean_log(log)
     assert not result.ok and "is killed by signal" in result.detail
     log.write_text("Traceback (most recent call last):\n  File x\n")
@@ -284,7 +321,8 @@ def test_a_reward_fault_needs_finite_scores_after_it():
     assert not failed(checks.check_fault("reward", fault_record("reward"), run, 2, gcpo=False, log="x"))
     run[2]["critic/score/mean"] = float("nan")
     assert [r.name for r in failed(checks.check_fault("reward", fault_record("reward"), run, 2, False, "x"))] == [
-        "scores after the fault"]
+        "scores after the fault"
+    ]
 
 
 def launcher_run(root, monkeypatch, steps=2, validation=(0, 2), log="done\n", gcpo=True, minilm=None, penalty=0.5):
@@ -309,8 +347,9 @@ def launcher_run(root, monkeypatch, steps=2, validation=(0, 2), log="done\n", gc
 
 def test_a_launcher_run_with_validation_checkpoint_and_clean_output_passes(tmp_path, monkeypatch, capsys, minilm):
     launcher_run(tmp_path, monkeypatch, minilm=minilm)
-    assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_gcpo.sh",
-                 "--steps", "2"]) == 0
+    assert (
+        main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_gcpo.sh", "--steps", "2"]) == 0
+    )
     out = capsys.readouterr().out
     assert "launcher smoke run_qwen3_4b_gcpo.sh: PASSED" in out and "step 2 gcpo metrics" in out
     assert "[PASS] non-zero credit: all-correct groups" in out
@@ -320,27 +359,41 @@ def test_a_launcher_run_with_validation_checkpoint_and_clean_output_passes(tmp_p
 def test_a_gcpo_launcher_run_whose_credit_is_all_zero_fails(tmp_path, monkeypatch, capsys, minilm):
     """The launcher smoke at the launchers' full overlong penalty: every correct answer scored 0."""
     launcher_run(tmp_path, monkeypatch, minilm=minilm, penalty=1.0)
-    assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_gcpo.sh",
-                 "--steps", "2"]) == 1
+    assert (
+        main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_gcpo.sh", "--steps", "2"]) == 1
+    )
     assert "[FAIL] non-zero credit: mixed groups: 0 of" in capsys.readouterr().out
 
 
 def test_a_launcher_run_without_final_validation_or_with_a_traceback_fails(tmp_path, monkeypatch, capsys):
     launcher_run(tmp_path / "a", monkeypatch, validation=(0,))
-    assert main(["check-launcher", "--run-dir", str(tmp_path / "a"), "--launcher", "run_qwen3_4b_grpo.sh",
-                 "--steps", "2"]) == 1
+    assert (
+        main(["check-launcher", "--run-dir", str(tmp_path / "a"), "--launcher", "run_qwen3_4b_grpo.sh", "--steps", "2"])
+        == 1
+    )
     assert "[FAIL] validation before and after training: validation logged at steps [0]" in capsys.readouterr().out
-    launcher_run(tmp_path / "b", monkeypatch, gcpo=False, log="x\nRuntimeError: DataLoader worker (pid 9) is killed by signal: Killed.\n")
-    assert main(["check-launcher", "--run-dir", str(tmp_path / "b"), "--launcher", "run_qwen3_4b_grpo.sh",
-                 "--steps", "2"]) == 1
+    launcher_run(
+        tmp_path / "b",
+        monkeypatch,
+        gcpo=False,
+        log="x\nRuntimeError: DataLoader worker (pid 9) is killed by signal: Killed.\n",
+    )
+    assert (
+        main(["check-launcher", "--run-dir", str(tmp_path / "b"), "--launcher", "run_qwen3_4b_grpo.sh", "--steps", "2"])
+        == 1
+    )
     assert "[FAIL] clean output" in capsys.readouterr().out
 
 
 def test_a_gcpo_launcher_needs_gcpo_metrics_a_grpo_one_does_not(tmp_path, monkeypatch, capsys):
     launcher_run(tmp_path, monkeypatch, gcpo=False)
-    assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_grpo.sh", "--steps", "2"]) == 0
-    assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_gcpo_loo.sh",
-                 "--steps", "2"]) == 1
+    assert (
+        main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_grpo.sh", "--steps", "2"]) == 0
+    )
+    assert (
+        main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_gcpo_loo.sh", "--steps", "2"])
+        == 1
+    )
     assert "missing ['gcpo/groups'" in capsys.readouterr().out
 
 
@@ -357,7 +410,9 @@ def test_a_copo_launcher_needs_both_loss_terms_at_some_step():
 
 def test_the_copo_launcher_is_checked_for_its_loss(tmp_path, monkeypatch, capsys):
     launcher_run(tmp_path, monkeypatch, gcpo=False)
-    assert main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_copo.sh", "--steps", "2"]) == 1
+    assert (
+        main(["check-launcher", "--run-dir", str(tmp_path), "--launcher", "run_qwen3_4b_copo.sh", "--steps", "2"]) == 1
+    )
     assert "[FAIL] COPO's blended loss: step 1 lacks copo/local_adv_abs" in capsys.readouterr().out
 
 
@@ -380,12 +435,14 @@ def test_a_fault_that_cost_rollouts_fails_even_when_the_run_went_on():
 def test_a_later_fault_is_not_blamed_on_an_earlier_one():
     run = {s: step_metrics(s, **{"gcpo/excluded_rows": 0.0}) for s in (1, 2, 3)}
     run[3]["gcpo/excluded_rows"] = 13.0  # lost to a reward fault after step 2
-    credit = checks.check_fault("credit", fault_record("credit", after=1), run, 3, gcpo=True, log="x",
-                                next_fault_after=2)
+    credit = checks.check_fault(
+        "credit", fault_record("credit", after=1), run, 3, gcpo=True, log="x", next_fault_after=2
+    )
     assert not failed(credit) and "steps [2]: no rollout lost" in credit[-1].detail
 
 
 # --- non-zero credit (the launcher and cluster smokes) -------------------------------------------------------
+
 
 def write_penalised_dump(dump_dir, step, minilm, penalty):
     """A step of the smoke's three prompts as DAPO's reward manager scores them when every response reaches the
@@ -414,8 +471,11 @@ def test_credit_on_zeros_fails(tmp_path, minilm):
     write_penalised_dump(tmp_path, 1, minilm, penalty=1.0)
     assert not failed(checks.check_credit_dumps(tmp_path, [1])[:1])  # the older checks still pass on zeros
     bad = failed(checks.check_credit_signal(tmp_path, [1]))
-    assert [r.name for r in bad] == ["non-zero credit: mixed groups", "non-zero credit: all-correct groups",
-                                     "positive Shapley credit of correct rollouts"]
+    assert [r.name for r in bad] == [
+        "non-zero credit: mixed groups",
+        "non-zero credit: all-correct groups",
+        "positive Shapley credit of correct rollouts",
+    ]
 
 
 def test_no_dump_is_no_credit(tmp_path):
@@ -423,6 +483,7 @@ def test_no_dump_is_no_credit(tmp_path):
 
 
 # --- the cluster smoke's checks -----------------------------------------------------------------------------
+
 
 def test_a_checkpoint_needs_every_ranks_shards(tmp_path):
     actor = tmp_path / "global_step_2" / "actor"
@@ -437,8 +498,10 @@ def test_a_checkpoint_needs_every_ranks_shards(tmp_path):
     assert not checks.check_checkpoint_ranks(tmp_path, 3, 2).ok
 
 
-@pytest.mark.parametrize("state, exit_code, ok", [("COMPLETED", "0:0", True), ("FAILED", "1:0", False),
-                                                  ("COMPLETED", "0:9", False), ("CANCELLED", "0:15", False)])
+@pytest.mark.parametrize(
+    "state, exit_code, ok",
+    [("COMPLETED", "0:0", True), ("FAILED", "1:0", False), ("COMPLETED", "0:9", False), ("CANCELLED", "0:15", False)],
+)
 def test_a_job_passes_only_completed_with_exit_zero(state, exit_code, ok):
     assert checks.check_job("train", state, exit_code).ok is ok
 
@@ -456,8 +519,10 @@ def test_actors_must_run_on_every_node():
 
 def test_a_node_loss_must_end_the_job_in_time_with_one_line_naming_the_node(tmp_path):
     log = tmp_path / "job.log"
-    log.write_text("step:1 ...\nnode gcpo-n2 left the job: Ray has its node (10.0.0.2) as dead; the run stops here\n"
-                   "Traceback (most recent call last):\n")
+    log.write_text(
+        "step:1 ...\nnode gcpo-n2 left the job: Ray has its node (10.0.0.2) as dead; the run stops here\n"
+        "Traceback (most recent call last):\n"
+    )
     kill = {"node": "gcpo-n2", "time": 1000.0}
     assert not failed(checks.check_node_loss("FAILED", 1077.6, kill, log, bound_s=300))
     late, _ = checks.check_node_loss("FAILED", 1400.0, kill, log, bound_s=300)
@@ -468,10 +533,15 @@ def test_a_node_loss_must_end_the_job_in_time_with_one_line_naming_the_node(tmp_
     assert not checks.check_node_loss("RUNNING", 0.0, kill, log, bound_s=300)[0].ok  # never ended
 
 
-@pytest.mark.parametrize("line", ["srun: error: gcpo-n2: task 0: Exited with exit code 1",
-                                  "2026-11-26 04:31:28,083\tERR scripts.py:1315 -- Remaining processes will be killed.",
-                                  "slurmstepd: error: *** STEP 3.2 CANCELLED ***",
-                                  "node gcpo-n2 left the job: its Ray ended (exit 1) during the run"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "srun: error: gcpo-n2: task 0: Exited with exit code 1",
+        "2026-11-26 04:31:28,083\tERR scripts.py:1315 -- Remaining processes will be killed.",
+        "slurmstepd: error: *** STEP 3.2 CANCELLED ***",
+        "node gcpo-n2 left the job: its Ray ended (exit 1) during the run",
+    ],
+)
 def test_a_job_log_with_a_line_that_reads_as_a_failure_is_not_clean(tmp_path, line):
     log = tmp_path / "job.log"
     log.write_text(f"all nodes joined\n{line}\n")
@@ -481,8 +551,10 @@ def test_a_job_log_with_a_line_that_reads_as_a_failure_is_not_clean(tmp_path, li
 
 def test_a_logged_gcpo_metric_missing_from_the_glossary_fails(tmp_path):
     glossary = tmp_path / "metrics.md"
-    glossary.write_text("| metric | what |\n|---|---|\n| `gcpo/groups` | prompts |\n"
-                        "| `gcpo/team_value/mean`, `gcpo/team_value/max` | V |\n")
+    glossary.write_text(
+        "| metric | what |\n|---|---|\n| `gcpo/groups` | prompts |\n"
+        "| `gcpo/team_value/mean`, `gcpo/team_value/max` | V |\n"
+    )
     assert checks.glossary_metrics(glossary) == {"gcpo/groups", "gcpo/team_value/mean", "gcpo/team_value/max"}
     logged = {1: {"gcpo/groups": 3.0, "gcpo/team_value/max": 1.0, "actor/pg_loss": 0.1}}
     assert checks.check_metric_glossary(logged, glossary).ok
@@ -502,8 +574,10 @@ def test_under_the_group_scale_all_correct_groups_carry_a_push_of_the_mixed_ones
     _hydra_record(tmp_path, "group")
     scale = checks.run_config_value(tmp_path, "algorithm.gcpo.credit.all_correct_scale")
     assert scale == "group"
-    balanced = {1: {"gcpo/all_correct_adv_abs": 0.7, "gcpo/mixed_adv_abs": 0.8},
-                2: {"gcpo/all_correct_adv_abs": 0.0, "gcpo/mixed_adv_abs": 0.8}}  # no all-correct group at step 2
+    balanced = {
+        1: {"gcpo/all_correct_adv_abs": 0.7, "gcpo/mixed_adv_abs": 0.8},
+        2: {"gcpo/all_correct_adv_abs": 0.0, "gcpo/mixed_adv_abs": 0.8},
+    }  # no all-correct group at step 2
     result = checks.check_all_correct_push(balanced, scale)
     assert result.ok and "at steps [1]" in result.detail
     faint = {1: {"gcpo/all_correct_adv_abs": 0.04, "gcpo/mixed_adv_abs": 0.8}}  # what the batch scale gives

@@ -33,8 +33,14 @@ def test_slurm_conf_declares_every_node_with_its_address_cpus_and_a_gpu():
     lines = conf.splitlines()
     assert "SlurmctldHost=gcpo-n1(10.1.2.1)" in lines
     assert "NodeName=gcpo-n2 NodeAddr=10.1.2.2 CPUs=24 Gres=gpu:1 State=UNKNOWN" in lines
-    assert {"ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SlurmdParameters=config_overrides",
-            "ReturnToService=2", "GresTypes=gpu", "SlurmdTimeout=300"} <= set(lines)
+    assert {
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        "GresTypes=gpu",
+        "SlurmdTimeout=300",
+    } <= set(lines)
     assert f"AuthInfo=socket={root / 'munge' / 'munge.socket'}" in lines
 
 
@@ -54,8 +60,11 @@ def test_the_cluster_refuses_without_root_or_programs(tmp_path, monkeypatch):
 REAL = os.geteuid() == 0 and not cluster_module.missing_programs()
 
 
-@pytest.mark.skipif(not REAL, reason="needs root and Debian's slurmctld, slurmd, slurm-client and munge "
-                                     "(bash scripts/smoke_cluster_cpu.sh installs them)")
+@pytest.mark.skipif(
+    not REAL,
+    reason="needs root and Debian's slurmctld, slurmd, slurm-client and munge "
+    "(bash scripts/smoke_cluster_cpu.sh installs them)",
+)
 def test_a_real_two_node_cluster(tmp_path_factory):
     """Both nodes take a job step with their own host name, address, private folder and process IDs; a crashed node's
     processes are all gone; a restored one takes steps again; nothing is left after stop."""
@@ -65,8 +74,10 @@ def test_a_real_two_node_cluster(tmp_path_factory):
     private = cluster_module.NODE_PRIVATE
     try:
         cluster.start()
-        script = (f'touch "{private}/from-$(hostname)"; sleep 1; '
-                  f'echo "$(hostname) $(hostname --ip-address) $$ $(cd {private} && echo from-*)"')
+        script = (
+            f'touch "{private}/from-$(hostname)"; sleep 1; '
+            f'echo "$(hostname) $(hostname --ip-address) $$ $(cd {private} && echo from-*)"'
+        )
         step = cluster.command(["srun", "--nodes=2", "--ntasks=2", "bash", "-c", script], timeout=120)
         lines = sorted(step.stdout.split("\n")[:2])
         (n1, a1, pid1, tmp1), (n2, a2, pid2, tmp2) = (line.split() for line in lines)

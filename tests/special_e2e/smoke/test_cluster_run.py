@@ -8,12 +8,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe.gcpo.main_gcpo import validate
+from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.scripts.launch import launcher_overrides
 from tests.special_e2e import ROOT
 from tests.special_e2e.smoke import cluster_run
 from tests.special_e2e.smoke.__main__ import main
 from tests.special_e2e.smoke.cluster_run import Paths, job_environment, job_overrides, parse_job, start_up_retry_reason
-from tests.recipe.gcpo.conftest import compose_gcpo
-from tests.scripts.launch import launcher_overrides
 
 PATHS = Paths(Path("/var/tmp/gcpo-cluster-smoke"))
 
@@ -56,8 +56,19 @@ def test_the_command_lines_overrides_win():
 
 
 def test_the_job_environment_is_a_users_shell_with_the_cpu_platform():
-    env = job_environment(PATHS, "resume", "mark-1", "t" * 64, {"PATH": "/bin", "TMPDIR": "/tmp/host-only",
-                          "RAY_ADDRESS": "1.2.3.4:6379", "X": "kept", "PYTHONPATH": "/elsewhere"})
+    env = job_environment(
+        PATHS,
+        "resume",
+        "mark-1",
+        "t" * 64,
+        {
+            "PATH": "/bin",
+            "TMPDIR": "/tmp/host-only",
+            "RAY_ADDRESS": "1.2.3.4:6379",
+            "X": "kept",
+            "PYTHONPATH": "/elsewhere",
+        },
+    )
     assert env["X"] == "kept" and env["TMPDIR"] == "/tmp/host-only" and "RAY_ADDRESS" not in env
     assert env["RAY_TMPDIR"] == "/run/gcpo-node/ray-resume"  # each node's own folder
     assert env["CONTAINER_RUNTIME"] == "none" and env["VERL_PLATFORM"] == "cpu"
@@ -72,21 +83,26 @@ def test_the_job_environment_is_a_users_shell_with_the_cpu_platform():
 
 
 def test_slurms_job_record_is_read_from_one_line():
-    text = ("JobId=3 JobName=gcpo-train UserId=root(0) JobState=COMPLETING Reason=NonZeroExitCode Dependency=(null) "
-            "ExitCode=1:0 RunTime=00:04:22 Command=/work/main/docker/slurm_gcpo.sbatch")
+    text = (
+        "JobId=3 JobName=gcpo-train UserId=root(0) JobState=COMPLETING Reason=NonZeroExitCode Dependency=(null) "
+        "ExitCode=1:0 RunTime=00:04:22 Command=/work/main/docker/slurm_gcpo.sbatch"
+    )
     fields = parse_job(text)
     assert (fields["JobState"], fields["ExitCode"], fields["JobId"]) == ("COMPLETING", "1:0", "3")
     assert parse_job("slurm_load_jobs error: Invalid job id specified") == {}
 
 
-@pytest.mark.parametrize("state, trained, log, attempts, retried", [
-    ("FAILED", False, "OSError: [Errno 98] Address already in use", 1, True),
-    ("FAILED", False, "RuntimeError: The server socket has failed to listen ... (errno: 98 - EADDRINUSE)", 1, True),
-    ("FAILED", False, "OSError: [Errno 98] Address already in use", 2, False),  # once only
-    ("FAILED", True, "OSError: [Errno 98] Address already in use", 1, False),  # it had trained: a real failure
-    ("FAILED", False, "ValueError: something else", 1, False),
-    ("COMPLETED", False, "Address already in use", 1, False),
-])
+@pytest.mark.parametrize(
+    "state, trained, log, attempts, retried",
+    [
+        ("FAILED", False, "OSError: [Errno 98] Address already in use", 1, True),
+        ("FAILED", False, "RuntimeError: The server socket has failed to listen ... (errno: 98 - EADDRINUSE)", 1, True),
+        ("FAILED", False, "OSError: [Errno 98] Address already in use", 2, False),  # once only
+        ("FAILED", True, "OSError: [Errno 98] Address already in use", 1, False),  # it had trained: a real failure
+        ("FAILED", False, "ValueError: something else", 1, False),
+        ("COMPLETED", False, "Address already in use", 1, False),
+    ],
+)
 def test_only_a_first_start_up_death_by_a_taken_port_is_submitted_again(state, trained, log, attempts, retried):
     reason = start_up_retry_reason(state, trained, log, attempts)
     assert (reason is not None) is retried
@@ -94,12 +110,15 @@ def test_only_a_first_start_up_death_by_a_taken_port_is_submitted_again(state, t
         assert reason.startswith("died at start-up with ")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--steps", "2", "--kill-node-after", "2"], "--kill-node-after must be a step from 1 to 1"),
-    (["--steps", "3", "--kill-credit-actor-after", "5"], "--kill-credit-actor-after must be a step from 1 to 2"),
-    (["--nodes", "1"], "--nodes must be 2 or more"),
-    (["--launcher", "run_nothing.sh", "--work-dir", "/var/tmp/x"], "--launcher must be one of scripts/run_*.sh"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "2", "--kill-node-after", "2"], "--kill-node-after must be a step from 1 to 1"),
+        (["--steps", "3", "--kill-credit-actor-after", "5"], "--kill-credit-actor-after must be a step from 1 to 2"),
+        (["--nodes", "1"], "--nodes must be 2 or more"),
+        (["--launcher", "run_nothing.sh", "--work-dir", "/var/tmp/x"], "--launcher must be one of scripts/run_*.sh"),
+    ],
+)
 def test_the_command_refuses_bad_options_in_one_line(argv, message, capsys):
     assert main(["cluster", *argv]) == 2
     err = capsys.readouterr().err
@@ -119,6 +138,12 @@ def test_the_wrapper_refuses_non_root_before_installing_anything():
     root = Path(cluster_run.__file__).resolve().parents[3]
     script = (root / "scripts" / "smoke_cluster_cpu.sh").read_text()
     # the script on standard input: the checkout may be in a folder only root can read
-    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-s", "--",
-                           "--steps", "2"], input=script, capture_output=True, text=True, timeout=60, cwd="/")
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-s", "--", "--steps", "2"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     assert proc.returncode == 2 and "needs root" in proc.stderr and "installing" not in proc.stderr

@@ -12,10 +12,10 @@ from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManage
 from verl.trainer.ppo.reward import get_custom_reward_fn
 
 from gcpo_core.credit.config import CreditConfig
-from gcpo_core.evaluation.dump import write_credit_dump
 from gcpo_core.encoding.pipeline import credit_rollouts
-from tests.special_e2e.smoke.checks import check_credit_dumps
+from gcpo_core.evaluation.dump import write_credit_dump
 from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.special_e2e.smoke.checks import check_credit_dumps
 
 N_RESP = 8
 RESPONSE_LENGTH = 16
@@ -27,11 +27,16 @@ def _rollouts(smoke_dir):
     frame = pd.read_parquet(smoke_dir / "data" / "train.parquet")
     torch.manual_seed(0)
     for index, row in frame.iterrows():
-        prompt = tokenizer.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, tokenize=True,
-                                               return_dict=False)
-        out = model.generate(torch.tensor([prompt] * N_RESP), max_new_tokens=RESPONSE_LENGTH, do_sample=True,
-                             pad_token_id=tokenizer.pad_token_id)
-        for response in out[:, len(prompt):]:
+        prompt = tokenizer.apply_chat_template(
+            list(row["prompt"]), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        out = model.generate(
+            torch.tensor([prompt] * N_RESP),
+            max_new_tokens=RESPONSE_LENGTH,
+            do_sample=True,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        for response in out[:, len(prompt) :]:
             yield f"uid{index}", row, torch.tensor(prompt), response
 
 
@@ -52,15 +57,17 @@ def test_generated_rollouts_scored_by_verl_and_credited_pass_the_smoke_check(smo
     texts, rewards, uids = [], [], []
     for uid, row, prompt, response in _rollouts(smoke_dir):
         result = manager.loop.run_until_complete(
-            manager.run_single(_reward_input(row, prompt, response, tokenizer.pad_token_id)))
+            manager.run_single(_reward_input(row, prompt, response, tokenizer.pad_token_id))
+        )
         rewards.append(result["reward_score"])
         texts.append(tokenizer.decode(response, skip_special_tokens=True))
         uids.append(uid)
     assert len(set(texts)) == len(texts) and all(t.strip() for t in texts)  # random, non-empty responses
     assert set(rewards) == {1.0, -1.0}
 
-    result = credit_rollouts(texts, rewards, uids, minilm, CreditConfig(), expected_group_size=N_RESP,
-                             return_embeddings=True, seed=1)
+    result = credit_rollouts(
+        texts, rewards, uids, minilm, CreditConfig(), expected_group_size=N_RESP, return_embeddings=True, seed=1
+    )
     write_credit_dump(tmp_path, 1, texts, rewards, uids, [True] * len(texts), result, max_groups=64)
     checks = check_credit_dumps(tmp_path, [1])
     assert all(check.ok for check in checks), [check.line() for check in checks]

@@ -5,8 +5,8 @@ import pytest
 from transformers import AutoTokenizer
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from tests.special_e2e.smoke.data import CORRECT_RATES, DATA_SOURCE, RATE_KEY, shipped_problems, smoke_frame
 from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.special_e2e.smoke.data import CORRECT_RATES, DATA_SOURCE, RATE_KEY, shipped_problems, smoke_frame
 
 
 def test_every_shipped_problem_once_with_the_rates_in_turn(smoke_dir):
@@ -28,8 +28,9 @@ def test_verl_reads_it_and_the_prompts_fit_the_smoke_prompt_length(smoke_dir):
     dataset = RLHFDataset([str(smoke_dir / "data" / "train.parquet")], tokenizer, config)
     assert len(dataset) == 3
     for item in dataset:
-        ids = tokenizer.apply_chat_template(item["raw_prompt"], add_generation_prompt=True, tokenize=True,
-                                            return_dict=False)
+        ids = tokenizer.apply_chat_template(
+            item["raw_prompt"], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         assert 50 < len(ids) <= 512  # run.py: MAX_PROMPT_LENGTH=512, truncation=error
         assert item["extra_info"][RATE_KEY] in CORRECT_RATES
 

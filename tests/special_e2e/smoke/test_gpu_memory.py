@@ -24,15 +24,22 @@ def test_each_process_keeps_its_peak_and_the_name_it_had_then():
     tracker.add({1: 100.0, 2: 50.0})
     tracker.add({1: 300.0, 2: 10.0})
     tracker.add({1: 200.0})
-    assert tracker.summary() == {"samples": 3, "processes": [
-        {"pid": 1, "peak_mib": 300.0, "name": "ray::A.update"}, {"pid": 2, "peak_mib": 50.0, "name": "ray::B"}]}
+    assert tracker.summary() == {
+        "samples": 3,
+        "processes": [
+            {"pid": 1, "peak_mib": 300.0, "name": "ray::A.update"},
+            {"pid": 2, "peak_mib": 50.0, "name": "ray::B"},
+        ],
+    }
 
 
 def _sampler(tmp_path, parent_pid=None):
     ready = tmp_path / "ready"
     fake_smi = ["sh", "-c", f"touch {ready}; echo '4242, 1000'; echo '4343, 250'"]
-    code = ("import sys; from tests.special_e2e.smoke.gpu_memory import sample_until_stopped; "
-            f"sample_until_stopped({str(tmp_path / 'peaks.json')!r}, 0.05, query={fake_smi!r}, parent_pid={parent_pid!r})")
+    code = (
+        "import sys; from tests.special_e2e.smoke.gpu_memory import sample_until_stopped; "
+        f"sample_until_stopped({str(tmp_path / 'peaks.json')!r}, 0.05, query={fake_smi!r}, parent_pid={parent_pid!r})"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
     deadline = time.time() + 120
     while not ready.exists() and proc.poll() is None and time.time() < deadline:

@@ -23,14 +23,25 @@ def test_the_checkpoint_is_a_few_million_parameter_qwen3_in_bf16(smoke_dir):
 
 def test_the_tokenizer_renders_chatml_without_bert_wrapping(smoke_dir):
     tokenizer = AutoTokenizer.from_pretrained(smoke_dir / "model")
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is 3 x 60?"}], add_generation_prompt=True,
-                                        tokenize=True, return_dict=False)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 3 x 60?"}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     tokens = tokenizer.convert_ids_to_tokens(ids)
     assert tokens[0] == IM_START and tokens[-3:] == [IM_START, "assistant", "\n"]
     assert "[CLS]" not in tokens and "[SEP]" not in tokens
-    assert tokenizer.encode("what is 3", add_special_tokens=True) == tokenizer.encode("what is 3", add_special_tokens=False)
+    assert tokenizer.encode("what is 3", add_special_tokens=True) == tokenizer.encode(
+        "what is 3", add_special_tokens=False
+    )
     assert tokenizer.pad_token == "[PAD]" and tokenizer.pad_token_id != tokenizer.eos_token_id
-    assert tokenizer.decode(ids, skip_special_tokens=True).split() == ["user", "what", "is", "3", "x", "60?", "assistant"]
+    assert tokenizer.decode(ids, skip_special_tokens=True).split() == [
+        "user",
+        "what",
+        "is",
+        "3",
+        "x",
+        "60?",
+        "assistant",
+    ]
 
 
 def test_verls_agent_loop_takes_its_qwen3_token_builder(smoke_dir):
@@ -40,14 +51,20 @@ def test_verls_agent_loop_takes_its_qwen3_token_builder(smoke_dir):
     assert type(builder).__name__ == "QwenContinuousTokenBuilder"  # needs <|im_end|> and a one-token newline
     messages = [{"role": "user", "content": "hi"}]
     assert builder.build_initial_tokens(messages) == tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
 
 
 def test_the_random_policy_generates_and_computes_a_loss(smoke_dir):
     tokenizer = AutoTokenizer.from_pretrained(smoke_dir / "model")
     model = AutoModelForCausalLM.from_pretrained(smoke_dir / "model", dtype=torch.float32)
-    prompt = torch.tensor([tokenizer.apply_chat_template([{"role": "user", "content": "1 + 1?"}],
-                                                         add_generation_prompt=True, tokenize=True, return_dict=False)])
+    prompt = torch.tensor(
+        [
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": "1 + 1?"}], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        ]
+    )
     torch.manual_seed(0)
     out = model.generate(prompt, max_new_tokens=12, do_sample=True, pad_token_id=tokenizer.pad_token_id)
     assert out.shape[1] > prompt.shape[1]

@@ -28,7 +28,8 @@ def spawn():
         # with child=True the process starts a grandchild and exits: the grandchild is re-parented, as Ray's
         # processes are when the trainer that started them has gone
         code = (f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {SLEEPER!r}]); " if child else "") + (
-            "" if child else SLEEPER)
+            "" if child else SLEEPER
+        )
         proc = subprocess.Popen([sys.executable, "-c", code], env=env)
         started.append(proc)
         if child:
@@ -52,8 +53,10 @@ def _wait_for(predicate, timeout=20.0):
 
 def test_stopping_a_tree_stops_the_process_and_its_descendants_and_kills_what_ignores_sigterm(spawn):
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
-    code = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {stubborn!r}]); "
-            f"subprocess.Popen([sys.executable, '-c', {SLEEPER!r}]); time.sleep(120)")
+    code = (
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {stubborn!r}]); "
+        f"subprocess.Popen([sys.executable, '-c', {SLEEPER!r}]); time.sleep(120)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code])
     bystander = spawn()
     assert _wait_for(lambda: len(psutil.Process(parent.pid).children()) == 2)
@@ -83,15 +86,18 @@ def test_an_empty_marker_is_refused():
         list(processes.run_processes(""))
 
 
-@pytest.mark.parametrize("title, kind", [
-    ("ray::CreditWorker.embed", "ray::CreditWorker"),
-    ("ray::TransferQueueStorageUnit#3:SimpleStorageUnit", "ray::SimpleStorageUnit"),
-    ("ray::agent_loop_worker_0_49c5f523:AgentLoopWorkerTQ", "ray::AgentLoopWorkerTQ"),
-    ("/venv/bin/python -m recipe.gcpo.main_gcpo a=b", "python -m recipe.gcpo.main_gcpo"),
-    ("/venv/bin/python3 /x/ray/dashboard/dashboard.py --x", "python dashboard.py"),
-    ("/x/raylet --flag", "raylet"),
-    ("", "?"),
-])
+@pytest.mark.parametrize(
+    "title, kind",
+    [
+        ("ray::CreditWorker.embed", "ray::CreditWorker"),
+        ("ray::TransferQueueStorageUnit#3:SimpleStorageUnit", "ray::SimpleStorageUnit"),
+        ("ray::agent_loop_worker_0_49c5f523:AgentLoopWorkerTQ", "ray::AgentLoopWorkerTQ"),
+        ("/venv/bin/python -m recipe.gcpo.main_gcpo a=b", "python -m recipe.gcpo.main_gcpo"),
+        ("/venv/bin/python3 /x/ray/dashboard/dashboard.py --x", "python dashboard.py"),
+        ("/x/raylet --flag", "raylet"),
+        ("", "?"),
+    ],
+)
 def test_process_kinds(title, kind):
     assert processes.short_name(title) == kind
 
@@ -100,8 +106,20 @@ def test_the_memory_sampler_writes_the_peak_per_kind_until_told_to_stop(spawn, t
     spawn("run-m")
     spawn("run-m")
     out = tmp_path / "memory.json"
-    sampler = subprocess.Popen([sys.executable, "-m", "tests.special_e2e.smoke", "host-memory", "--out", str(out),
-                                "--marker", "run-m", "--interval", "0.2"])
+    sampler = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.special_e2e.smoke",
+            "host-memory",
+            "--out",
+            str(out),
+            "--marker",
+            "run-m",
+            "--interval",
+            "0.2",
+        ]
+    )
     assert _wait_for(lambda: out.is_file() and json.loads(out.read_text())["samples"] >= 2)
     sampler.send_signal(signal.SIGTERM)
     assert sampler.wait(timeout=30) == 0
@@ -118,8 +136,9 @@ def test_the_fault_injector_waits_for_the_step_then_kills_the_role(spawn, tmp_pa
     monkeypatch.setitem(processes.ROLE_TITLES, "credit", (f"{sys.executable} -c",))  # stands for ray::CreditWorker
     killed = []
     out = tmp_path / "fault.json"
-    record = processes.inject_fault("credit", "run-f", metrics, after_step=1, out=out, poll_s=0.05,
-                                    kill=lambda pid, sig: killed.append((pid, sig)))
+    record = processes.inject_fault(
+        "credit", "run-f", metrics, after_step=1, out=out, poll_s=0.05, kill=lambda pid, sig: killed.append((pid, sig))
+    )
     assert killed == [(victim.pid, signal.SIGKILL)]
     assert json.loads(out.read_text()) == record and record["after_step"] == 1
 
@@ -127,14 +146,23 @@ def test_the_fault_injector_waits_for_the_step_then_kills_the_role(spawn, tmp_pa
 def test_the_fault_injector_gives_up_when_its_parent_has_gone(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    assert processes.inject_fault("reward", "run-x", tmp_path / "none.jsonl", 1, tmp_path / "f.json",
-                                  parent_pid=gone.pid, poll_s=0.05) is None
+    assert (
+        processes.inject_fault(
+            "reward", "run-x", tmp_path / "none.jsonl", 1, tmp_path / "f.json", parent_pid=gone.pid, poll_s=0.05
+        )
+        is None
+    )
     assert not (tmp_path / "f.json").exists()
 
 
 def test_logged_steps_skip_validation_records_and_a_partial_last_line(tmp_path):
     metrics = tmp_path / "m.jsonl"
-    metrics.write_text(json.dumps({"step": 0, "data": {"val-core/x": 1}}) + "\n"
-                       + json.dumps({"step": 1, "data": {"training/global_step": 1}}) + "\n" + '{"step": 2, "da')
+    metrics.write_text(
+        json.dumps({"step": 0, "data": {"val-core/x": 1}})
+        + "\n"
+        + json.dumps({"step": 1, "data": {"training/global_step": 1}})
+        + "\n"
+        + '{"step": 2, "da'
+    )
     assert processes.logged_steps(metrics) == {1}
     assert processes.logged_steps(tmp_path / "absent.jsonl") == set()

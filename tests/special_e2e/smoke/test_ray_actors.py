@@ -21,8 +21,16 @@ def test_roles_come_from_verls_and_the_recipes_class_names():
 
 
 def test_alive_actors_are_counted_per_node_and_the_most_at_once_is_kept():
-    first = placement([actor("WorkerDict", "id1"), actor("WorkerDict", "id2"), actor("CreditWorker", "id1"),
-                       actor("CreditWorker", "id2", state="DEAD"), actor("GCPOTaskRunner", "id1")], NODES)
+    first = placement(
+        [
+            actor("WorkerDict", "id1"),
+            actor("WorkerDict", "id2"),
+            actor("CreditWorker", "id1"),
+            actor("CreditWorker", "id2", state="DEAD"),
+            actor("GCPOTaskRunner", "id1"),
+        ],
+        NODES,
+    )
     assert first == {"FSDP ranks": {"10.0.0.1": 1, "10.0.0.2": 1}, "credit-actor shards": {"10.0.0.1": 1}}
     later = placement([actor("CreditWorker", "id2"), actor("CreditWorker", "id2")], NODES)
     peak = merge_peak(merge_peak({}, first), later)
@@ -31,7 +39,11 @@ def test_alive_actors_are_counted_per_node_and_the_most_at_once_is_kept():
 
 
 def test_the_sampler_keeps_trying_until_the_state_api_answers_and_stops_on_sigterm(tmp_path):
-    answers = [RuntimeError("ServerUnavailable"), {"vLLM replicas": {"10.0.0.1": 1}}, {"vLLM replicas": {"10.0.0.2": 1}}]
+    answers = [
+        RuntimeError("ServerUnavailable"),
+        {"vLLM replicas": {"10.0.0.1": 1}},
+        {"vLLM replicas": {"10.0.0.2": 1}},
+    ]
 
     def sample(address):
         answer = answers.pop(0) if answers else {}

@@ -9,8 +9,10 @@ from tests.special_e2e.smoke.reward import compute_score
 
 def _texts(count, seed=0):
     rng = random.Random(seed)
-    return [" ".join(rng.choice(["so", "x", "=", "3", "the", "answer", "is", "60", "+"]) for _ in range(12))
-            + f" {i}" for i in range(count)]
+    return [
+        " ".join(rng.choice(["so", "x", "=", "3", "the", "answer", "is", "60", "+"]) for _ in range(12)) + f" {i}"
+        for i in range(count)
+    ]
 
 
 def test_about_half_of_the_texts_are_correct_and_the_same_text_always_scores_the_same():
@@ -65,6 +67,11 @@ def test_the_prediction_is_the_last_word_so_copos_blend_trains_on_the_smoke_rewa
     texts = _texts(16, seed=2)
     results = [compute_score("gcpo_smoke", t, "540") for t in texts]
     uids = ["a"] * 8 + ["b"] * 8
-    step = step_copo(uids, np.array([r["score"] for r in results]), [{"reward_extra_info": r} for r in results],
-                     np.ones(16, dtype=bool), CopoSettings())
+    step = step_copo(
+        uids,
+        np.array([r["score"] for r in results]),
+        [{"reward_extra_info": r} for r in results],
+        np.ones(16, dtype=bool),
+        CopoSettings(),
+    )
     assert step.metrics["copo/local_adv_abs"] > 0 and step.metrics["copo/global_adv_abs"] > 0

@@ -40,8 +40,19 @@ exit 0
 """
 HELPERS = (" host-memory ", " gpu-memory ", " fault ")
 # the caller's settings of the smoke, which would change what a test expects
-CLEARED = ("SMOKE_ATTN", "SMOKE_N_RESP", "SMOKE_GPU_MEM_UTIL", "SMOKE_MAX_RESPONSE_LENGTH", "PYTHON", "SMOKE_DIR",
-           "SMOKE_RUN_TIMEOUT", "VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "OMP_NUM_THREADS", "SMOKE_DATA_SOURCE")
+CLEARED = (
+    "SMOKE_ATTN",
+    "SMOKE_N_RESP",
+    "SMOKE_GPU_MEM_UTIL",
+    "SMOKE_MAX_RESPONSE_LENGTH",
+    "PYTHON",
+    "SMOKE_DIR",
+    "SMOKE_RUN_TIMEOUT",
+    "VERL_PLATFORM",
+    "VERL_USE_EXTERNAL_MODULES",
+    "OMP_NUM_THREADS",
+    "SMOKE_DATA_SOURCE",
+)
 
 
 @dataclass
@@ -82,8 +93,14 @@ def smoke(tmp_path, monkeypatch, capfd):
 
     def run(*args, **env) -> Result:
         environ = {key: value for key, value in os.environ.items() if key not in CLEARED}
-        environ.update(PYTHON=str(python), STUB_LOG=str(log), SMOKE_DIR=str(smoke_dir), TMPDIR=str(tmp_path / "tmp"),
-                       STUB_HANG_PID=str(tmp_path / "hang.pid"), **env)
+        environ.update(
+            PYTHON=str(python),
+            STUB_LOG=str(log),
+            SMOKE_DIR=str(smoke_dir),
+            TMPDIR=str(tmp_path / "tmp"),
+            STUB_HANG_PID=str(tmp_path / "hang.pid"),
+            **env,
+        )
         failing["text"] = env.get("STUB_FAIL", "")
         reaped.clear()
         status = smoke_run.main(list(args), environ)
@@ -91,8 +108,14 @@ def smoke(tmp_path, monkeypatch, capfd):
         lines = log.read_text().splitlines() if log.exists() else []
         lines = [line for line in lines if not line.startswith("CALL -c")]  # the flash-attn probe
         log.unlink(missing_ok=True)
-        return Result(status, out.out, out.err, [line for line in lines if not any(h in line for h in HELPERS)],
-                      [line for line in lines if any(h in line for h in HELPERS)], list(reaped))
+        return Result(
+            status,
+            out.out,
+            out.err,
+            [line for line in lines if not any(h in line for h in HELPERS)],
+            [line for line in lines if any(h in line for h in HELPERS)],
+            list(reaped),
+        )
 
     run.smoke_dir = smoke_dir
     run.tmp_path = tmp_path
@@ -119,27 +142,36 @@ def test_options_their_defaults_and_overrides_anywhere():
     assert options.device == "cpu" and options.steps == 3 and options.kill_reward_after == 2
     assert options.overrides == ("a=1", "b=2") and options.estimators == ("gcpo",)
     assert parse_options(["--device=gpu", "--compare"]).estimators == ("gcpo", "grpo")
-    assert parse_options(["--device", "gpu", "--launcher", "scripts/run_qwen3_4b_gcpo.sh"]).launcher == \
-        "run_qwen3_4b_gcpo.sh"
+    assert (
+        parse_options(["--device", "gpu", "--launcher", "scripts/run_qwen3_4b_gcpo.sh"]).launcher
+        == "run_qwen3_4b_gcpo.sh"
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--estimator", "ppo"], "--estimator must be gcpo or grpo, got 'ppo'"),
-    (["--steps", "0"], "--steps must be a positive integer"),
-    (["--compare", "--estimator", "grpo"], "--compare runs gcpo and grpo"),
-    (["--estimator=gcpo", "--compare"], "--compare runs gcpo and grpo"),
-    (["--frobnicate"], "unknown option --frobnicate"),
-    (["--steps"], "--steps needs a value"),
-    (["--device", "gpu", "--device"], "--device needs a value (gpu or cpu)"),
-    (["--kill-credit-actor-after", "2"], "--kill-credit-actor-after must be a step from 1 to 1"),
-    (["--kill-reward-worker-after", "x"], "--kill-reward-worker-after must be a step"),
-    (["--estimator", "grpo", "--kill-credit-actor-after", "1", "--steps", "2"],
-     "--kill-credit-actor-after needs the gcpo estimator"),
-    (["--launcher", "run_nothing.sh"], "--launcher must be one of: run_qwen3_1.7b_gcpo.sh"),
-    (["--launcher", "run_qwen3_4b_gcpo.sh", "--compare"], "--launcher runs the launcher's own method"),
-    (["--launcher", "run_qwen3_4b_gcpo.sh", "--dry-run"],
-     "for a launcher's dry run use the launcher itself: bash scripts/run_qwen3_4b_gcpo.sh --dry-run"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--estimator", "ppo"], "--estimator must be gcpo or grpo, got 'ppo'"),
+        (["--steps", "0"], "--steps must be a positive integer"),
+        (["--compare", "--estimator", "grpo"], "--compare runs gcpo and grpo"),
+        (["--estimator=gcpo", "--compare"], "--compare runs gcpo and grpo"),
+        (["--frobnicate"], "unknown option --frobnicate"),
+        (["--steps"], "--steps needs a value"),
+        (["--device", "gpu", "--device"], "--device needs a value (gpu or cpu)"),
+        (["--kill-credit-actor-after", "2"], "--kill-credit-actor-after must be a step from 1 to 1"),
+        (["--kill-reward-worker-after", "x"], "--kill-reward-worker-after must be a step"),
+        (
+            ["--estimator", "grpo", "--kill-credit-actor-after", "1", "--steps", "2"],
+            "--kill-credit-actor-after needs the gcpo estimator",
+        ),
+        (["--launcher", "run_nothing.sh"], "--launcher must be one of: run_qwen3_1.7b_gcpo.sh"),
+        (["--launcher", "run_qwen3_4b_gcpo.sh", "--compare"], "--launcher runs the launcher's own method"),
+        (
+            ["--launcher", "run_qwen3_4b_gcpo.sh", "--dry-run"],
+            "for a launcher's dry run use the launcher itself: bash scripts/run_qwen3_4b_gcpo.sh --dry-run",
+        ),
+    ],
+)
 def test_bad_arguments_are_refused_before_anything_runs(smoke, args, message):
     device = [] if "--device" in args else ["--device", "gpu"]
     result = smoke(*device, *args)
@@ -147,10 +179,13 @@ def test_bad_arguments_are_refused_before_anything_runs(smoke, args, message):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"SMOKE_ATTN": "xformers"}, "SMOKE_ATTN must be auto, flash_attention_2 or sdpa, got 'xformers'"),
-    ({"SMOKE_RUN_TIMEOUT": "soon"}, "SMOKE_RUN_TIMEOUT must be a positive number of seconds, got 'soon'"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"SMOKE_ATTN": "xformers"}, "SMOKE_ATTN must be auto, flash_attention_2 or sdpa, got 'xformers'"),
+        ({"SMOKE_RUN_TIMEOUT": "soon"}, "SMOKE_RUN_TIMEOUT must be a positive number of seconds, got 'soon'"),
+    ],
+)
 def test_bad_settings_are_refused_before_anything_runs(smoke, env, message):
     result = smoke("--device", "gpu", **env)
     assert result.status == 2 and message in result.stderr and not result.calls
@@ -180,8 +215,12 @@ def test_two_runs_then_the_checks(smoke):
     result = smoke("--device", "gpu", "trainer.seed=7", RAY_ADDRESS="10.0.0.1:6379")
     assert result.status == 0, result.stderr
     smoke_dir = smoke.smoke_dir
-    assert [_module(c) for c in result.calls] == ["tests.special_e2e.smoke", "recipe.gcpo.main_gcpo",
-                                                  "recipe.gcpo.main_gcpo", "harness check"]
+    assert [_module(c) for c in result.calls] == [
+        "tests.special_e2e.smoke",
+        "recipe.gcpo.main_gcpo",
+        "recipe.gcpo.main_gcpo",
+        "harness check",
+    ]
     assert result.calls[0].startswith(f"CALL -m tests.special_e2e.smoke build --out {smoke_dir} ")
     run = RunDir(smoke_dir / "gcpo")
     first, resumed = _trainings(result.calls)
@@ -337,8 +376,17 @@ def _alive(pid: int) -> bool:
 
 
 def test_fault_injection_is_started_with_the_first_run_and_checked(smoke):
-    result = smoke("--device", "gpu", "--steps", "3", "--kill-credit-actor-after", "1",
-                   "--kill-reward-worker-after", "2", STUB_TRAIN_S="0.5")
+    result = smoke(
+        "--device",
+        "gpu",
+        "--steps",
+        "3",
+        "--kill-credit-actor-after",
+        "1",
+        "--kill-reward-worker-after",
+        "2",
+        STUB_TRAIN_S="0.5",
+    )
     assert result.status == 0, result.stderr
     faults = sorted(h for h in result.helpers if " fault " in h)  # started in the background: any order
     assert len(faults) == 2  # both in the first run, none in the resumed one
@@ -358,8 +406,15 @@ def test_a_launcher_runs_its_own_config_small_with_the_devices_settings(smoke, l
     bin_dir.mkdir()
     (bin_dir / "python3").symlink_to(tmp_path / "python")  # the launchers run python3
     (smoke.smoke_dir / "model").mkdir(parents=True)  # what `build` writes (the stand-in writes nothing)
-    result = smoke("--device", "cpu", "--launcher", launcher, "trainer.seed=3", SMOKE_DATA_SOURCE=str(source),
-                   PATH=f"{bin_dir}:{os.environ['PATH']}")
+    result = smoke(
+        "--device",
+        "cpu",
+        "--launcher",
+        launcher,
+        "trainer.seed=3",
+        SMOKE_DATA_SOURCE=str(source),
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+    )
     assert result.status == 0, result.stderr
     smoke_dir = smoke.smoke_dir
     (training,) = _trainings(result.calls)
@@ -381,8 +436,9 @@ def test_a_launcher_runs_its_own_config_small_with_the_devices_settings(smoke, l
 
 
 def test_a_launcher_needs_the_local_data(smoke):
-    result = smoke("--device", "cpu", "--launcher", "run_qwen3_4b_gcpo.sh",
-                   SMOKE_DATA_SOURCE=str(smoke.tmp_path / "nowhere"))
+    result = smoke(
+        "--device", "cpu", "--launcher", "run_qwen3_4b_gcpo.sh", SMOKE_DATA_SOURCE=str(smoke.tmp_path / "nowhere")
+    )
     assert result.status == 1 and "set SMOKE_DATA_SOURCE" in result.stderr
     assert "smoke FAILED: run_qwen3_4b_gcpo.sh" in result.stderr and not _trainings(result.calls)
 

@@ -143,8 +143,13 @@ def test_gpu_padding_stops_at_the_exact_limit_and_never_drops_a_contributor():
 def _identical_pairs(L: torch.Tensor) -> list[tuple[int, int, int]]:
     """(group, i, j), i < j, of every two slots whose rows of L are identical bit for bit."""
     rows = L.numpy()
-    return [(b, i, j) for b in range(rows.shape[0]) for i in range(rows.shape[1]) for j in range(i + 1, rows.shape[1])
-            if np.array_equal(rows[b, i], rows[b, j])]
+    return [
+        (b, i, j)
+        for b in range(rows.shape[0])
+        for i in range(rows.shape[1])
+        for j in range(i + 1, rows.shape[1])
+        if np.array_equal(rows[b, i], rows[b, j])
+    ]
 
 
 @given(groups_with_copies(), st.sampled_from(["exact", "mc", "loo", "auto"]), st.integers(0, 3))

@@ -72,11 +72,16 @@ def test_mc_intervals_cover_the_exact_value_at_every_budget(permutations, genera
     # interval +-1.96 stderr must cover the exact value >= 93 % of the time (the previous design: 61-92 %; one
     # cluster at M = 16 with 4 units of 4: 91-93 %)
     if generator == "one_cluster" and permutations == 4:
-        pytest.skip("M = 4 is 4 plain permutations (3 degrees of freedom): 91-94 % on one cluster, reported in "
-                    "docs/method.md, not guaranteed")
+        pytest.skip(
+            "M = 4 is 4 plain permutations (3 degrees of freedom): 91-94 % on one cluster, reported in "
+            "docs/method.md, not guaranteed"
+        )
     rng = np.random.default_rng(11)
-    make = {"clustered": clustered_embeddings, "real_like": real_like_embeddings,
-            "one_cluster": one_cluster_embeddings}[generator]
+    make = {
+        "clustered": clustered_embeddings,
+        "real_like": real_like_embeddings,
+        "one_cluster": one_cluster_embeddings,
+    }[generator]
     inside = total = 0
     for c in (8, 12, 16):
         emb = torch.from_numpy(make(rng, 32, c))

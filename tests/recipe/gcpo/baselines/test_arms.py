@@ -17,17 +17,21 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 import recipe.gcpo.register  # noqa: F401  (the start-up check)
-from gcpo_core.credit.advantages import group_normalize
 from gcpo_core.baselines.diver import DiverConfig, diver_bonus
+from gcpo_core.credit.advantages import group_normalize
 from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.baselines.div_r1 import div_r1_loss
-from recipe.gcpo.preflight import check_recipe
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
+from recipe.gcpo.preflight import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 GROUP_SIZE = 4
-BASE = [f"actor_rollout_ref.rollout.n={GROUP_SIZE}", "actor_rollout_ref.actor.use_dynamic_bsz=true",
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"]
+BASE = [
+    f"actor_rollout_ref.rollout.n={GROUP_SIZE}",
+    "actor_rollout_ref.actor.use_dynamic_bsz=true",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+]
 # (uid, text, reward): equations are single words, so a word-level tokenizer round-trips them
 ROLLOUTS = [
     ("p", "so $x+1=2$ and $x=1$", 1.0),
@@ -46,7 +50,9 @@ ROLLOUTS = [
 @pytest.fixture(scope="module")
 def local_tq():
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1, "total_storage_size": 10000}}}))
+    tq.init(
+        OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1, "total_storage_size": 10000}}})
+    )
     yield
     tq.close()
     ray.shutdown()
@@ -67,12 +73,26 @@ def _put_batch(tokenizer, step):
         ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
         rm = torch.zeros(len(ids))
         rm[-1] = reward
-        fields.append({"uid": f"{uid}-{step}", "prompts": torch.tensor([3, 4]), "responses": ids,
-                       "response_mask": torch.ones(len(ids), dtype=torch.int64), "rm_scores": rm,
-                       "old_log_probs": torch.zeros(len(ids))})
+        fields.append(
+            {
+                "uid": f"{uid}-{step}",
+                "prompts": torch.tensor([3, 4]),
+                "responses": ids,
+                "response_mask": torch.ones(len(ids), dtype=torch.int64),
+                "rm_scores": rm,
+                "old_log_probs": torch.zeros(len(ids)),
+            }
+        )
         keys.append(f"{uid}-{step}_{session}_0")
-        tags.append({"status": "success", "prompt_len": 2, "response_len": len(ids), "seq_len": 2 + len(ids),
-                     "global_steps": step})
+        tags.append(
+            {
+                "status": "success",
+                "prompt_len": 2,
+                "response_len": len(ids),
+                "seq_len": 2 + len(ids),
+                "global_steps": step,
+            }
+        )
     meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
     batch = KVBatchMeta(partition_id="train", keys=meta.keys, tags=meta.tags)
     return upsample_batch_to_divisible_size(batch, GROUP_SIZE, tokenizer.eos_token_id)  # + 2 padding rows
@@ -118,7 +138,9 @@ def test_diver_is_grpo_once_its_steps_are_over(local_tq, tokenizer):
     results = []
     for estimator, step in (("diver", 100), ("grpo", 100)):
         batch = _put_batch(tokenizer, step=step + (estimator == "grpo"))
-        _trainer(compose_gcpo(BASE + [f"algorithm.adv_estimator={estimator}"]), tokenizer, step)._compute_advantage(batch, {})
+        _trainer(compose_gcpo(BASE + [f"algorithm.adv_estimator={estimator}"]), tokenizer, step)._compute_advantage(
+            batch, {}
+        )
         results.append(_advantages(batch))
     np.testing.assert_allclose(results[0], results[1], atol=1e-6)
 
@@ -160,5 +182,8 @@ def test_div_r1_loss_is_given_to_the_actor_workers_once_they_are_built(monkeypat
 
 def test_div_r1_is_refused_outside_the_recipes_trainer():
     with pytest.raises(ValueError, match="div_r1"):
-        PPOTrainerSync(compose_gcpo(BASE + ["algorithm.adv_estimator=grpo", "algorithm.div_r1.enable=true",
-                                            "trainer.v1.trainer_mode=sync"]))
+        PPOTrainerSync(
+            compose_gcpo(
+                BASE + ["algorithm.adv_estimator=grpo", "algorithm.div_r1.enable=true", "trainer.v1.trainer_mode=sync"]
+            )
+        )

@@ -7,20 +7,36 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from tensordict import NonTensorData, NonTensorStack
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.losses import ppo_loss
 
 from gcpo_core.baselines.copo import copo_terms
-from recipe.gcpo.baselines.copo import (CopoSettings, compute_copo_outcome_advantage, copo_loss, copo_loss_fn,
-                                        copo_loss_settings, provide_copo, step_copo)
+from recipe.gcpo.baselines.copo import (
+    CopoSettings,
+    compute_copo_outcome_advantage,
+    copo_loss_fn,
+    copo_loss_settings,
+    provide_copo,
+    step_copo,
+)
 from recipe.gcpo.preflight import check_recipe, validate
+from tests.recipe.gcpo.baselines.test_div_r1 import (
+    DYNAMIC_BSZ,
+    PROMPT_LENS,
+    RESPONSE_LENS,
+    _micro_batch,
+    _nested,
+    _rows,
+)
 from tests.recipe.gcpo.conftest import compose_gcpo
-from tests.recipe.gcpo.baselines.test_div_r1 import DYNAMIC_BSZ, PROMPT_LENS, RESPONSE_LENS, _micro_batch, _nested, _rows
 
 # the launchers' loss settings (scripts/common.sh): clip-higher, dual clip, token-mean
-LOSS = ["actor_rollout_ref.actor.clip_ratio_low=0.2", "actor_rollout_ref.actor.clip_ratio_high=0.28",
-        "actor_rollout_ref.actor.clip_ratio_c=10.0", "actor_rollout_ref.actor.loss_agg_mode=token-mean"]
+LOSS = [
+    "actor_rollout_ref.actor.clip_ratio_low=0.2",
+    "actor_rollout_ref.actor.clip_ratio_high=0.28",
+    "actor_rollout_ref.actor.clip_ratio_c=10.0",
+    "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+]
 COPO = ["algorithm.adv_estimator=copo"]
 LOCAL = [0.9, -1.2, 0.4, -0.3]  # A_local per row
 GLOBAL = [0.7, 0.7, -0.5, -0.5]  # A_global per row (rows 0-1 one prompt, rows 2-3 another)
@@ -47,10 +63,12 @@ def _official_blend():
 def _copo_batch(rows=None, global_info=None):
     rows = list(range(len(RESPONSE_LENS))) if rows is None else rows
     data, output, flat = _micro_batch(rows, global_info=global_info)
-    data["advantages"] = _nested([torch.full((RESPONSE_LENS[i],), WEIGHT[i] * LOCAL[i], dtype=torch.float64)
-                                  for i in rows])
-    data["copo_global_advantages"] = _nested([torch.full((RESPONSE_LENS[i],), (1 - WEIGHT[i]) * GLOBAL[i],
-                                                         dtype=torch.float64) for i in rows])
+    data["advantages"] = _nested(
+        [torch.full((RESPONSE_LENS[i],), WEIGHT[i] * LOCAL[i], dtype=torch.float64) for i in rows]
+    )
+    data["copo_global_advantages"] = _nested(
+        [torch.full((RESPONSE_LENS[i],), (1 - WEIGHT[i]) * GLOBAL[i], dtype=torch.float64) for i in rows]
+    )
     return data, output, flat
 
 
@@ -131,8 +149,12 @@ def test_step_terms_come_from_the_rewards_verdicts_and_answers():
     valid = np.array([u != "pad" for u in uids])
     step = step_copo(uids, scores, _extras(acc, pred), valid, CopoSettings())
     a, b = [0, 2, 5, 7], [1, 4, 6, 8]
-    terms = copo_terms(torch.tensor(np.stack([scores[a], scores[b]])), torch.tensor([[bool(acc[i]) for i in g] for g in (a, b)]),
-                       torch.tensor([[5, 5, 5, 7], [3, 4, 2, 8]]), torch.ones(2, 4, dtype=torch.bool))
+    terms = copo_terms(
+        torch.tensor(np.stack([scores[a], scores[b]])),
+        torch.tensor([[bool(acc[i]) for i in g] for g in (a, b)]),
+        torch.tensor([[5, 5, 5, 7], [3, 4, 2, 8]]),
+        torch.ones(2, 4, dtype=torch.bool),
+    )
     for group, row in ((a, 0), (b, 1)):
         w = terms.local_weight[row].numpy()
         np.testing.assert_allclose(step.local[group], w * terms.local_advantage[row].numpy(), atol=1e-12)
@@ -151,8 +173,13 @@ def test_a_reward_without_verdict_or_answer_is_a_clear_error():
 def test_the_estimator_returns_the_weighted_local_advantage_it_was_given():
     config = compose_gcpo(COPO).algorithm
     uids = ["a", "a", "b", "b"]
-    step = step_copo(uids, np.array([1.0, -1.0, 1.0, 1.0]), _extras([True, False, True, True], ["1", "2", "3", "4"]),
-                     np.ones(4, dtype=bool), CopoSettings())
+    step = step_copo(
+        uids,
+        np.array([1.0, -1.0, 1.0, 1.0]),
+        _extras([True, False, True, True], ["1", "2", "3", "4"]),
+        np.ones(4, dtype=bool),
+        CopoSettings(),
+    )
     rewards, mask = torch.zeros(4, 3), torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]], dtype=torch.float32)
     index = np.array(uids, dtype=object)
     with pytest.raises(RuntimeError, match="recipe.gcpo.main_gcpo"):
@@ -164,16 +191,19 @@ def test_the_estimator_returns_the_weighted_local_advantage_it_was_given():
     torch.testing.assert_close(adv, torch.tensor(step.local, dtype=torch.float32).unsqueeze(-1) * mask)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["algorithm.copo.gate=soft-with-zero"], "algorithm.copo.gate"),
-    (["algorithm.copo.k=.nan"], "algorithm.copo.k"),
-    (["algorithm.copo.blend=both"], "algorithm.copo.blend"),
-    (["+algorithm.copo.gamma=20"], "algorithm.copo.*gamma"),
-    (["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"], "loss_mode=gspo"),
-    (["algorithm.div_r1.enable=true"], "use one or the other"),
-    (["trainer.v1.trainer_mode=async"], "recipe's trainer.*or use algorithm.copo.blend=advantage"),
-    (["distillation.enabled=true"], "runs the distillation loss instead"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algorithm.copo.gate=soft-with-zero"], "algorithm.copo.gate"),
+        (["algorithm.copo.k=.nan"], "algorithm.copo.k"),
+        (["algorithm.copo.blend=both"], "algorithm.copo.blend"),
+        (["+algorithm.copo.gamma=20"], "algorithm.copo.*gamma"),
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"], "loss_mode=gspo"),
+        (["algorithm.div_r1.enable=true"], "use one or the other"),
+        (["trainer.v1.trainer_mode=async"], "recipe's trainer.*or use algorithm.copo.blend=advantage"),
+        (["distillation.enabled=true"], "runs the distillation loss instead"),
+    ],
+)
 def test_bad_settings_fail_at_start_up_naming_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
         check_recipe(compose_gcpo(COPO + overrides))

@@ -15,8 +15,11 @@ from recipe.gcpo.baselines.div_r1 import DivR1Settings, div_r1_loss, div_r1_loss
 from recipe.gcpo.preflight import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
-DYNAMIC_BSZ = ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64",
-               "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"]
+DYNAMIC_BSZ = [
+    "actor_rollout_ref.actor.use_dynamic_bsz=true",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+]
 PROMPT_LENS = [2, 3, 2, 1]
 RESPONSE_LENS = [4, 2, 3, 5]
 REWARDS = [1.0, -1.0, 0.5, -1.0]  # rows 0 and 2 correct (0.5: correct, shortened by an overlong penalty)
@@ -47,12 +50,14 @@ def _micro_batch(rows=None, seed=0, rewards=REWARDS, global_info=None, with_rewa
         "advantages": _nested([torch.full((RESPONSE_LENS[i],), 0.3 * (i - 1.5), dtype=torch.float64) for i in rows]),
     }
     if with_rewards:
-        fields["rm_scores"] = _nested([torch.cat([torch.zeros(RESPONSE_LENS[i] - 1), torch.tensor([rewards[i]])])
-                                       for i in rows])
+        fields["rm_scores"] = _nested(
+            [torch.cat([torch.zeros(RESPONSE_LENS[i] - 1), torch.tensor([rewards[i]])]) for i in rows]
+        )
     data = TensorDict(fields, batch_size=[len(rows)])
     if verdicts is not None:  # as verl's V1 trainer stores each row's reward_extra_info (a TransferQueue field)
-        data["extra_fields"] = NonTensorStack(*[NonTensorData({"reward_extra_info": {"acc": verdicts[i], "score": 0.0}})
-                                                for i in rows])
+        data["extra_fields"] = NonTensorStack(
+            *[NonTensorData({"reward_extra_info": {"acc": verdicts[i], "score": 0.0}}) for i in rows]
+        )
     tu.assign_non_tensor(data, **(global_info or {"dp_size": 1, "batch_num_tokens": None, "global_batch_size": None}))
     # the model's output at position k predicts token k + 1: a response's log-probs sit one slot before it
     values = []
@@ -60,8 +65,9 @@ def _micro_batch(rows=None, seed=0, rewards=REWARDS, global_info=None, with_rewa
         values += [torch.zeros(PROMPT_LENS[i] - 1, dtype=torch.float64), new[i], torch.zeros(1, dtype=torch.float64)]
     flat = torch.cat(values).requires_grad_()
     lengths = torch.tensor([PROMPT_LENS[i] + RESPONSE_LENS[i] for i in rows])
-    log_probs = torch.nested.nested_tensor_from_jagged(flat, offsets=torch.cat([torch.zeros(1, dtype=torch.long),
-                                                                                lengths.cumsum(0)]))
+    log_probs = torch.nested.nested_tensor_from_jagged(
+        flat, offsets=torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    )
     return data, {"log_probs": log_probs}, flat
 
 
@@ -134,7 +140,7 @@ def test_exact_entropy_is_read_from_the_actors_output():
     output["entropy"] = torch.nested.nested_tensor_from_jagged(entropy, offsets=output["log_probs"].offsets())
     term, _ = div_r1_term(output, data, DivR1Settings(enable=True, entropy="exact"), {})
     per_response = entropy.split([p + r for p, r in zip(PROMPT_LENS, RESPONSE_LENS)])
-    expected = sum(per_response[i][PROMPT_LENS[i] - 1:-1].mean().item() for i in (0, 2)) / 4
+    expected = sum(per_response[i][PROMPT_LENS[i] - 1 : -1].mean().item() for i in (0, 2)) / 4
     assert term.item() == pytest.approx(expected, rel=1e-9)
     del output["entropy"]
     with pytest.raises(RuntimeError, match="calculate_entropy=true"):
@@ -164,22 +170,35 @@ def test_the_loss_function_is_built_from_the_composed_config_and_survives_pickli
 GRPO = ["algorithm.adv_estimator=grpo"]
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["algorithm.div_r1.enable=true", "algorithm.div_r1.samples=negative"], "algorithm.div_r1.samples must be one of"),
-    (["algorithm.div_r1.enable=true", "algorithm.div_r1.coef=-1"], "algorithm.div_r1.coef must be"),
-    (["algorithm.div_r1.enable=true", "algorithm.div_r1.entropy=exact"], "calculate_entropy=true"),
-    (["algorithm.div_r1.enable=true", "+algorithm.div_r1.lambda=0.1"], "unknown key"),
-    (["algorithm.div_r1.enable=true", "trainer.v1.trainer_mode=async"], "needs the GCPO trainer.*Div-R1 loss"),
-    (["algorithm.div_r1.enable=true", "distillation.enabled=true"], "runs the distillation loss instead"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["algorithm.div_r1.enable=true", "algorithm.div_r1.samples=negative"],
+            "algorithm.div_r1.samples must be one of",
+        ),
+        (["algorithm.div_r1.enable=true", "algorithm.div_r1.coef=-1"], "algorithm.div_r1.coef must be"),
+        (["algorithm.div_r1.enable=true", "algorithm.div_r1.entropy=exact"], "calculate_entropy=true"),
+        (["algorithm.div_r1.enable=true", "+algorithm.div_r1.lambda=0.1"], "unknown key"),
+        (["algorithm.div_r1.enable=true", "trainer.v1.trainer_mode=async"], "needs the GCPO trainer.*Div-R1 loss"),
+        (["algorithm.div_r1.enable=true", "distillation.enabled=true"], "runs the distillation loss instead"),
+    ],
+)
 def test_bad_settings_fail_at_start_up_naming_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
         check_recipe(compose_gcpo(DYNAMIC_BSZ + GRPO + overrides))
 
 
 def test_exact_entropy_is_accepted_when_the_actor_computes_it():
-    config = compose_gcpo(DYNAMIC_BSZ + GRPO + ["algorithm.div_r1.enable=true", "algorithm.div_r1.entropy=exact",
-                                                "actor_rollout_ref.actor.calculate_entropy=true"])
+    config = compose_gcpo(
+        DYNAMIC_BSZ
+        + GRPO
+        + [
+            "algorithm.div_r1.enable=true",
+            "algorithm.div_r1.entropy=exact",
+            "actor_rollout_ref.actor.calculate_entropy=true",
+        ]
+    )
     assert check_recipe(config).div_r1.entropy == "exact"
 
 

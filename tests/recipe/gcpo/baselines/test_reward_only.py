@@ -14,8 +14,8 @@ import recipe.gcpo.baselines.mc_grpo  # noqa: F401  (registers mc_grpo)
 from gcpo_core.baselines.copo import copo_advantages
 from gcpo_core.baselines.mc_grpo import median_centred_advantages
 from gcpo_core.credit.grouping import layout_groups
-from recipe.gcpo.estimator import compute_gcpo_outcome_advantage
 from recipe.gcpo.config import GCPOSettings
+from recipe.gcpo.estimator import compute_gcpo_outcome_advantage
 from recipe.gcpo.preflight import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
@@ -30,8 +30,10 @@ def _data(rewards, uids, lengths):
         mask[i, :length] = 1
         if length:
             scores[i, length - 1] = r
-    return DataProto.from_dict(tensors={"token_level_rewards": scores, "response_mask": mask},
-                               non_tensors={"uid": np.array(uids, dtype=object)})
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": scores, "response_mask": mask},
+        non_tensors={"uid": np.array(uids, dtype=object)},
+    )
 
 
 @pytest.mark.parametrize("name, reference", [("copo", copo_advantages), ("mc_grpo", median_centred_advantages)])
@@ -52,25 +54,44 @@ def test_copo_gives_all_correct_and_all_wrong_groups_a_signal_where_grpo_gives_n
     rewards = [1] * 4 + [-1] * 4 + [1, -1, -1, 1]
     data = _data(rewards, uids, [5] * 12)
     copo = compute_advantage(data, adv_estimator="copo", config=ALGORITHM).batch["advantages"][:, 0]
-    grpo = compute_advantage(_data(rewards, uids, [5] * 12), adv_estimator="grpo", config=ALGORITHM).batch["advantages"][:, 0]
+    grpo = compute_advantage(_data(rewards, uids, [5] * 12), adv_estimator="grpo", config=ALGORITHM).batch[
+        "advantages"
+    ][:, 0]
     assert torch.all(grpo[:8].abs() < 1e-6)
     assert torch.all(copo[:4] > 0) and torch.all(copo[4:8] < 0)
 
 
-@pytest.mark.parametrize("estimator, fixed", [
-    ("dqo", {"quality": "none", "method": "loo", "advantage": "mix", "all_correct_scale": "group"}),
-    ("dra_grpo", {"advantage": "dra", "all_correct_scale": "group", "epsilon": 1e-4}),
-])
+@pytest.mark.parametrize(
+    "estimator, fixed",
+    [
+        ("dqo", {"quality": "none", "method": "loo", "advantage": "mix", "all_correct_scale": "group"}),
+        ("dra_grpo", {"advantage": "dra", "all_correct_scale": "group", "epsilon": 1e-4}),
+    ],
+)
 def test_embedding_baselines_are_gcpo_trainer_estimators_with_fixed_credit_keys(estimator, fixed):
-    settings = check_recipe(compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=8",
-                                          "algorithm.gcpo.credit.mix_coef=0.25"])).gcpo
+    settings = check_recipe(
+        compose_gcpo(
+            [
+                f"algorithm.adv_estimator={estimator}",
+                "actor_rollout_ref.rollout.n=8",
+                "algorithm.gcpo.credit.mix_coef=0.25",
+            ]
+        )
+    ).gcpo
     for key, value in fixed.items():
         assert getattr(settings.credit, key) == value
     assert settings.credit.mix_coef == 0.25
     assert get_adv_estimator_fn(estimator) is compute_gcpo_outcome_advantage
     with pytest.raises(ValueError, match=f"adv_estimator={estimator} needs the GCPO trainer"):
-        check_recipe(compose_gcpo([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=8",
-                                   "trainer.v1.trainer_mode=colocate_async"]))
+        check_recipe(
+            compose_gcpo(
+                [
+                    f"algorithm.adv_estimator={estimator}",
+                    "actor_rollout_ref.rollout.n=8",
+                    "trainer.v1.trainer_mode=colocate_async",
+                ]
+            )
+        )
 
 
 def _estimator_advantage(estimator, rewards, score, uids):
@@ -81,12 +102,17 @@ def _estimator_advantage(estimator, rewards, score, uids):
     n = len(rewards)
     token_rewards = torch.zeros(n, 3, dtype=torch.float64)
     token_rewards[:, -1] = torch.tensor(rewards, dtype=torch.float64)
-    credit = StepCredit(uids=np.array(uids, dtype=object), reward=np.array(rewards, dtype=np.float64),
-                        score=np.array(score, dtype=np.float64), valid=np.ones(n, dtype=bool),
-                        config=GCPOSettings.from_algorithm_config(config, estimator).credit)
+    credit = StepCredit(
+        uids=np.array(uids, dtype=object),
+        reward=np.array(rewards, dtype=np.float64),
+        score=np.array(score, dtype=np.float64),
+        valid=np.ones(n, dtype=bool),
+        config=GCPOSettings.from_algorithm_config(config, estimator).credit,
+    )
     with provide_credit(credit):
-        advantage, _ = compute_gcpo_outcome_advantage(token_rewards, torch.ones(n, 3), np.array(uids, dtype=object),
-                                                       config)
+        advantage, _ = compute_gcpo_outcome_advantage(
+            token_rewards, torch.ones(n, 3), np.array(uids, dtype=object), config
+        )
     return advantage[:, 0].numpy()
 
 
@@ -129,8 +155,9 @@ def test_mc_grpo_reads_its_settings_from_the_algorithm_config_and_refuses_bad_on
     data = _data(rewards, uids, [5] * 9)
     guarded = compute_advantage(data, adv_estimator="mc_grpo", config=compose_gcpo().algorithm).batch["advantages"]
     official_config = compose_gcpo(["algorithm.mc_grpo.mad_zero=official"]).algorithm
-    official = compute_advantage(_data(rewards, uids, [5] * 9), adv_estimator="mc_grpo",
-                                 config=official_config).batch["advantages"]
+    official = compute_advantage(_data(rewards, uids, [5] * 9), adv_estimator="mc_grpo", config=official_config).batch[
+        "advantages"
+    ]
     assert guarded.abs().max() < 10 and official.abs().max() > 1000
     with pytest.raises(ValueError, match="algorithm.mc_grpo.mad_zero must be one of"):
         validate(compose_gcpo(["algorithm.adv_estimator=mc_grpo", "algorithm.mc_grpo.mad_zero=clip"]))
