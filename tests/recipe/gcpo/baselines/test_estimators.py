@@ -1,5 +1,6 @@
-"""The baselines that need only the rewards (MC-GRPO, COPO's advantage blend) through verl's own compute_advantage,
-and the embedding presets."""
+"""The baselines' registered estimators through verl's own compute_advantage: those that need only the rewards
+(MC-GRPO in recipe/gcpo/baselines/mc_grpo.py, COPO's advantage blend in copo.py) and the embedding presets (DQO,
+DRA-GRPO: the gcpo estimator with fixed credit keys, recipe/gcpo/config.py)."""
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ def _data(rewards, uids, lengths):
 
 
 @pytest.mark.parametrize("name, reference", [("copo", copo_advantages), ("mc_grpo", median_centred_advantages)])
-def test_reward_only_baselines_run_in_verls_advantage_step_and_skip_padding(name, reference):
+def test_reward_only_estimators_run_in_verls_advantage_step_and_skip_padding(name, reference):
     uids = ["a"] * 4 + ["b"] * 4 + ["c"] * 4 + ["pad"] * 2
     rewards = [1, 1, 1, 1, -1, -1, -1, -1, 1, -1, -1, 1, 0, 0]
     lengths = [5] * 12 + [0, 0]
