@@ -6,7 +6,7 @@ they are (to the credit actors through Ray, to the estimator with each step's cr
 line naming its full key path (``algorithm.gcpo.credit.method must be one of [...]``) and what it accepts; an
 unknown key fails naming the closest known one. No Ray or verl import: this module is the bottom of the recipe's
 layers (config -> estimator, credit actor, baselines -> trainer, pre-flight -> entry point; see
-``tests/recipe/gcpo/test_layering.py``).
+``tests/gcpo_core/test_layering.py``).
 
 The GRPO-style normalisation switch is verl's own ``algorithm.norm_adv_by_std_in_grpo``, shared with GRPO so that
 the two estimators are configured alike.

@@ -1,7 +1,10 @@
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
+from verl.protocol import DataProto
 
 import recipe.gcpo
 
@@ -17,3 +20,20 @@ def compose_gcpo(overrides=(), config_name: str = "gcpo_trainer"):
 @pytest.fixture
 def gcpo_config():
     return compose_gcpo
+
+
+def outcome_batch(rewards, uids, lengths=None, width: int = 8) -> DataProto:
+    """A batch as verl hands it to an estimator: each row's reward on its last response token, its response mask
+    (``lengths``, default 6 tokens; 0: a padding row) and its prompt id ``uid``; tensors (N, width)."""
+    n = len(rewards)
+    lengths = lengths or [6] * n
+    mask = torch.zeros(n, width)
+    scores = torch.zeros(n, width)
+    for i, (r, length) in enumerate(zip(rewards, lengths)):
+        mask[i, :length] = 1
+        if length:
+            scores[i, length - 1] = r
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": scores, "response_mask": mask},
+        non_tensors={"uid": np.array(uids, dtype=object)},
+    )

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
-from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
@@ -12,23 +11,9 @@ from gcpo_core.credit.compute import compute_credit
 from gcpo_core.credit.config import CreditConfig
 from recipe.gcpo.estimator import StepCredit, compute_gcpo_outcome_advantage, provide_credit
 from tests.gcpo_core.helpers import clustered_embeddings
+from tests.recipe.gcpo.conftest import outcome_batch
 
 ALGORITHM = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"epsilon": 1e-6, "std_floor": 0.0}}})
-
-
-def _data(rewards, uids, lengths=None):
-    n = len(rewards)
-    lengths = lengths or [6] * n
-    mask = torch.zeros(n, 8)
-    scores = torch.zeros(n, 8)
-    for i, (r, length) in enumerate(zip(rewards, lengths)):
-        mask[i, :length] = 1
-        if length:
-            scores[i, length - 1] = r
-    return DataProto.from_dict(
-        tensors={"token_level_rewards": scores, "response_mask": mask},
-        non_tensors={"uid": np.array(uids, dtype=object)},
-    )
 
 
 def _credit(rewards, uids, embeddings, valid=None, config=CreditConfig()):
@@ -58,8 +43,8 @@ def test_one_correct_rollout_per_group_gives_verls_grpo_advantages():
         rewards[g * 5 + int(rng.integers(0, 5))] = 1.0
     emb = torch.from_numpy(clustered_embeddings(rng, 6, 5).reshape(30, -1))
     with provide_credit(_credit(rewards, uids, emb)):
-        gcpo = _verl(_data(rewards, uids), "gcpo")
-    grpo = _verl(_data(rewards, uids), "grpo")
+        gcpo = _verl(outcome_batch(rewards, uids), "gcpo")
+    grpo = _verl(outcome_batch(rewards, uids), "grpo")
     torch.testing.assert_close(gcpo, grpo, atol=1e-5, rtol=0)
 
 
@@ -68,8 +53,8 @@ def test_all_correct_groups_with_redundancy_get_a_signal_grpo_does_not_give():
     uids = ["g"] * 4
     rewards = [1.0] * 4
     with provide_credit(_credit(rewards, uids, emb)):
-        gcpo = _verl(_data(rewards, uids), "gcpo")[:, 0]
-    assert torch.all(_verl(_data(rewards, uids), "grpo") == 0)
+        gcpo = _verl(outcome_batch(rewards, uids), "gcpo")[:, 0]
+    assert torch.all(_verl(outcome_batch(rewards, uids), "grpo") == 0)
     # copies share log 4 (phi = log(4)/3 each), the distinct solution keeps log 2: the copies go down, normalised
     # by the group's own spread (the default, all_correct_scale=group) as GRPO normalises rewards
     phi = np.array([np.log(4) / 3] * 3 + [np.log(2)])
@@ -78,7 +63,7 @@ def test_all_correct_groups_with_redundancy_get_a_signal_grpo_does_not_give():
     # only centred, in nats; the scale travels with the credit, not in the algorithm config verl passes
     batch = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gcpo": {"credit": {"all_correct_scale": "batch"}}})
     with provide_credit(_credit(rewards, uids, emb, config=CreditConfig(all_correct_scale="batch"))):
-        data = _data(rewards, uids)
+        data = outcome_batch(rewards, uids)
         centred, _ = compute_gcpo_outcome_advantage(
             data.batch["token_level_rewards"],
             data.batch["response_mask"],
@@ -115,7 +100,7 @@ def test_the_estimator_applies_exactly_the_engines_normalisation(method, all_cor
             "gcpo": {"credit": {"method": method, "permutations": 8, "all_correct_scale": all_correct_scale}},
         }
     )
-    data = _data(rewards.tolist(), uids)
+    data = outcome_batch(rewards.tolist(), uids)
     with provide_credit(credit):
         adv = compute_advantage(data, adv_estimator="gcpo", norm_adv_by_std_in_grpo=True, config=algorithm)
     np.testing.assert_allclose(adv.batch["advantages"][:, 0].numpy(), engine.advantage.numpy(), rtol=0, atol=1e-6)
@@ -129,27 +114,27 @@ def test_padding_rows_are_left_out_and_stay_zero():
     rewards = [1.0, -1.0, 1.0, -1.0, 1.0, 1.0, 0.0, 0.0]
     valid = [True] * 6 + [False] * 2
     emb = torch.from_numpy(rng.normal(size=(8, 16)))
-    data = _data(rewards, uids, lengths=[6] * 6 + [0, 0])
+    data = outcome_batch(rewards, uids, lengths=[6] * 6 + [0, 0])
     with provide_credit(_credit(rewards, uids, emb, valid)):
         adv = _verl(data, "gcpo")
     assert torch.all(adv[6:] == 0)
     with provide_credit(_credit(rewards[:6], uids[:6], emb[:6])):
-        clean = _verl(_data(rewards[:6], uids[:6]), "gcpo")
+        clean = _verl(outcome_batch(rewards[:6], uids[:6]), "gcpo")
     torch.testing.assert_close(adv[:6], clean, atol=1e-6, rtol=0)
 
 
 def test_without_credit_it_names_the_entry_point_to_use():
     with pytest.raises(RuntimeError, match="python -m recipe.gcpo.main_gcpo"):
-        _verl(_data([1.0, 0.0], ["a", "a"]), "gcpo")
+        _verl(outcome_batch([1.0, 0.0], ["a", "a"]), "gcpo")
 
 
 def test_credit_for_another_batch_is_refused():
     emb = torch.eye(3, dtype=torch.float64)
     credit = _credit([1.0, 0.0, 1.0], ["a", "a", "b"], emb)
     with provide_credit(credit), pytest.raises(RuntimeError, match="another batch"):
-        _verl(_data([1.0, 0.0, 1.0], ["a", "b", "a"]), "gcpo")
+        _verl(outcome_batch([1.0, 0.0, 1.0], ["a", "b", "a"]), "gcpo")
     with provide_credit(credit), pytest.raises(RuntimeError, match="covers 3 rows but the batch has 2"):
-        _verl(_data([1.0, 0.0], ["a", "a"]), "gcpo")
+        _verl(outcome_batch([1.0, 0.0], ["a", "a"]), "gcpo")
 
 
 def test_dr_grpo_switch_and_std_floor_travel_with_the_credit_parsed_from_the_algorithm_config():
@@ -159,7 +144,7 @@ def test_dr_grpo_switch_and_std_floor_travel_with_the_credit_parsed_from_the_alg
 
     emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
     uids, rewards = ["g"] * 3, [1.0] * 3
-    data = _data(rewards, uids)
+    data = outcome_batch(rewards, uids)
     centred = OmegaConf.create({"norm_adv_by_std_in_grpo": False})
     credit = _credit(rewards, uids, emb, config=GCPOSettings.from_algorithm_config(centred).credit)
     with provide_credit(credit):

@@ -294,14 +294,18 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
         "trainer.device=cpu",
         f"trainer.default_local_dir={tmp_path / 'ckpt'}",
     ]
-    proc = _entry_point(
-        *overrides,
-        cwd=tmp_path,
-        dry_run=False,
-        VERL_PLATFORM="cpu",
-        VERL_USE_EXTERNAL_MODULES="tests.special_e2e.cpu_platform",
-        RAY_TMPDIR=str(tmp_path),
-    )
+
+    def start():  # a real start on the CPU smoke's platform, not a dry run
+        return _entry_point(
+            *overrides,
+            cwd=tmp_path,
+            dry_run=False,
+            VERL_PLATFORM="cpu",
+            VERL_USE_EXTERNAL_MODULES="tests.special_e2e.cpu_platform",
+            RAY_TMPDIR=str(tmp_path),
+        )
+
+    proc = start()
     _assert_one_line_error(
         proc,
         f"error: {absent} does not exist (data.train_files / data.val_files): point "
@@ -311,14 +315,7 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
     # a file of the launchers' own is written by prepare_data.py, and the message says so
     launchers = tmp_path / "val_aime24.parquet"
     overrides[2] = f"data.val_files={launchers}"
-    proc = _entry_point(
-        *overrides,
-        cwd=tmp_path,
-        dry_run=False,
-        VERL_PLATFORM="cpu",
-        VERL_USE_EXTERNAL_MODULES="tests.special_e2e.cpu_platform",
-        RAY_TMPDIR=str(tmp_path),
-    )
+    proc = start()
     _assert_one_line_error(
         proc,
         f"error: {launchers} does not exist (data.train_files / data.val_files): "

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
-from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
@@ -18,23 +17,10 @@ from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.config import GCPOSettings
 from recipe.gcpo.estimator import compute_gcpo_outcome_advantage
 from recipe.gcpo.preflight import check_recipe
-from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.recipe.gcpo.conftest import compose_gcpo, outcome_batch
 
 # COPO's advantage-level reading (its loss blend needs the trainer: tests/recipe/gcpo/baselines/test_copo.py)
 ALGORITHM = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "copo": {"blend": "advantage"}})
-
-
-def _data(rewards, uids, lengths):
-    mask = torch.zeros(len(rewards), 6)
-    scores = torch.zeros(len(rewards), 6)
-    for i, (r, length) in enumerate(zip(rewards, lengths)):
-        mask[i, :length] = 1
-        if length:
-            scores[i, length - 1] = r
-    return DataProto.from_dict(
-        tensors={"token_level_rewards": scores, "response_mask": mask},
-        non_tensors={"uid": np.array(uids, dtype=object)},
-    )
 
 
 @pytest.mark.parametrize("name, reference", [("copo", copo_advantages), ("mc_grpo", median_centred_advantages)])
@@ -42,7 +28,9 @@ def test_reward_only_estimators_run_in_verls_advantage_step_and_skip_padding(nam
     uids = ["a"] * 4 + ["b"] * 4 + ["c"] * 4 + ["pad"] * 2
     rewards = [1, 1, 1, 1, -1, -1, -1, -1, 1, -1, -1, 1, 0, 0]
     lengths = [5] * 12 + [0, 0]
-    out = compute_advantage(_data(rewards, uids, lengths), adv_estimator=name, config=ALGORITHM).batch["advantages"]
+    out = compute_advantage(outcome_batch(rewards, uids, lengths, width=6), adv_estimator=name, config=ALGORITHM).batch[
+        "advantages"
+    ]
     assert torch.all(out[12:] == 0)
     layout = layout_groups(uids[:12])
     expected = layout.scatter(reference(layout.gather(torch.tensor(rewards[:12], dtype=torch.float64)), layout.mask))
@@ -53,11 +41,11 @@ def test_reward_only_estimators_run_in_verls_advantage_step_and_skip_padding(nam
 def test_copo_gives_all_correct_and_all_wrong_groups_a_signal_where_grpo_gives_none():
     uids = ["a"] * 4 + ["b"] * 4 + ["c"] * 4
     rewards = [1] * 4 + [-1] * 4 + [1, -1, -1, 1]
-    data = _data(rewards, uids, [5] * 12)
+    data = outcome_batch(rewards, uids, [5] * 12, width=6)
     copo = compute_advantage(data, adv_estimator="copo", config=ALGORITHM).batch["advantages"][:, 0]
-    grpo = compute_advantage(_data(rewards, uids, [5] * 12), adv_estimator="grpo", config=ALGORITHM).batch[
-        "advantages"
-    ][:, 0]
+    grpo = compute_advantage(
+        outcome_batch(rewards, uids, [5] * 12, width=6), adv_estimator="grpo", config=ALGORITHM
+    ).batch["advantages"][:, 0]
     assert torch.all(grpo[:8].abs() < 1e-6)
     assert torch.all(copo[:4] > 0) and torch.all(copo[4:8] < 0)
 
@@ -153,12 +141,12 @@ def test_mc_grpo_reads_its_settings_from_the_algorithm_config_and_refuses_bad_on
 
     uids = ["a"] * 9
     rewards = [1, -1, 1, 1, -1, 1, 1, -1, 1]  # binary, G + 1 = 9: MAD = 0
-    data = _data(rewards, uids, [5] * 9)
+    data = outcome_batch(rewards, uids, [5] * 9, width=6)
     guarded = compute_advantage(data, adv_estimator="mc_grpo", config=compose_gcpo().algorithm).batch["advantages"]
     official_config = compose_gcpo(["algorithm.mc_grpo.mad_zero=official"]).algorithm
-    official = compute_advantage(_data(rewards, uids, [5] * 9), adv_estimator="mc_grpo", config=official_config).batch[
-        "advantages"
-    ]
+    official = compute_advantage(
+        outcome_batch(rewards, uids, [5] * 9, width=6), adv_estimator="mc_grpo", config=official_config
+    ).batch["advantages"]
     assert guarded.abs().max() < 10 and official.abs().max() > 1000
     with pytest.raises(ValueError, match="algorithm.mc_grpo.mad_zero must be one of"):
         validate(compose_gcpo(["algorithm.adv_estimator=mc_grpo", "algorithm.mc_grpo.mad_zero=clip"]))
