@@ -289,17 +289,16 @@ def main(argv=None) -> int:
         texts = make_texts(tokenizer, corpus, per_length, length, seed=length)
         ours = timed(lambda: encoder.encode(texts), device, args.repeats)
         stats = encoder.encode(texts).stats
-        if args.skip_baseline:
-            base_rate, ratio = float("nan"), float("nan")
-        else:
+        base, speedup = "- (skipped)", "-"
+        if not args.skip_baseline:
             baseline = timed(
                 lambda: encoder.model.encode(texts, batch_size=32, convert_to_tensor=True, normalize_embeddings=True),
                 device,
                 args.repeats,
             )
-            base_rate, ratio = per_length / baseline, baseline / ours
+            base, speedup = f"{per_length / baseline:,.0f}", f"{baseline / ours:.1f}x"
         print(
-            f"| {length} | {per_length} | {per_length / ours:,.0f} | {base_rate:,.0f} | {ratio:.1f}x | "
+            f"| {length} | {per_length} | {per_length / ours:,.0f} | {base} | {speedup} | "
             f"{stats.pieces / max(stats.unique_texts, 1):.1f} |"
         )
     print()

@@ -31,6 +31,10 @@ def class_team_values(weighted_kernel: torch.Tensor, multiplicities: Optional[Se
     ``R`` by ``- j / (1 + j r) R[:, m] R[m, :]`` (Sherman-Morrison with a rank-one block of j equal rows), so a
     count vector costs O(w^2) for the w classes still to come: O(prod(m_k + 1)) work per group.
 
+    The sweep goes level by level: all coalitions of the first m classes are one tensor, so adding class m is
+    a handful of batched operations per copy count (O(sum m_k) kernel launches in all, where keeping one block
+    per earlier level took O(K^2): on a GPU the launches, not the arithmetic, are what costs).
+
     Args:
         weighted_kernel: `(torch.Tensor)` L between one representative of each class, shape (n, K, K), PSD.
         multiplicities: `(Sequence[int] | None)` copies per class, length K; None: all 1 (every subset).
@@ -42,27 +46,23 @@ def class_team_values(weighted_kernel: torch.Tensor, multiplicities: Optional[Se
     counts = [1] * k if multiplicities is None else [int(m) for m in multiplicities]
     if len(counts) != k or min(counts, default=1) < 1:
         raise ValueError(f"need one multiplicity >= 1 per class ({k}); got {counts}")
-    # (residual whose index 0 is class `first`, values, first) per block; the first block is the empty coalition
-    blocks = [(L.unsqueeze(1), L.new_zeros(n, 1), 0)]
-    stride = 1
+    # every coalition of the classes added so far (mixed-radix order): its log-det and its Schur complement on
+    # the classes still to come (index 0 = the next class)
+    values = L.new_zeros(n, 1)
+    residual = L.unsqueeze(1)
     for m in range(k):
-        width = k - m - 1
-        residual_m = L.new_empty(n, counts[m] * stride, width, width)
-        values_m = L.new_empty(n, counts[m] * stride)
-        start = 0
+        r = residual[:, :, 0, 0]
+        column = residual[:, :, 1:, 0]
+        rest = residual[:, :, 1:, 1:]
+        grown_values, grown_residuals = [values], [rest]  # 0 copies of class m: the lowest digit block
         for copies in range(1, counts[m] + 1):
-            for residual, values, first in blocks:
-                view = residual[:, :, m - first :, m - first :]
-                stop = start + values.shape[1]
-                pivot = 1.0 + copies * view[:, :, 0, 0]
-                torch.add(values, torch.log(pivot), out=values_m[:, start:stop])
-                column = view[:, :, 1:, 0]
-                scaled = (column * (-copies / pivot).unsqueeze(-1)).unsqueeze(-2)
-                torch.addcmul(view[:, :, 1:, 1:], column.unsqueeze(-1), scaled, out=residual_m[:, start:stop])
-                start = stop
-        blocks.append((residual_m, values_m, m + 1))
-        stride *= counts[m] + 1
-    return torch.cat([values for _, values, _ in blocks], dim=1)
+            pivot = 1.0 + copies * r
+            grown_values.append(values + torch.log(pivot))
+            scaled = (column * (-copies / pivot).unsqueeze(-1)).unsqueeze(-2)
+            grown_residuals.append(torch.addcmul(rest, column.unsqueeze(-1), scaled))
+        values = torch.cat(grown_values, dim=1)
+        residual = torch.cat(grown_residuals, dim=1)
+    return values
 
 
 def subset_team_values(weighted_kernel: torch.Tensor) -> torch.Tensor:
@@ -181,11 +181,15 @@ def exact_shapley(
 
 
 def exact_work_bytes(profile: tuple[int, ...]) -> int:
-    """float64 work space of the exact sweep for one group of class profile ``profile`` (copies per class): every
-    block's residual, the values and one block of the weight matrix (sizes the batches the dispatch solves)."""
-    stride, cells = 1, 0
+    """float64 work space of the exact sweep for one group of class profile ``profile`` (copies per class), which
+    sizes the batches the dispatch solves: the largest level of the sweep (its residuals and the next level's,
+    pieces and concatenation) and the values (pieces, concatenation, one block of their product). The weight
+    block itself (at most ``WEIGHT_BLOCK`` x K) is shared by the batch."""
     k = len(profile)
+    stride, peak = 1, 0
     for m, copies in enumerate(profile):
-        cells += copies * stride * ((k - m - 1) ** 2 + 2)
-        stride *= copies + 1
-    return 8 * (2 * cells + 2 * stride) + 8 * min(stride, WEIGHT_BLOCK) * k
+        width = k - m
+        grown = stride * (copies + 1)
+        peak = max(peak, stride * width * width + 2 * grown * (width - 1) ** 2)
+        stride = grown
+    return 8 * (peak + 3 * stride)

@@ -71,3 +71,28 @@ def test_exact_credit_of_collapsed_classes_equals_the_brute_force_definition(cop
     L = emb @ emb.T
     result = shapley_values(torch.from_numpy(L)[None], torch.ones(1, len(emb), dtype=torch.bool), method="exact")
     np.testing.assert_allclose(result.values[0].numpy(), brute_force_shapley(L), atol=1e-11)
+
+
+class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("profile", [(1,) * 12, (3, 2, 1, 1)])
+def test_the_sweep_adds_each_copy_count_of_a_class_once_for_all_coalitions(profile):
+    # on a GPU every batched operation is a kernel launch, and launches, not arithmetic, are what the exact
+    # sweep costs: one rank-one update per copy count of each class (sum m_k), not one per earlier level (K^2 / 2)
+    rng = np.random.default_rng(1)
+    emb = clustered_embeddings(rng, groups=2, size=len(profile))
+    L = torch.from_numpy(np.einsum("bid,bjd->bij", emb, emb))
+    with _CountOps() as ops:
+        values = exact_module.class_team_values(L, profile)
+    assert values.shape == (2, math.prod(m + 1 for m in profile))
+    assert ops.counts["addcmul"] == sum(profile)
+    assert ops.counts["log"] == sum(profile)
