@@ -2,8 +2,9 @@
 # Shared settings of every launcher (sourced by scripts/run_*.sh, never run by itself).
 #
 # Qwen3 base models on DAPO-Math-17K with DAPO's trainer settings (clip-higher 0.2/0.28, token-mean loss,
-# no KL, overlong reward shaping), identical for GCPO and its baselines; a launcher only sets METHOD_ARGS
-# (the estimator) and MODEL_PATH / EXPERIMENT_NAME. Everything below can be changed with an environment
+# no KL, overlong reward shaping: the Hydra config group protocol=shared), identical for GCPO and its baselines;
+# a launcher only sets METHOD_ARGS (the estimator) and MODEL_PATH / EXPERIMENT_NAME. The entry point checks the
+# model path (a hub id with the hub off, a local path that is not a folder) before anything starts. Everything below can be changed with an environment
 # variable, and any Hydra override given on the command line wins over all of it.
 #
 #   NNODES (1)  GPUS_PER_NODE (8)  MODEL_PATH  DATA_DIR (~/data/gcpo)  TRAIN_FILE ($DATA_DIR/train.parquet)
@@ -26,8 +27,13 @@
 #                penalty from 16k, validation at T 1.0, top-p 0.7, n 1
 #   stock        the launcher's own reference: dapo-recipe for launchers with dynamic sampling (STOCK_PROTOCOL
 #                in the launcher), verl-grpo for the others
-# The data, model, schedule and the method's keys are the launcher's under every protocol. Environment
-# variables (TRAIN_BATCH_SIZE, N_RESP, ...) still win over a protocol's values, command-line overrides over all.
+# Its trainer settings are the Hydra config group recipe/gcpo/config/protocol/<name>.yaml (protocol=<name>); its
+# sizes are the environment defaults below, since verl's token budgets are computed from them. The data, model,
+# schedule and the method's keys are the launcher's under every protocol. Environment variables (TRAIN_BATCH_SIZE,
+# N_RESP, ...) still win over a protocol's values, command-line overrides over all.
+# INFLIGHT_GEN_BATCHES (2; verl-grpo 1, verl's default; dapo-recipe 3, its gen batch 1536 = 3 x 512): prompt
+# batches dynamic sampling may have in flight, set by the launchers that turn dynamic sampling on (verl reads it
+# only then).
 : "${PROTOCOL:=shared}"
 if [[ "${PROTOCOL}" == "stock" ]]; then PROTOCOL="${STOCK_PROTOCOL:-verl-grpo}"; fi
 case "${PROTOCOL}" in
@@ -41,50 +47,6 @@ case "${PROTOCOL}" in
     echo "PROTOCOL must be one of shared, verl-grpo, dapo-recipe, stock; got '${PROTOCOL}'" >&2
     exit 2 ;;
 esac
-
-# The overrides of PROTOCOL's keys that are not environment variables, into PROTOCOL_ARGS (they come after the
-# shared settings and before the method's keys and the command line, so those win). Arguments: the method's keys
-# and the command line, to see whether dynamic sampling is on (the last value counts, as in Hydra).
-# INFLIGHT_GEN_BATCHES (2; dapo-recipe 3, its gen batch 1536 = 3 x 512): prompt batches dynamic sampling may have
-# in flight, set only with dynamic sampling on (verl reads it only then).
-gcpo_protocol_args() {
-  local seq_len=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))
-  local arg filtering=false
-  for arg in "$@"; do
-    case "${arg#+}" in algorithm.filter_groups.enable=*) filtering="${arg#*=}" ;; esac
-  done
-  PROTOCOL_ARGS=()
-  case "${PROTOCOL}" in
-    verl-grpo)
-      PROTOCOL_ARGS=(
-        "actor_rollout_ref.actor.clip_ratio_high=0.2"
-        "actor_rollout_ref.actor.clip_ratio_c=3.0"
-        "actor_rollout_ref.actor.use_kl_loss=true"
-        "actor_rollout_ref.actor.kl_loss_coef=0.001"
-        "actor_rollout_ref.actor.kl_loss_type=low_var_kl"
-        "actor_rollout_ref.actor.optim.lr_warmup_steps=-1"
-        "actor_rollout_ref.actor.optim.weight_decay=0.01"
-        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true"
-        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$((3 * seq_len))"
-        "reward.reward_kwargs.overlong_buffer_cfg.enable=false"
-        "data.truncation=error"
-        "actor_rollout_ref.rollout.val_kwargs.temperature=0"
-        "actor_rollout_ref.rollout.val_kwargs.top_p=1.0"
-        "trainer.test_freq=5"
-        "trainer.save_freq=20"
-      ) ;;
-    dapo-recipe)
-      PROTOCOL_ARGS=(
-        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"
-        "actor_rollout_ref.rollout.val_kwargs.top_p=0.7"
-        "trainer.test_freq=5"
-        "trainer.save_freq=5"
-      ) ;;
-  esac
-  if [[ "${filtering,,}" == "true" ]]; then
-    PROTOCOL_ARGS+=("algorithm.filter_groups.max_inflight_gen_batches=${INFLIGHT_GEN_BATCHES}")
-  fi
-}
 # ---- end of protocol ---------------------------------------------------------------------------------------------
 
 : "${NNODES:=1}"
@@ -109,52 +71,6 @@ gcpo_protocol_args() {
 if [[ -z "${LOGGER:-}" ]]; then
   if [[ -n "${WANDB_API_KEY:-}" ]]; then LOGGER='["console","wandb"]'; else LOGGER='["console"]'; fi
 fi
-
-# The model must be a local folder when the hub is off (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE): a hub id would
-# fail in every FSDP, vLLM and reward worker of every node, minutes into start-up; and a path on this machine
-# (/..., ./..., ~/...) must exist, hub or not. A dry run only warns, since it loads no model. Checks the path that
-# will be used: the last actor_rollout_ref.model.path= override, or MODEL_PATH.
-gcpo_check_model_path() {
-  local path="${MODEL_PATH}" arg offline=""
-  for arg in "$@"; do
-    if [[ "${arg}" =~ ^\+{0,2}actor_rollout_ref\.model\.path=(.*)$ ]]; then path="${BASH_REMATCH[1]}"; fi
-  done
-  for arg in "${HF_HUB_OFFLINE:-}" "${TRANSFORMERS_OFFLINE:-}"; do
-    if [[ "${arg^^}" =~ ^(1|ON|YES|TRUE)$ ]]; then offline=1; fi
-  done
-  local message=""
-  if [[ "${path}" =~ ^(/|\./|\.\./|~) ]]; then
-    # a path on this machine (a hub id is owner/name): it must be a folder, hub or not
-    if [[ ! -d "${path/#\~/${HOME}}" ]]; then
-      message="MODEL_PATH=${path} is not a folder on this machine: set MODEL_PATH to the folder of a downloaded"
-      message+=" model (python scripts/prepare_model.py <hub id> ${path} downloads one there)"
-    fi
-  elif [[ -n "${offline}" && ! -d "${path}" ]]; then
-    message="MODEL_PATH=${path} is not a local folder, and the hub is off (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE):"
-    message+=" download it once to shared storage (python scripts/prepare_model.py ${path}"
-    message+=" /shared/models/$(basename "${path}")) and set MODEL_PATH to that folder"
-  fi
-  if [[ -n "${message}" ]]; then
-    if [[ "${DRY_RUN}" == "1" ]]; then echo -n "# warning (a run stops here): " >&2; fi
-    echo "${message}" >&2
-    if [[ "${DRY_RUN}" != "1" ]]; then return 1; fi
-  fi
-}
-
-# Whether the run has a reference model: verl builds one only for a KL term (KL loss or KL in the reward), and
-# Hydra applies the overrides in order, so the last value of each key counts.
-gcpo_uses_reference() {
-  local arg key kl_loss=false kl_reward=false
-  for arg in "$@"; do
-    key="${arg}"
-    while [[ "${key}" == +* ]]; do key="${key#+}"; done
-    case "${key}" in
-      actor_rollout_ref.actor.use_kl_loss=*) kl_loss="${key#*=}" ;;
-      algorithm.use_kl_in_reward=*) kl_reward="${key#*=}" ;;
-    esac
-  done
-  [[ "${kl_loss,,}" == "true" || "${kl_reward,,}" == "true" ]]
-}
 
 # The settings given as environment variables are numbers: one line naming a variable that is not (bash's own
 # message for MAX_RESPONSE_LENGTH=8k is an arithmetic error, Hydra's for N_RESP=abc a bare TypeError).
@@ -192,7 +108,6 @@ gcpo_launch() {
     if [[ "${arg}" == "--dry-run" ]]; then DRY_RUN=1; else args+=("${arg}"); fi
   done
   gcpo_check_numbers || exit 2
-  gcpo_check_model_path ${args[@]+"${args[@]}"} || exit 2
 
   local seq_len=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))
   local val_files="" name
@@ -205,7 +120,6 @@ gcpo_launch() {
     "data.max_prompt_length=${MAX_PROMPT_LENGTH}"
     "data.max_response_length=${MAX_RESPONSE_LENGTH}"
     "data.filter_overlong_prompts=true"
-    "data.truncation=left"
   )
   local model=(
     "actor_rollout_ref.model.path=${MODEL_PATH}"
@@ -214,16 +128,11 @@ gcpo_launch() {
   )
   local actor=(
     "actor_rollout_ref.actor.optim.lr=${LR}"
-    "actor_rollout_ref.actor.optim.lr_warmup_steps=10"
-    "actor_rollout_ref.actor.optim.weight_decay=0.1"
     "actor_rollout_ref.actor.ppo_mini_batch_size=${MINI_BATCH_SIZE}"
     "actor_rollout_ref.actor.use_dynamic_bsz=true"
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$((2 * seq_len))"
     "actor_rollout_ref.actor.clip_ratio_low=0.2"
-    "actor_rollout_ref.actor.clip_ratio_high=0.28"
-    "actor_rollout_ref.actor.clip_ratio_c=10.0"
     "actor_rollout_ref.actor.loss_agg_mode=token-mean"
-    "actor_rollout_ref.actor.use_kl_loss=false"
     "actor_rollout_ref.actor.entropy_coeff=0"
     "actor_rollout_ref.actor.optim.clip_grad=1.0"
   )
@@ -239,27 +148,16 @@ gcpo_launch() {
     "actor_rollout_ref.rollout.top_k=-1"
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$((3 * seq_len))"
-    # validation samples VAL_N answers at temperature 0.6 (verl's V1 agent loop reads only temperature, top_p, top_k
-    # and n of val_kwargs; val_kwargs.do_sample is read by verl's legacy trainer only: temperature=0 is greedy)
-    "actor_rollout_ref.rollout.val_kwargs.temperature=0.6"
-    "actor_rollout_ref.rollout.val_kwargs.top_p=0.95"
     "actor_rollout_ref.rollout.val_kwargs.n=${VAL_N}"
   )
-  # the reference model's log-prob pass, only when there is one (verl reads these keys only then)
-  if gcpo_uses_reference "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"}; then
-    rollout+=(
-      "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true"
-      "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$((3 * seq_len))"
-    )
-  fi
   local reward=(
     "algorithm.use_kl_in_reward=false"
     "reward.reward_manager.name=dapo"
-    "+reward.reward_kwargs.max_resp_len=${MAX_RESPONSE_LENGTH}"
-    "+reward.reward_kwargs.overlong_buffer_cfg.enable=true"
-    "+reward.reward_kwargs.overlong_buffer_cfg.len=${OVERLONG_BUFFER}"
-    "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0"
-    "+reward.reward_kwargs.overlong_buffer_cfg.log=false"
+    # DAPO's overlong shaping: whether it is on is the protocol's (config/protocol/), its lengths are the sizes
+    "++reward.reward_kwargs.max_resp_len=${MAX_RESPONSE_LENGTH}"
+    "++reward.reward_kwargs.overlong_buffer_cfg.len=${OVERLONG_BUFFER}"
+    "++reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0"
+    "++reward.reward_kwargs.overlong_buffer_cfg.log=false"
   )
   local trainer=(
     "trainer.logger=${LOGGER}"
@@ -269,8 +167,6 @@ gcpo_launch() {
     "trainer.n_gpus_per_node=${GPUS_PER_NODE}"
     "trainer.total_training_steps=${TOTAL_STEPS}"
     "trainer.val_before_train=true"
-    "trainer.test_freq=10"
-    "trainer.save_freq=50"
     "trainer.resume_mode=auto"
     "trainer.log_val_generations=10"
     "trainer.default_local_dir=${CKPT_DIR}/${PROJECT_NAME}/${EXPERIMENT_NAME}"
@@ -279,12 +175,12 @@ gcpo_launch() {
     trainer+=("ray_kwargs.ray_init.num_cpus=${RAY_NUM_CPUS}")
   fi
 
-  gcpo_protocol_args "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"}
   if [[ "${DRY_RUN}" == "1" ]]; then export GCPO_DRY_RUN=1; fi
   if [[ -n "${RAY_ADDRESS:-}" ]]; then export RAY_ADDRESS; fi
-  local cmd=(python3 -m recipe.gcpo.main_gcpo
+  # the protocol's group first: a protocol=<name> on the command line replaces it (Hydra: the last choice counts)
+  local cmd=(python3 -m recipe.gcpo.main_gcpo "protocol=${PROTOCOL}"
     "${data[@]}" "${model[@]}" "${actor[@]}" "${rollout[@]}" "${reward[@]}" "${trainer[@]}"
-    ${PROTOCOL_ARGS[@]+"${PROTOCOL_ARGS[@]}"} "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"})
+    "${METHOD_ARGS[@]}" ${args[@]+"${args[@]}"})
   # the command on standard output, so that standard error holds only what went wrong
   echo "+ ${cmd[*]}"
   exec "${cmd[@]}"

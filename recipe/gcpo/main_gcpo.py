@@ -56,6 +56,7 @@ from recipe.gcpo.preflight import (
     migrate_legacy_reward,
     missing_data_files,
     missing_data_hint,
+    model_path_problem,
     startup_lines,
     validate,
 )
@@ -222,8 +223,13 @@ def accept_run(config) -> None:
         lines += memory_lines(settings, config, *local_gpu())
     for line in lines:
         print(f"gcpo: {line}", flush=True)
+    model_problem = model_path_problem(config)
     if dry_run_requested():
+        if model_problem is not None:  # a dry run loads no model: it says what a run would stop on
+            print(f"# warning (a run stops here): {model_problem}", file=sys.stderr, flush=True)
         return
+    if model_problem is not None:
+        fail(model_problem)
     problem = accelerator_problem(config)
     if problem is not None:
         fail(problem)

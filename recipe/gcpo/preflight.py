@@ -441,6 +441,28 @@ def check_encoder(name: str) -> None:
         )
 
 
+def model_path_problem(config: DictConfig) -> str | None:
+    """What is wrong with the policy's ``actor_rollout_ref.model.path`` on this machine, or None: a path on this
+    machine (``/``, ``./``, ``../``, ``~``) must be a folder, hub or not; a hub id needs the hub, since every FSDP,
+    vLLM and reward worker of every node would fail on it minutes into start-up with the hub off. The advice names
+    the launchers' MODEL_PATH and ``scripts/prepare_model.py``, which downloads one."""
+    key = "actor_rollout_ref.model.path"
+    path = str(OmegaConf.select(config, key) or "")
+    if path.startswith(("/", "./", "../", "~")):
+        if not os.path.isdir(os.path.expanduser(path)):
+            return (
+                f"{key}={path} is not a folder on this machine: set it (the launchers' MODEL_PATH) to the folder of "
+                f"a downloaded model (python scripts/prepare_model.py <hub id> {path} downloads one there)"
+            )
+    elif _hub_off() and not os.path.isdir(path):
+        return (
+            f"{key}={path} is not a local folder, and the hub is off (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download "
+            f"it once to shared storage (python scripts/prepare_model.py {path} /shared/models/{os.path.basename(path)}) "
+            "and set it (the launchers' MODEL_PATH) to that folder"
+        )
+    return None
+
+
 def _hub_off() -> bool:
     return any(
         os.environ.get(var, "").strip().upper() in ("1", "ON", "YES", "TRUE")

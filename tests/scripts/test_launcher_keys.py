@@ -46,6 +46,9 @@ READ_ELSEWHERE = {
     "against what it reads (recipe.gcpo.preflight.check_reward_kwargs)",
     "ray_kwargs.ray_init.": "passed whole to ray.init(**ray_kwargs.ray_init) by verl's run_ppo",
 }
+# the recipe's Hydra config groups: an override of one chooses a file (whose keys are checked by
+# test_every_key_a_protocol_sets_is_read_by_verl), it sets no key itself
+CONFIG_GROUPS = {"protocol"}
 # key prefix -> why the typed config above it does not decide (the name check still applies)
 NOT_FIELDS = {
     "actor_rollout_ref.ref.log_prob_": "verl's worker pops these and renames them to FSDPActorConfig fields before "
@@ -128,7 +131,7 @@ def _field_problem(owner: type, below: list[str]) -> str | None:
 
 def key_problem(key: str, config: DictConfig) -> str | None:
     """Why verl would not read ``key`` in the run ``config`` describes (None: it would)."""
-    if key.startswith("hydra.") or any(key.startswith(prefix) for prefix in READ_ELSEWHERE):
+    if key.startswith("hydra.") or key in CONFIG_GROUPS or any(key.startswith(prefix) for prefix in READ_ELSEWHERE):
         return None
     if key in DEAD_IN_V1:
         return DEAD_IN_V1[key][0]
@@ -150,13 +153,14 @@ def key_problems(overrides: list[str], config: DictConfig) -> dict[str, str]:
     return {key: problem for key in keys if (problem := key_problem(key, config)) is not None}
 
 
-def _recipe_config_keys() -> list[str]:
-    """The leaves the recipe's own config sets on top of verl's ppo_trainer."""
-    raw = OmegaConf.load(Path(CONFIG_DIR) / "gcpo_trainer.yaml")
-    raw.pop("defaults"), raw.pop("hydra")
+def _config_keys(path: Path) -> list[str]:
+    """The leaves a config file of the recipe sets (on top of verl's ppo_trainer), as overrides."""
+    raw = OmegaConf.load(path)
+    raw.pop("defaults", None), raw.pop("hydra", None)
 
     def leaves(node, prefix):
-        for key, value in node.items():
+        for key in node:
+            value = node._get_node(key)  # unresolved: an interpolation is a leaf like any value
             if isinstance(value, DictConfig):
                 yield from leaves(value, f"{prefix}{key}.")
             else:
@@ -165,22 +169,44 @@ def _recipe_config_keys() -> list[str]:
     return list(leaves(raw, ""))
 
 
+PROTOCOLS = sorted(p.stem for p in (Path(CONFIG_DIR) / "protocol").glob("*.yaml"))
+
+
 @pytest.mark.parametrize("script", LAUNCHERS)
 def test_every_key_a_launcher_sets_is_read_by_verl(script):
     overrides = launcher_overrides(script, env={"RAY_NUM_CPUS": "16"})  # with every optional key
     assert key_problems(overrides, compose_gcpo(overrides)) == {}
 
 
-def test_the_reference_models_keys_are_set_exactly_when_there_is_one():
+def test_the_launchers_set_no_key_of_the_reference_model_and_verl_batches_it_like_the_actor():
+    """The launchers pass no ``actor_rollout_ref.ref.`` key (verl reads them only when there is a reference model,
+    and a launcher cannot know whether a command-line override adds a KL term); verl's own config batches the
+    reference model's log-probs like the actor's, and the verl-grpo protocol, whose KL loss needs one, like the
+    rollout's."""
     for args in ([], ["actor_rollout_ref.actor.use_kl_loss=true"], ["algorithm.use_kl_in_reward=True"]):
         overrides = launcher_overrides("run_qwen3_4b_grpo.sh", *args)
         config = compose_gcpo(overrides)
-        assert any(key.startswith("actor_rollout_ref.ref.") for key in overrides) == need_reference_policy(config)
+        assert not any(key.startswith(("actor_rollout_ref.ref.", "+actor_rollout_ref.ref.")) for key in overrides)
         assert key_problems(overrides, config) == {}
+        ref = config.actor_rollout_ref.ref
+        assert ref.log_prob_use_dynamic_bsz is True
+        assert ref.log_prob_max_token_len_per_gpu == config.actor_rollout_ref.actor.ppo_max_token_len_per_gpu
+    config = compose_gcpo(launcher_overrides("run_qwen3_4b_grpo.sh", env={"PROTOCOL": "verl-grpo"}))
+    assert need_reference_policy(config)
+    ref = config.actor_rollout_ref.ref
+    assert ref.log_prob_max_token_len_per_gpu == config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu
 
 
 def test_every_key_the_recipe_config_sets_is_read_by_verl():
-    assert key_problems(_recipe_config_keys(), compose_gcpo()) == {}
+    assert key_problems(_config_keys(Path(CONFIG_DIR) / "gcpo_trainer.yaml"), compose_gcpo()) == {}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_every_key_a_protocol_sets_is_read_by_verl(protocol):
+    assert PROTOCOLS == ["dapo-recipe", "shared", "verl-grpo"]
+    keys = _config_keys(Path(CONFIG_DIR) / "protocol" / f"{protocol}.yaml")
+    assert keys
+    assert key_problems(keys, compose_gcpo([f"protocol={protocol}"])) == {}
 
 
 @pytest.mark.parametrize("key", DEAD_IN_V1)

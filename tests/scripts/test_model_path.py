@@ -1,10 +1,8 @@
-"""The policy model from shared storage: scripts/prepare_model.py, and the launchers refusing a hub id offline."""
+"""The policy model from shared storage: scripts/prepare_model.py (the start-up check of the path a run uses is
+recipe.gcpo.preflight.model_path_problem, tested in tests/recipe/gcpo/test_preflight.py)."""
 
 import importlib.util
 import json
-import os
-import stat
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -112,67 +110,3 @@ def test_download_with_the_hub_off_is_refused_before_trying(monkeypatch, tmp_pat
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert prepare_model.main(["Qwen/Qwen3-4B-Base", str(tmp_path / "m")]) == 2
     assert "run this where the hub is reachable" in capsys.readouterr().err and not (tmp_path / "m").exists()
-
-
-@pytest.fixture
-def launch(tmp_path):
-    """Runs the GCPO launcher with a python3 that prints what it was given instead of training."""
-    stub = tmp_path / "bin" / "python3"
-    stub.parent.mkdir()
-    stub.write_text('#!/usr/bin/env bash\necho "GCPO_DRY_RUN=${GCPO_DRY_RUN:-}"\nprintf "%s\\n" "$@"\n')
-    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
-
-    def run(*args, **env):
-        full = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "MODEL_PATH", "WANDB_API_KEY")
-        }
-        full.update(env, PATH=f"{stub.parent}:{os.environ['PATH']}")
-        return subprocess.run(
-            ["bash", str(ROOT / "scripts" / "run_qwen3_4b_gcpo.sh"), *args], capture_output=True, text=True, env=full
-        )
-
-    return run
-
-
-def test_the_launcher_refuses_a_hub_id_when_the_hub_is_off(launch):
-    proc = launch(HF_HUB_OFFLINE="1")
-    assert proc.returncode == 2 and proc.stdout == ""  # python3 never started
-    assert "MODEL_PATH=Qwen/Qwen3-4B-Base is not a local folder" in proc.stderr
-    assert "scripts/prepare_model.py Qwen/Qwen3-4B-Base /shared/models/Qwen3-4B-Base" in proc.stderr
-    assert launch(TRANSFORMERS_OFFLINE="true").returncode == 2
-
-
-def test_the_launcher_runs_a_local_folder_offline_and_a_hub_id_online(launch, tmp_path):
-    proc = launch(HF_HUB_OFFLINE="1", MODEL_PATH=str(tmp_path))
-    assert proc.returncode == 0 and f"actor_rollout_ref.model.path={tmp_path}" in proc.stdout.splitlines()
-    proc = launch()  # hub reachable: a hub id is fine
-    assert proc.returncode == 0 and "actor_rollout_ref.model.path=Qwen/Qwen3-4B-Base" in proc.stdout.splitlines()
-
-
-def test_the_launcher_checks_the_path_a_command_line_override_sets(launch, tmp_path):
-    proc = launch("actor_rollout_ref.model.path=Qwen/Qwen3-8B-Base", HF_HUB_OFFLINE="1", MODEL_PATH=str(tmp_path))
-    assert proc.returncode == 2 and "MODEL_PATH=Qwen/Qwen3-8B-Base is not a local folder" in proc.stderr
-    proc = launch(f"actor_rollout_ref.model.path={tmp_path}", HF_HUB_OFFLINE="1")
-    assert proc.returncode == 0
-
-
-def test_a_dry_run_offline_with_a_hub_id_warns_and_still_composes(launch):
-    proc = launch("--dry-run", HF_HUB_OFFLINE="1")
-    assert proc.returncode == 0 and "GCPO_DRY_RUN=1" in proc.stdout
-    assert "# warning (a run stops here): MODEL_PATH=Qwen/Qwen3-4B-Base is not a local folder" in proc.stderr
-
-
-def test_a_local_path_that_is_not_a_folder_is_refused_hub_or_not_with_advice_that_fits(launch, tmp_path):
-    absent = tmp_path / "models" / "Qwen3-4B-Base"
-    proc = launch(MODEL_PATH=str(absent))  # the hub is reachable, but this is no hub id
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert f"MODEL_PATH={absent} is not a folder on this machine" in proc.stderr
-    assert f"python scripts/prepare_model.py <hub id> {absent} downloads one there" in proc.stderr
-    assert "/shared/models/" not in proc.stderr  # the hub-id advice does not fit a path
-    proc = launch("--dry-run", MODEL_PATH="./no-such-model")
-    assert (
-        proc.returncode == 0
-        and "# warning (a run stops here): MODEL_PATH=./no-such-model is not a folder" in proc.stderr
-    )

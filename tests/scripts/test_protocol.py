@@ -276,11 +276,36 @@ def test_stock_protocols_set_the_published_values(stub_python, script, protocol,
 
 
 def test_the_stock_grpo_protocol_has_a_reference_model_for_its_kl_loss(stub_python):
-    overrides = _overrides("run_qwen3_4b_grpo.sh", stub_python, PROTOCOL="stock")
-    assert "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true" in overrides
     from verl.trainer.ppo.utils import need_reference_policy
 
-    assert need_reference_policy(compose_gcpo(overrides))
+    config = compose_gcpo(_overrides("run_qwen3_4b_grpo.sh", stub_python, PROTOCOL="stock"))
+    assert need_reference_policy(config)
+    assert config.actor_rollout_ref.ref.log_prob_use_dynamic_bsz is True
+
+
+def test_the_protocols_trainer_settings_are_a_hydra_group_the_recipe_leaves_unset(stub_python):
+    """PROTOCOL chooses recipe/gcpo/config/protocol/<name>.yaml (protocol=<name>, before every other override);
+    the entry point alone keeps verl's values; a protocol=<name> on the command line replaces the launcher's
+    choice (its trainer settings: the sizes stay the environment's)."""
+    overrides = _overrides("run_qwen3_4b_gcpo.sh", stub_python, PROTOCOL="stock")
+    assert overrides[0] == "protocol=verl-grpo"
+    protocol_keys = set()
+    for path in (ROOT / "recipe/gcpo/config/protocol").glob("*.yaml"):
+        raw = OmegaConf.load(path)
+        raw.pop("defaults", None)
+        protocol_keys |= set(_flat(OmegaConf.to_container(raw, resolve=False)))
+    assert "actor_rollout_ref.actor.clip_ratio_high" in protocol_keys
+    # the group sets them, not the command line (where they would win over the group's choice)
+    assert protocol_keys.isdisjoint(o.split("=", 1)[0].lstrip("+") for o in overrides)
+    verl_defaults = _flat(OmegaConf.to_container(compose_gcpo(["actor_rollout_ref.model.path=m"]), resolve=True))
+    shared = _flat(
+        OmegaConf.to_container(compose_gcpo(["protocol=shared", "actor_rollout_ref.model.path=m"]), resolve=True)
+    )
+    assert verl_defaults["actor_rollout_ref.actor.clip_ratio_high"] == 0.2  # verl's own default
+    assert shared["actor_rollout_ref.actor.clip_ratio_high"] == 0.28
+    chosen = _composed("run_qwen3_4b_gcpo.sh", stub_python, "protocol=verl-grpo")
+    assert chosen["actor_rollout_ref.actor.use_kl_loss"] is True and chosen["trainer.save_freq"] == 20
+    assert chosen["data.train_batch_size"] == 256  # the shared protocol's size: PROTOCOL sets the sizes
 
 
 def test_environment_and_command_line_win_over_the_protocol(stub_python):

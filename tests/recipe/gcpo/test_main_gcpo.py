@@ -12,9 +12,10 @@ from omegaconf import OmegaConf
 
 from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
 from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.scripts.launch import launcher_overrides
 
 VALID = [
-    "actor_rollout_ref.model.path=/models/Qwen3-0.6B",
+    "actor_rollout_ref.model.path=Qwen/Qwen3-0.6B",  # a hub id: the hub is on in these runs (_entry_point)
     "data.train_files=/data/train.parquet",
     "data.val_files=/data/val.parquet",
     "actor_rollout_ref.rollout.n=8",
@@ -28,8 +29,11 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _entry_point(*overrides, cwd, dry_run=True, **env):
-    """``python -m recipe.gcpo.main_gcpo`` from ``cwd`` (this checkout first on the path)."""
-    full_env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "HYDRA_FULL_ERROR")}
+    """``python -m recipe.gcpo.main_gcpo`` from ``cwd`` (this checkout first on the path, the hub on unless ``env``
+    turns it off)."""
+    # the hub on unless a test turns it off: with it off the start-up check refuses VALID's hub id
+    dropped = ("RAY_ADDRESS", "HYDRA_FULL_ERROR", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    full_env = {key: value for key, value in os.environ.items() if key not in dropped}
     full_env.update(env, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     if dry_run:
         full_env["GCPO_DRY_RUN"] = "1"
@@ -415,3 +419,21 @@ def test_a_users_config_with_its_own_gcpo_block_is_left_as_it_is(tmp_path):
     config = yaml.safe_load(proc.stdout.split(DRY_RUN_MARKER, 1)[1].rsplit("# dry run (", 1)[0])
     assert config["algorithm"]["gcpo"] == {"credit": {"method": "loo"}}  # its own block: the rest are defaults
     assert "method loo" in proc.stdout
+
+
+def test_the_entry_point_stops_on_the_model_path_before_starting_anything_and_a_dry_run_warns(tmp_path):
+    """The path the run will use (the last override: the launchers' MODEL_PATH or a command-line one after it) is
+    checked where the config is composed: a run stops with one line, exit 2, before Ray; a dry run warns."""
+    keys = launcher_overrides("run_qwen3_4b_gcpo.sh", f"trainer.default_local_dir={tmp_path}")
+    proc = _entry_point(
+        *keys, "actor_rollout_ref.model.path=Qwen/Qwen3-8B-Base", cwd=tmp_path, dry_run=False, HF_HUB_OFFLINE="1"
+    )
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(
+        "error: actor_rollout_ref.model.path=Qwen/Qwen3-8B-Base is not a local folder, and the hub is off"
+    )
+    _assert_one_line_error(proc, line)
+    assert "Started a local Ray instance" not in proc.stdout + proc.stderr
+    proc = _entry_point(*keys, "actor_rollout_ref.model.path=./no-such-model", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "# warning (a run stops here): actor_rollout_ref.model.path=./no-such-model is not a folder" in proc.stderr

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from recipe.gcpo import preflight
 from recipe.gcpo.config import gcpo_settings
-from recipe.gcpo.preflight import validate
+from recipe.gcpo.preflight import model_path_problem, validate
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -649,3 +649,37 @@ def test_the_launchers_fit_an_80_and_a_40_gib_gpu(script):
     for gib in (80.0, 40.0):
         lines = preflight.memory_lines(settings, config, gpu_gib=gib)
         assert not any(line.startswith("warning") for line in lines), lines
+
+
+def _problem(path, monkeypatch, offline=False):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    if offline:
+        monkeypatch.setenv(*offline)
+    return model_path_problem(compose_gcpo([f"actor_rollout_ref.model.path='{path}'"]))
+
+
+def test_a_hub_id_is_refused_when_the_hub_is_off_with_the_download_command(monkeypatch):
+    for offline in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "true")):
+        problem = _problem("Qwen/Qwen3-4B-Base", monkeypatch, offline)
+        assert problem.startswith("actor_rollout_ref.model.path=Qwen/Qwen3-4B-Base is not a local folder, and the hub")
+        assert "scripts/prepare_model.py Qwen/Qwen3-4B-Base /shared/models/Qwen3-4B-Base" in problem
+        assert "MODEL_PATH" in problem
+    assert _problem("Qwen/Qwen3-4B-Base", monkeypatch, ("HF_HUB_OFFLINE", "0")) is None
+
+
+def test_a_local_folder_passes_offline_and_a_hub_id_online(monkeypatch, tmp_path):
+    assert _problem(str(tmp_path), monkeypatch, ("HF_HUB_OFFLINE", "1")) is None
+    assert _problem("Qwen/Qwen3-4B-Base", monkeypatch) is None  # the hub is reachable
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "models").mkdir()
+    assert _problem("~/models", monkeypatch, ("HF_HUB_OFFLINE", "1")) is None
+
+
+def test_a_local_path_that_is_not_a_folder_is_refused_hub_or_not_with_advice_that_fits(monkeypatch, tmp_path):
+    absent = tmp_path / "models" / "Qwen3-4B-Base"
+    problem = _problem(str(absent), monkeypatch)  # the hub is reachable, but this is no hub id
+    assert problem.startswith(f"actor_rollout_ref.model.path={absent} is not a folder on this machine")
+    assert f"python scripts/prepare_model.py <hub id> {absent} downloads one there" in problem
+    assert "/shared/models/" not in problem  # the hub-id advice does not fit a path
+    assert "is not a folder" in _problem("./no-such-model", monkeypatch)
