@@ -2,10 +2,11 @@
 # Shared settings of every launcher (sourced by scripts/run_*.sh, never run by itself).
 #
 # Qwen3 base models on DAPO-Math-17K with DAPO's trainer settings (clip-higher 0.2/0.28, token-mean loss,
-# no KL, overlong reward shaping: the Hydra config group protocol=shared), identical for GCPO and its baselines;
-# a launcher only sets METHOD_ARGS (the estimator) and MODEL_PATH / EXPERIMENT_NAME. The entry point checks the
-# model path (a hub id with the hub off, a local path that is not a folder) before anything starts. Everything below can be changed with an environment
-# variable, and any Hydra override given on the command line wins over all of it.
+# no KL, overlong reward shaping: the Hydra config group protocol=shared), identical for GCPO and its
+# baselines; a launcher only sets METHOD_ARGS (the estimator) and MODEL_PATH / EXPERIMENT_NAME. The entry point
+# checks the model path (a hub id with the hub off, a path that is not an absolute folder) before anything
+# starts. Everything below can be changed with an environment variable, and any Hydra override given on the
+# command line wins over all of it.
 #
 #   NNODES (1)  GPUS_PER_NODE (8)  MODEL_PATH  DATA_DIR (~/data/gcpo)  TRAIN_FILE ($DATA_DIR/train.parquet)
 #   CKPT_DIR (~/checkpoints)
@@ -31,17 +32,16 @@
 # sizes are the environment defaults below, since verl's token budgets are computed from them. The data, model,
 # schedule and the method's keys are the launcher's under every protocol. Environment variables (TRAIN_BATCH_SIZE,
 # N_RESP, ...) still win over a protocol's values, command-line overrides over all.
-# INFLIGHT_GEN_BATCHES (2; verl-grpo 1, verl's default; dapo-recipe 3, its gen batch 1536 = 3 x 512): prompt
-# batches dynamic sampling may have in flight, set by the launchers that turn dynamic sampling on (verl reads it
-# only then).
+# INFLIGHT_GEN_BATCHES, when set, replaces the protocol's prompt batches in flight under dynamic sampling
+# (algorithm.filter_groups.max_inflight_gen_batches: shared 2, verl-grpo 1, dapo-recipe 3).
 : "${PROTOCOL:=shared}"
 if [[ "${PROTOCOL}" == "stock" ]]; then PROTOCOL="${STOCK_PROTOCOL:-verl-grpo}"; fi
 case "${PROTOCOL}" in
   shared) ;;
   verl-grpo)
-    : "${TRAIN_BATCH_SIZE:=512}" "${MINI_BATCH_SIZE:=256}" "${N_RESP:=5}" "${VAL_N:=1}" "${INFLIGHT_GEN_BATCHES:=1}" ;;
+    : "${TRAIN_BATCH_SIZE:=512}" "${MINI_BATCH_SIZE:=256}" "${N_RESP:=5}" "${VAL_N:=1}" ;;
   dapo-recipe)
-    : "${TRAIN_BATCH_SIZE:=512}" "${MINI_BATCH_SIZE:=32}" "${N_RESP:=16}" "${VAL_N:=1}" "${INFLIGHT_GEN_BATCHES:=3}"
+    : "${TRAIN_BATCH_SIZE:=512}" "${MINI_BATCH_SIZE:=32}" "${N_RESP:=16}" "${VAL_N:=1}"
     : "${MAX_RESPONSE_LENGTH:=20480}" "${OVERLONG_BUFFER:=4096}" ;;
   *)
     echo "PROTOCOL must be one of shared, verl-grpo, dapo-recipe, stock; got '${PROTOCOL}'" >&2
@@ -67,7 +67,6 @@ esac
 : "${TP_SIZE:=1}"
 : "${GPU_MEM_UTIL:=0.7}"
 : "${DRY_RUN:=0}"
-: "${INFLIGHT_GEN_BATCHES:=2}"
 if [[ -z "${LOGGER:-}" ]]; then
   if [[ -n "${WANDB_API_KEY:-}" ]]; then LOGGER='["console","wandb"]'; else LOGGER='["console"]'; fi
 fi
@@ -78,6 +77,7 @@ gcpo_check_numbers() {
   local name value
   for name in NNODES GPUS_PER_NODE TRAIN_BATCH_SIZE N_RESP MINI_BATCH_SIZE MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH \
       TOTAL_STEPS VAL_N TP_SIZE INFLIGHT_GEN_BATCHES; do
+    if [[ "${name}" == INFLIGHT_GEN_BATCHES && -z "${INFLIGHT_GEN_BATCHES+set}" ]]; then continue; fi
     value="${!name}"
     if [[ ! "${value}" =~ ^[1-9][0-9]*$ ]]; then
       echo "error: ${name} must be a positive integer, got '${value}'" >&2
@@ -152,12 +152,8 @@ gcpo_launch() {
   )
   local reward=(
     "algorithm.use_kl_in_reward=false"
-    "reward.reward_manager.name=dapo"
-    # DAPO's overlong shaping: whether it is on is the protocol's (config/protocol/), its lengths are the sizes
-    "++reward.reward_kwargs.max_resp_len=${MAX_RESPONSE_LENGTH}"
+    # the protocol's DAPO reward manager and overlong shaping (config/protocol/) with this size of buffer
     "++reward.reward_kwargs.overlong_buffer_cfg.len=${OVERLONG_BUFFER}"
-    "++reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0"
-    "++reward.reward_kwargs.overlong_buffer_cfg.log=false"
   )
   local trainer=(
     "trainer.logger=${LOGGER}"
@@ -171,6 +167,9 @@ gcpo_launch() {
     "trainer.log_val_generations=10"
     "trainer.default_local_dir=${CKPT_DIR}/${PROJECT_NAME}/${EXPERIMENT_NAME}"
   )
+  if [[ -n "${INFLIGHT_GEN_BATCHES:-}" ]]; then
+    trainer+=("algorithm.filter_groups.max_inflight_gen_batches=${INFLIGHT_GEN_BATCHES}")
+  fi
   if [[ -n "${RAY_NUM_CPUS:-}" && -z "${RAY_ADDRESS:-}" ]]; then
     trainer+=("ray_kwargs.ray_init.num_cpus=${RAY_NUM_CPUS}")
   fi

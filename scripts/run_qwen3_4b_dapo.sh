@@ -15,5 +15,4 @@ METHOD_ARGS=(algorithm.adv_estimator=grpo
   algorithm.filter_groups.metric=acc)
 # shellcheck source=scripts/common.sh
 source "${SCRIPT_DIR}/common.sh"
-METHOD_ARGS+=("algorithm.filter_groups.max_inflight_gen_batches=${INFLIGHT_GEN_BATCHES}")  # the protocol's
 gcpo_launch "$@"

@@ -16,5 +16,4 @@ METHOD_ARGS=(algorithm.adv_estimator=gcpo
   algorithm.filter_groups.metric=gcpo_signal)
 # shellcheck source=scripts/common.sh
 source "${SCRIPT_DIR}/common.sh"
-METHOD_ARGS+=("algorithm.filter_groups.max_inflight_gen_batches=${INFLIGHT_GEN_BATCHES}")  # the protocol's
 gcpo_launch "$@"

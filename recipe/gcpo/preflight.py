@@ -227,6 +227,11 @@ def check_reward_kwargs(config: DictConfig) -> None:
                 raise ValueError(f"reward.reward_kwargs.{key} must be a mapping, got {value!r}")
             check_known(f"reward.reward_kwargs.{key}", value, set(fields))
     buffer = kwargs.get("overlong_buffer_cfg") or {}
+    if buffer and "enable" not in buffer:  # verl's DAPO manager reads .enable first, in every reward worker
+        raise ValueError(
+            f"reward.reward_kwargs.overlong_buffer_cfg ({sorted(buffer)}) has no enable: set "
+            "reward.reward_kwargs.overlong_buffer_cfg.enable=true or false (a protocol=<name> sets it)"
+        )
     if buffer.get("enable"):
         missing = sorted(REWARD_KWARGS["dapo"]["overlong_buffer_cfg"] - set(buffer))
         if missing:
@@ -442,14 +447,21 @@ def check_encoder(name: str) -> None:
 
 
 def model_path_problem(config: DictConfig) -> str | None:
-    """What is wrong with the policy's ``actor_rollout_ref.model.path`` on this machine, or None: a path on this
-    machine (``/``, ``./``, ``../``, ``~``) must be a folder, hub or not; a hub id needs the hub, since every FSDP,
-    vLLM and reward worker of every node would fail on it minutes into start-up with the hub off. The advice names
-    the launchers' MODEL_PATH and ``scripts/prepare_model.py``, which downloads one."""
+    """What is wrong with the policy's ``actor_rollout_ref.model.path`` on this machine, or None. A path on this
+    machine must be absolute (the workers start in other folders, and neither verl nor transformers expands ``~``)
+    and a folder, hub or not; a hub id needs the hub, since every FSDP, vLLM and reward worker of every node would
+    fail on it minutes into start-up with the hub off. The advice names the launchers' MODEL_PATH and
+    ``scripts/prepare_model.py``, which downloads one."""
     key = "actor_rollout_ref.model.path"
     path = str(OmegaConf.select(config, key) or "")
-    if path.startswith(("/", "./", "../", "~")):
-        if not os.path.isdir(os.path.expanduser(path)):
+    if path.startswith(("~", "./", "../")) or path in (".", ".."):
+        absolute = os.path.abspath(os.path.expanduser(path))
+        return (
+            f"{key}={path} is not an absolute path: the workers start in other folders and do not expand ~; "
+            f"give it (the launchers' MODEL_PATH) as {absolute}"
+        )
+    if path.startswith("/"):
+        if not os.path.isdir(path):
             return (
                 f"{key}={path} is not a folder on this machine: set it (the launchers' MODEL_PATH) to the folder of "
                 f"a downloaded model (python scripts/prepare_model.py <hub id> {path} downloads one there)"

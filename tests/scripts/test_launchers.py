@@ -48,9 +48,6 @@ def _run(script, *args, env=None, path_prefix=None, cwd=None):
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     if path_prefix:
         full_env["PATH"] = f"{path_prefix}:{full_env['PATH']}"
-        # a stub python3 starts nothing; with the hub off a real run would refuse the hub id (test_model_path.py)
-        full_env.pop("HF_HUB_OFFLINE", None)
-        full_env.pop("TRANSFORMERS_OFFLINE", None)
     return subprocess.run(
         ["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True, env=full_env, cwd=cwd
     )

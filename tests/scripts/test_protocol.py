@@ -31,7 +31,6 @@ ARM_KEYS = {
         "actor_rollout_ref.rollout.prometheus.served_model_name": "Qwen/Qwen3-1.7B-Base",
     },
     "run_qwen3_4b_grpo.sh": {"algorithm.adv_estimator": "grpo"},
-    # + algorithm.filter_groups.max_inflight_gen_batches: the protocol's INFLIGHT (set only with dynamic sampling)
     "run_qwen3_4b_dapo.sh": {
         "algorithm.adv_estimator": "grpo",
         "algorithm.filter_groups.enable": True,
@@ -74,9 +73,9 @@ PAPER_ARMS = [
     "run_qwen3_4b_gcpo_dynamic.sh",
 ]
 NEW_LAUNCHERS = ("run_qwen3_4b_diver.sh", "run_qwen3_4b_div_r1.sh", "run_qwen3_4b_gcpo_dynamic.sh")
-DYNAMIC_SAMPLING = ("run_qwen3_4b_dapo.sh", "run_qwen3_4b_gcpo_dynamic.sh")
-INFLIGHT = {"shared": 2, "verl-grpo": 1, "dapo-recipe": 3}  # verl's default: 1
+INFLIGHT = {"shared": 2, "verl-grpo": 1, "dapo-recipe": 3}  # prompt batches in flight; verl's default: 1
 NAMING = {"trainer.experiment_name", "trainer.default_local_dir"}
+SIZE_KEY = "reward.reward_kwargs.overlong_buffer_cfg.len"
 
 # verl's stock GRPO example for Qwen3-4B (verl examples/grpo_trainer/run_qwen3_4b_fsdp.sh) and verl's defaults it
 # keeps; verl-recipe's DAPO recipe (dapo/run_dapo_qwen2.5_32b.sh)
@@ -154,9 +153,6 @@ def _overrides(script, stub, *args, **env):
     """The Hydra overrides the launcher hands to the entry point."""
     env = _env(**env)
     env["PATH"] = f"{stub}:{env['PATH']}"
-    # a stub python3 starts nothing; with the hub off a real run would refuse the hub id (test_model_path.py)
-    env.pop("HF_HUB_OFFLINE", None)
-    env.pop("TRANSFORMERS_OFFLINE", None)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -233,8 +229,6 @@ def test_each_arm_differs_from_gcpo_only_in_its_methods_keys(stub_python, protoc
     gcpo = _composed("run_qwen3_4b_gcpo.sh", stub_python, PROTOCOL=protocol)
     for script in scripts:
         keys = dict(ARM_KEYS[script])
-        if script in DYNAMIC_SAMPLING and INFLIGHT[protocol] != INFLIGHT["verl-grpo"]:
-            keys["algorithm.filter_groups.max_inflight_gen_batches"] = INFLIGHT[protocol]
         arm = _composed(script, stub_python, PROTOCOL=protocol)
         diff = _diff(gcpo, arm)
         assert {k: new for k, (_, new) in diff.items()} == keys, script
@@ -295,8 +289,12 @@ def test_the_protocols_trainer_settings_are_a_hydra_group_the_recipe_leaves_unse
         raw.pop("defaults", None)
         protocol_keys |= set(_flat(OmegaConf.to_container(raw, resolve=False)))
     assert "actor_rollout_ref.actor.clip_ratio_high" in protocol_keys
-    # the group sets them, not the command line (where they would win over the group's choice)
-    assert protocol_keys.isdisjoint(o.split("=", 1)[0].lstrip("+") for o in overrides)
+    protocol_keys.discard(SIZE_KEY)  # the buffer's length: the protocol's default, the launchers' OVERLONG_BUFFER
+    # the group sets them, not the command line (where they would win over the group's choice), in every launcher
+    for script in ARM_KEYS:
+        for protocol in ("shared", "stock"):
+            keys = {o.split("=", 1)[0].lstrip("+") for o in _overrides(script, stub_python, PROTOCOL=protocol)}
+            assert protocol_keys.isdisjoint(keys), (script, protocol, protocol_keys & keys)
     verl_defaults = _flat(OmegaConf.to_container(compose_gcpo(["actor_rollout_ref.model.path=m"]), resolve=True))
     shared = _flat(
         OmegaConf.to_container(compose_gcpo(["protocol=shared", "actor_rollout_ref.model.path=m"]), resolve=True)
@@ -306,6 +304,28 @@ def test_the_protocols_trainer_settings_are_a_hydra_group_the_recipe_leaves_unse
     chosen = _composed("run_qwen3_4b_gcpo.sh", stub_python, "protocol=verl-grpo")
     assert chosen["actor_rollout_ref.actor.use_kl_loss"] is True and chosen["trainer.save_freq"] == 20
     assert chosen["data.train_batch_size"] == 256  # the shared protocol's size: PROTOCOL sets the sizes
+
+
+@pytest.mark.parametrize("protocol", sorted(INFLIGHT))
+def test_each_protocol_passes_the_start_up_checks_at_the_entry_point_alone(protocol):
+    """protocol=<name> without a launcher: the group's reward manager and overlong buffer are complete, with the
+    response length a run of the protocol needs (verl's default of 512 is shorter than the buffer)."""
+    config = compose_gcpo(
+        [
+            f"protocol={protocol}",
+            "actor_rollout_ref.model.path=Qwen/Qwen3-0.6B",
+            "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.actor.use_dynamic_bsz=true",
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "data.max_response_length=8192",
+            'trainer.logger=["console"]',
+        ]
+    )
+    validate(config)
+    assert config.reward.reward_manager.name == "dapo" and config.reward.reward_kwargs.max_resp_len == 8192
+    assert config.algorithm.filter_groups.max_inflight_gen_batches == INFLIGHT[protocol]
 
 
 def test_environment_and_command_line_win_over_the_protocol(stub_python):

@@ -322,6 +322,13 @@ def test_an_enabled_overlong_buffer_needs_every_value_the_dapo_manager_reads():
         )
 
 
+def test_an_overlong_buffer_without_enable_is_refused_before_the_reward_workers_read_it():
+    # e.g. a launcher's buffer length with the protocol group removed (~protocol): verl's DAPO manager reads .enable
+    without = [o for o in LAUNCHER_REWARD if ".enable=" not in o]
+    with pytest.raises(ValueError, match=r"overlong_buffer_cfg \(\['len', 'log', 'penalty_factor'\]\) has no enable"):
+        preflight.check_reward_kwargs(compose_gcpo(without))
+
+
 def _reward_kwargs_verl_reads() -> dict[str, dict]:
     """Reward manager name -> {key: the sub-keys it reads, None for a value}, from verl's reward manager source:
     ``config.reward.get("reward_kwargs", ...).get(KEY)`` and then ``self.KEY.SUB``."""
@@ -668,18 +675,25 @@ def test_a_hub_id_is_refused_when_the_hub_is_off_with_the_download_command(monke
     assert _problem("Qwen/Qwen3-4B-Base", monkeypatch, ("HF_HUB_OFFLINE", "0")) is None
 
 
-def test_a_local_folder_passes_offline_and_a_hub_id_online(monkeypatch, tmp_path):
+def test_an_absolute_folder_passes_offline_and_a_hub_id_online(monkeypatch, tmp_path):
     assert _problem(str(tmp_path), monkeypatch, ("HF_HUB_OFFLINE", "1")) is None
     assert _problem("Qwen/Qwen3-4B-Base", monkeypatch) is None  # the hub is reachable
-    monkeypatch.setenv("HOME", str(tmp_path))
-    (tmp_path / "models").mkdir()
-    assert _problem("~/models", monkeypatch, ("HF_HUB_OFFLINE", "1")) is None
 
 
-def test_a_local_path_that_is_not_a_folder_is_refused_hub_or_not_with_advice_that_fits(monkeypatch, tmp_path):
+def test_a_path_that_is_not_an_absolute_folder_is_refused_hub_or_not_with_advice_that_fits(monkeypatch, tmp_path):
     absent = tmp_path / "models" / "Qwen3-4B-Base"
     problem = _problem(str(absent), monkeypatch)  # the hub is reachable, but this is no hub id
     assert problem.startswith(f"actor_rollout_ref.model.path={absent} is not a folder on this machine")
     assert f"python scripts/prepare_model.py <hub id> {absent} downloads one there" in problem
     assert "/shared/models/" not in problem  # the hub-id advice does not fit a path
-    assert "is not a folder" in _problem("./no-such-model", monkeypatch)
+    # relative or ~: the workers start elsewhere and expand nothing, so even an existing folder is refused
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "models").mkdir()
+    problem = _problem("~/models", monkeypatch, ("HF_HUB_OFFLINE", "1"))
+    assert problem == (
+        "actor_rollout_ref.model.path=~/models is not an absolute path: the workers start in other folders and do "
+        f"not expand ~; give it (the launchers' MODEL_PATH) as {tmp_path / 'models'}"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert _problem("./models", monkeypatch).endswith(f"as {tmp_path / 'models'}")
+    assert "is not an absolute path" in _problem("../models", monkeypatch)
