@@ -12,6 +12,7 @@ from experiments.miniature.report import (
     plot,
     prompt_metrics,
 )
+from tests.experiments.miniature.runs import collected_runs
 
 
 def test_prompt_metrics_count_distinct_correct_answers_and_their_coverage():
@@ -88,22 +89,6 @@ def test_uneven_dumps_and_missing_runs_are_errors(tmp_path):
         final_table({})
 
 
-def _runs(values_by_arm, step=40):
-    """``{arm: {seed: distinct_correct}}`` as ``collect`` returns it, accuracy equal everywhere."""
-    return {
-        arm: {
-            seed: {
-                "evals": {
-                    0: {"accuracy": 0.2, "distinct_correct": 2.0},
-                    step: {"accuracy": 0.5, "distinct_correct": value},
-                }
-            }
-            for seed, value in seeds.items()
-        }
-        for arm, seeds in values_by_arm.items()
-    }
-
-
 def _row(table, arm, key):
     return next(line for line in table.splitlines() if line.startswith(f"| {arm} | {key} |"))
 
@@ -112,7 +97,7 @@ def test_paired_tests_give_the_t_interval_and_both_p_values_of_the_seed_pairs():
     # differences 1, 2, 3: mean 2, sd 1; t(0.975, 2 df) = 4.303 -> 2 +- 4.303/sqrt(3) = [-0.484, 4.484];
     # t = 2 sqrt(3) = 3.464 on 2 df -> p = 0.074; Wilcoxon exact, 3 positive ranks of 3 -> p = 2/8
     grpo = {1: 3.0, 2: 3.0, 3: 3.0, 4: 9.0}  # seed 4 has no partner and is left out
-    runs = _runs({"grpo": grpo, "gcpo_batch": {1: 4.0, 2: 5.0, 3: 6.0}})
+    runs = collected_runs({"grpo": grpo, "gcpo_batch": {1: 4.0, 2: 5.0, 3: 6.0}})
     table = paired_tests(runs)
     assert table.splitlines()[0].startswith("| arm − grpo (step 40) | metric | seeds | mean | 95 % CI |")
     assert _row(table, "gcpo_batch", "distinct_correct") == (
@@ -121,7 +106,7 @@ def test_paired_tests_give_the_t_interval_and_both_p_values_of_the_seed_pairs():
     # equal accuracy on every seed: no test is defined, and none is made up
     assert _row(table, "gcpo_batch", "accuracy") == "| gcpo_batch | accuracy | 3 | +0.000 | n/a | n/a | n/a | 0/3 |"
     # the order of seeds and arms changes nothing; a 90 % interval is narrower
-    shuffled = _runs({"gcpo_batch": {3: 6.0, 1: 4.0, 2: 5.0}, "grpo": dict(reversed(grpo.items()))})
+    shuffled = collected_runs({"gcpo_batch": {3: 6.0, 1: 4.0, 2: 5.0}, "grpo": dict(reversed(grpo.items()))})
     assert _row(paired_tests(shuffled), "gcpo_batch", "distinct_correct") == _row(
         table, "gcpo_batch", "distinct_correct"
     )
@@ -129,19 +114,19 @@ def test_paired_tests_give_the_t_interval_and_both_p_values_of_the_seed_pairs():
 
 
 def test_paired_tests_are_defined_or_refused_on_degenerate_input():
-    one_pair = paired_tests(_runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0}}))
+    one_pair = paired_tests(collected_runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0}}))
     assert _row(one_pair, "gcpo_group", "distinct_correct").endswith("| 1 | +1.000 | n/a | n/a | n/a | 1/1 |")
-    constant = paired_tests(_runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_group": {1: 4.0, 2: 5.0}}))
+    constant = paired_tests(collected_runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_group": {1: 4.0, 2: 5.0}}))
     assert "| +1.000 | [+1.000, +1.000] | 0.000 |" in _row(constant, "gcpo_group", "distinct_correct")
-    apart = paired_tests(_runs({"grpo": {1: 3.0}, "gcpo_group": {2: 4.0}}))  # no seed in common
+    apart = paired_tests(collected_runs({"grpo": {1: 3.0}, "gcpo_group": {2: 4.0}}))  # no seed in common
     assert _row(apart, "gcpo_group", "distinct_correct").endswith("| 0 | n/a | n/a | n/a | n/a | 0/0 |")
     with pytest.raises(ValueError, match="no grpo runs"):
-        paired_tests(_runs({"gcpo_group": {1: 4.0}}))
+        paired_tests(collected_runs({"gcpo_group": {1: 4.0}}))
     with pytest.raises(ValueError, match="confidence"):
-        paired_tests(_runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0}}), confidence=95)
+        paired_tests(collected_runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0}}), confidence=95)
 
 
-def test_the_report_command_writes_the_tables_and_the_tests_of_the_finished_runs(tmp_path, capsys):
+def test_the_report_command_writes_the_tables_and_the_tests_of_the_finishedcollected_runs(tmp_path, capsys):
     from experiments.miniature.__main__ import main
 
     start = {"animal": ["tiger", "apple"], "fruit": ["apple", "tiger"]}

@@ -13,33 +13,14 @@ from experiments.miniature.reproduce import (
     reproduction_interval,
     table_cells,
 )
-
-SPEC = {"steps": 40, "lr": 0.001}
-
-
-def _runs(values_by_arm, step=40, spec=SPEC):
-    """``{arm: {seed: distinct_correct}}`` as ``collect`` returns it; accuracy 0.5 everywhere."""
-    return {
-        arm: {
-            seed: {
-                "evals": {
-                    0: {"accuracy": 0.2, "distinct_correct": 2.0},
-                    step: {"accuracy": 0.5, "distinct_correct": value},
-                },
-                "warm_seed": seed,
-                "spec": spec,
-            }
-            for seed, value in seeds.items()
-        }
-        for arm, seeds in values_by_arm.items()
-    }
+from tests.experiments.miniature.runs import SPEC, collected_runs
 
 
 def _row(text, row, key):
     return next(line for line in text.splitlines() if line.startswith(f"| {row} | {key} |"))
 
 
-REFERENCE = _runs({"grpo": {1: 3.0, 2: 4.0, 3: 5.0}, "gcpo_batch": {1: 4.0, 2: 6.0, 3: 5.0}})
+REFERENCE = collected_runs({"grpo": {1: 3.0, 2: 4.0, 3: 5.0}, "gcpo_batch": {1: 4.0, 2: 6.0, 3: 5.0}})
 
 
 def test_the_reproduction_interval_is_the_t_prediction_interval_of_a_new_mean():
@@ -70,7 +51,7 @@ def test_a_run_like_the_reference_reproduces_it_and_a_shifted_arm_does_not():
     )
     assert "| grpo | accuracy | +0.500 ± 0.000 (3) |" in same and "pass@1" not in same  # pass@1 is accuracy
     shifted, summary = compare(
-        REFERENCE, _runs({"grpo": {1: 3.0, 2: 4.0, 3: 5.0}, "gcpo_batch": {1: 12.0, 2: 14.0, 3: 13.0}})
+        REFERENCE, collected_runs({"grpo": {1: 3.0, 2: 4.0, 3: 5.0}, "gcpo_batch": {1: 12.0, 2: 14.0, 3: 13.0}})
     )
     assert _row(shifted, "gcpo_batch", "distinct_correct").endswith("| no | [+1.487, +8.513] | **no** |")
     assert _row(shifted, "gcpo_batch − grpo", "distinct_correct").endswith("| **no** |")
@@ -122,8 +103,8 @@ def test_the_verdict_applies_the_documented_criterion():
 
 
 def test_pooling_averages_each_arm_and_seed_over_the_experiments_that_ran_it():
-    first = _runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_batch": {1: 5.0, 2: 6.0}})
-    second = _runs({"grpo": {1: 5.0, 3: 4.0}, "gcpo_batch": {1: 6.0, 3: 7.0}})
+    first = collected_runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_batch": {1: 5.0, 2: 6.0}})
+    second = collected_runs({"grpo": {1: 5.0, 3: 4.0}, "gcpo_batch": {1: 6.0, 3: 7.0}})
     pooled = pool(first, second, step=40)
     assert {s: r["runs"] for s, r in pooled["grpo"].items()} == {1: 2, 2: 1, 3: 1}
     assert (
@@ -142,13 +123,13 @@ def test_the_order_of_arms_and_seeds_changes_nothing():
 
 def test_runs_of_another_budget_or_start_are_not_compared():
     with pytest.raises(ValueError, match="budgets differ"):
-        compare(REFERENCE, _runs({"grpo": {1: 3.0}}, spec={"steps": 2, "lr": 0.001}))
-    other_start = _runs({"grpo": {1: 3.0}})
+        compare(REFERENCE, collected_runs({"grpo": {1: 3.0}}, spec={"steps": 2, "lr": 0.001}))
+    other_start = collected_runs({"grpo": {1: 3.0}})
     other_start["grpo"][1]["warm_seed"] = 0
     with pytest.raises(ValueError, match="seed 1 trained from warm start"):
         compare(REFERENCE, other_start)
     with pytest.raises(ValueError, match="share no evaluation step"):
-        compare(REFERENCE, _runs({"grpo": {1: 3.0}}, step=30))
+        compare(REFERENCE, collected_runs({"grpo": {1: 3.0}}, step=30))
     with pytest.raises(ValueError, match="nothing to compare"):
         compare(REFERENCE, {})
     with pytest.raises(ValueError, match="confidence"):
@@ -157,14 +138,14 @@ def test_runs_of_another_budget_or_start_are_not_compared():
 
 def test_cells_without_two_reference_seeds_or_on_one_side_only_are_named_not_judged():
     text, summary = compare(
-        _runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0, 2: 5.0}}),
-        _runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_batch": {1: 4.0}}),
+        collected_runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0, 2: 5.0}}),
+        collected_runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_batch": {1: 4.0}}),
     )
     assert _row(text, "grpo", "distinct_correct") == "| grpo | distinct_correct | 1 seeds | 2 seeds | n/a | n/a | n/a |"
     assert summary["cells"] == 0 and "No cell has two reference seeds" in text
     assert "Only one side has: gcpo_batch accuracy" in text and "gcpo_group − grpo distinct_correct" in text
     # differences pair seeds: seed 2 of gcpo_batch has no GRPO partner
-    cells = table_cells(_runs({"grpo": {1: 3.0}, "gcpo_batch": {1: 4.0, 2: 9.0}}), 40, ["distinct_correct"])
+    cells = table_cells(collected_runs({"grpo": {1: 3.0}, "gcpo_batch": {1: 4.0, 2: 9.0}}), 40, ["distinct_correct"])
     assert cells[("gcpo_batch − grpo", "distinct_correct")].tolist() == [1.0]
 
 

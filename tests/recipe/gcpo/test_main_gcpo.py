@@ -411,6 +411,31 @@ def test_a_users_own_config_gets_the_gcpo_keys_and_keeps_its_own_reward(tmp_path
     assert "function verl's data_source dispatch" in proc.stdout
 
 
+def test_a_users_own_config_takes_a_protocol_with_a_plus_and_keeps_its_reward_function(tmp_path):
+    """docs/training.md: a comparison protocol is not in a user's defaults list, so it is added (+protocol=...)
+    from the recipe's config folder, which the entry point puts on the search path; the user's reward function
+    stays theirs, and the protocol's trainer settings apply."""
+    folder = _own_config(tmp_path)
+    proc = _entry_point(
+        "--config-path",
+        str(folder),
+        "--config-name",
+        "my_ppo",
+        *VALID,
+        "algorithm.adv_estimator=gcpo",
+        "+protocol=shared",
+        "data.max_response_length=8192",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = yaml.safe_load(proc.stdout.split(DRY_RUN_MARKER, 1)[1].rsplit("# dry run (", 1)[0])
+    assert config["actor_rollout_ref"]["actor"]["clip_ratio_high"] == 0.28
+    assert config["reward"]["reward_manager"]["name"] == "dapo"
+    assert config["reward"]["reward_kwargs"]["max_resp_len"] == 8192
+    assert config["reward"]["custom_reward_function"]["path"] is None  # theirs: verl's data_source dispatch
+    assert config["trainer"]["project_name"] == "mine"
+
+
 def test_a_users_config_with_its_own_gcpo_block_is_left_as_it_is(tmp_path):
     folder = _own_config(tmp_path, body="algorithm:\n  adv_estimator: gcpo\n  gcpo:\n    credit:\n      method: loo\n")
     proc = _entry_point("--config-path", str(folder), "--config-name", "my_ppo", *VALID, cwd=tmp_path)

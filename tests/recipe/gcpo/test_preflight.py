@@ -174,18 +174,19 @@ def test_reward_functions_verl_can_call_pass(tmp_path, body):
     preflight.check_reward_function(config)
 
 
+# the shared protocol's reward block (config/protocol/shared.yaml) as overrides, at an 8k response length
+DAPO_REWARD = [
+    "reward.reward_manager.name=dapo",
+    "+reward.reward_kwargs.max_resp_len=8192",
+    "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+    "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
+    "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+    "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
+]
+
+
 def test_the_reward_line_names_the_recipes_default_and_the_shaping():
-    config = compose_gcpo(
-        BASE
-        + [
-            "reward.reward_manager.name=dapo",
-            "+reward.reward_kwargs.max_resp_len=8192",
-            "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
-            "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
-            "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
-            "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
-        ]
-    )
+    config = compose_gcpo(BASE + DAPO_REWARD)
     line = preflight.describe_reward(config)
     assert line.startswith(
         "reward: manager dapo (register); function pkg://recipe.gcpo.reward:compute_score (the "
@@ -280,15 +281,6 @@ def test_multi_turn_and_oversized_exact_games_are_refused_at_start_up():
 
 # --- the reward's keyword arguments and DAPO's filter metric ------------------------------------------------
 
-LAUNCHER_REWARD = [
-    "reward.reward_manager.name=dapo",
-    "+reward.reward_kwargs.max_resp_len=8192",
-    "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
-    "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
-    "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
-    "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
-]
-
 
 @pytest.mark.parametrize(
     "overrides, message",
@@ -307,13 +299,13 @@ LAUNCHER_REWARD = [
     ],
 )
 def test_reward_kwargs_are_checked_against_what_the_reward_manager_reads(overrides, message):
-    preflight.check_reward_kwargs(compose_gcpo(LAUNCHER_REWARD))
+    preflight.check_reward_kwargs(compose_gcpo(DAPO_REWARD))
     with pytest.raises(ValueError, match=message):
-        preflight.check_reward_kwargs(compose_gcpo(LAUNCHER_REWARD + overrides))
+        preflight.check_reward_kwargs(compose_gcpo(DAPO_REWARD + overrides))
 
 
 def test_an_enabled_overlong_buffer_needs_every_value_the_dapo_manager_reads():
-    partial = [o for o in LAUNCHER_REWARD if "penalty_factor" not in o and "max_resp_len" not in o]
+    partial = [o for o in DAPO_REWARD if "penalty_factor" not in o and "max_resp_len" not in o]
     with pytest.raises(ValueError, match="also reads overlong_buffer_cfg.penalty_factor"):
         preflight.check_reward_kwargs(compose_gcpo(partial))
     with pytest.raises(ValueError, match="needs reward.reward_kwargs.max_resp_len"):
@@ -324,7 +316,7 @@ def test_an_enabled_overlong_buffer_needs_every_value_the_dapo_manager_reads():
 
 def test_an_overlong_buffer_without_enable_is_refused_before_the_reward_workers_read_it():
     # e.g. a launcher's buffer length with the protocol group removed (~protocol): verl's DAPO manager reads .enable
-    without = [o for o in LAUNCHER_REWARD if ".enable=" not in o]
+    without = [o for o in DAPO_REWARD if ".enable=" not in o]
     with pytest.raises(ValueError, match=r"overlong_buffer_cfg \(\['len', 'log', 'penalty_factor'\]\) has no enable"):
         preflight.check_reward_kwargs(compose_gcpo(without))
 
