@@ -38,7 +38,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import psutil
 
@@ -50,6 +50,8 @@ NODE_PRIVATE = Path("/run/gcpo-node")
 CANDIDATE_SUBNETS = tuple(f"10.213.{third}.0/24" for third in range(47, 60))
 DEBIAN_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "iproute2", "util-linux")
 PROGRAMS = ("slurmctld", "slurmd", "sbatch", "scontrol", "munged", "ip", "nsenter", "unshare")
+# what a cluster writes under its root (each made anew by every start)
+CLUSTER_FOLDERS = ("etc", "state", "run", "log", "munge", "spool", "nodes")
 
 
 class ClusterError(RuntimeError):
@@ -148,6 +150,7 @@ class NamespaceCluster:
     munged: Optional[subprocess.Popen] = None
     bridge: str = ""
     subnet: Optional[ipaddress.IPv4Network] = None
+    last_sinfo_error: str = ""  # sinfo's last line of complaint, while slurmctld does not answer
 
     @property
     def conf(self) -> Path:
@@ -193,6 +196,11 @@ class NamespaceCluster:
         self.wait_until_idle(timeout_s)
 
     def _write_files(self) -> None:
+        # A cluster's state never outlives it: slurmctld recovers the jobs of an earlier cluster made in this folder
+        # from StateSaveLocation, and a job that was running when that cluster was killed holds every node `alloc`
+        # (a CI run's cluster never went idle that way). Only the folders made here are removed.
+        for sub in CLUSTER_FOLDERS:
+            shutil.rmtree(self.root / sub, ignore_errors=True)
         for sub in (
             "etc",
             "state",
@@ -292,8 +300,10 @@ class NamespaceCluster:
         )
 
     def node_states(self) -> dict[str, str]:
-        """Each node's state as Slurm has it (``idle``, ``alloc``, ``down*``, ...)."""
+        """Each node's state as Slurm has it (``idle``, ``alloc``, ``down*``, ...); empty while slurmctld does not
+        answer (:attr:`last_sinfo_error` then says why)."""
         proc = self.command(["sinfo", "--noheader", "--Node", "--format=%N %t"], check=False, timeout=30)
+        self.last_sinfo_error = (proc.stderr.strip().splitlines() or [""])[-1] if proc.returncode else ""
         states = {}
         for line in proc.stdout.splitlines():
             parts = line.split()
@@ -310,11 +320,12 @@ class NamespaceCluster:
             last = self.node_states()
             return all(last.get(name) == "idle" for name in names)
 
-        _wait_for(
-            idle,
-            timeout_s,
-            f"Slurm nodes not idle within {timeout_s:.0f} s: {last or 'no answer'} (logs in {self.root / 'log'})",
-        )
+        def why() -> str:  # made when the wait fails: the states sinfo gave last, or why it gave none
+            seen = ", ".join(f"{name} {state}" for name, state in sorted(last.items()))
+            answer = seen or f"no answer from sinfo ({self.last_sinfo_error or 'empty output'})"
+            return f"Slurm nodes not idle within {timeout_s:.0f} s: {answer} (logs in {self.root / 'log'})"
+
+        _wait_for(idle, timeout_s, why)
 
     # ---- using it ----------------------------------------------------------------------------------------------
     def command(
@@ -430,11 +441,15 @@ def _run(
     return proc
 
 
-def _wait_for(condition, timeout_s: float, message: str, interval_s: float = 1.0) -> None:
+def _wait_for(
+    condition: Callable[[], bool], timeout_s: float, message: Union[str, Callable[[], str]], interval_s: float = 1.0
+) -> None:
+    """Poll ``condition`` until it holds; past ``timeout_s``, raise :class:`ClusterError` with ``message`` (a callable
+    is called then, so that it can say what the last poll saw)."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise ClusterError(message)
+            raise ClusterError(message() if callable(message) else message)
         time.sleep(interval_s)
 
 

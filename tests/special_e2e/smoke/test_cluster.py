@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,14 +58,54 @@ def test_the_cluster_refuses_without_root_or_programs(tmp_path, monkeypatch):
         NamespaceCluster(tmp_path, count=1).start()
 
 
+def _answering(stdout: str = "", returncode: int = 0, stderr: str = ""):
+    return lambda *args, **kwargs: subprocess.CompletedProcess(args, returncode, stdout=stdout, stderr=stderr)
+
+
+def test_a_failed_wait_says_what_sinfo_gave_last(tmp_path, monkeypatch):
+    cluster = NamespaceCluster(tmp_path)
+    monkeypatch.setattr(cluster, "command", _answering("gcpo-n1 alloc\ngcpo-n2 idle\n"))
+    with pytest.raises(ClusterError, match=r"not idle within 0 s: gcpo-n1 alloc, gcpo-n2 idle \(logs in "):
+        cluster.wait_until_idle(0, ["gcpo-n1", "gcpo-n2"])
+    error = "sinfo: error: slurm_load_node: Unable to contact slurm controller (connect failure)"
+    monkeypatch.setattr(cluster, "command", _answering(returncode=1, stderr=f"noise\n{error}\n"))
+    with pytest.raises(ClusterError, match=r"no answer from sinfo \(sinfo: error: slurm_load_node: Unable to contact"):
+        cluster.wait_until_idle(0, ["gcpo-n1"])
+    monkeypatch.setattr(cluster, "command", _answering())
+    with pytest.raises(ClusterError, match=r"no answer from sinfo \(empty output\)"):
+        cluster.wait_until_idle(0, ["gcpo-n1"])
+    monkeypatch.setattr(cluster, "command", _answering("gcpo-n1 idle\n"))
+    cluster.wait_until_idle(0, ["gcpo-n1"])
+
+
+def test_every_start_writes_a_fresh_cluster_folder(tmp_path, monkeypatch):
+    """An earlier cluster's Slurm state (its jobs), spool and logs are gone; nothing else in the folder is touched."""
+    monkeypatch.setattr(cluster_module, "NODE_PRIVATE", tmp_path / "node-private")
+    root = tmp_path / "cluster"
+    for name in ("state/job_state", "spool/gcpo-n1/cred_state", "log/slurmctld.log", "nodes/gcpo-n2/private/x"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("from the cluster before")
+    (root / "notes.txt").write_text("the user's")
+    cluster = NamespaceCluster(root, count=2)
+    cluster.nodes = [cluster_module.Node(n, f"10.1.2.{i}", f"ns{i}", f"v{i}") for i, n in enumerate(node_names(2), 1)]
+    cluster._write_files()
+    assert not list((root / "state").iterdir()) and not list((root / "log").iterdir())
+    assert not list((root / "spool" / "gcpo-n1").iterdir()) and not list(
+        (root / "nodes" / "gcpo-n2" / "private").iterdir()
+    )
+    assert (root / "notes.txt").read_text() == "the user's"
+    assert "NodeName=gcpo-n2 NodeAddr=10.1.2.2" in cluster.conf.read_text()
+
+
 REAL = os.geteuid() == 0 and not cluster_module.missing_programs()
-
-
-@pytest.mark.skipif(
+needs_a_real_cluster = pytest.mark.skipif(
     not REAL,
     reason="needs root and Debian's slurmctld, slurmd, slurm-client and munge "
     "(bash scripts/smoke_cluster_cpu.sh installs them)",
 )
+
+
+@needs_a_real_cluster
 def test_a_real_two_node_cluster(tmp_path_factory):
     """Both nodes take a job step with their own host name, address, private folder and process IDs; a crashed node's
     processes are all gone; a restored one takes steps again; nothing is left after stop."""
@@ -98,3 +139,29 @@ def test_a_real_two_node_cluster(tmp_path_factory):
     assert all(node.netns not in netns and node.veth not in links for node in cluster.nodes)
     assert cluster.bridge not in links
     assert cluster.munged.poll() is not None and all(node.process.poll() is not None for node in cluster.nodes)
+
+
+@needs_a_real_cluster
+def test_a_cluster_made_again_in_the_same_folder_starts_idle(tmp_path_factory):
+    """A job still running when its cluster was killed (as the smoke stops a cluster, and as a CI run's cluster held
+    both nodes `alloc` with the job of the run before) is not recovered by the next cluster made in that folder."""
+    root = tmp_path_factory.mktemp("cluster")
+    root.chmod(0o755)
+    first = NamespaceCluster(root, count=2, python=sys.executable)
+    try:
+        first.start()
+        job = ["sbatch", "--parsable", "--nodes=2", "--exclusive", f"--output={root}/job.out"]
+        first.command([*job, "--wrap", "srun --nodes=2 sleep 600"])
+        saved = root / "state" / "job_state"
+        running = cluster_module._wait_for
+        running(lambda: set(first.node_states().values()) == {"alloc"}, 60, "the job never ran")
+        since = time.time()
+        running(lambda: saved.is_file() and saved.stat().st_mtime > since, 60, "slurmctld never saved the job")
+    finally:
+        first.stop()  # every daemon killed, as by the smoke
+    second = NamespaceCluster(root, count=2, python=sys.executable)
+    try:
+        second.start(timeout_s=60)
+        assert second.node_states() == {"gcpo-n1": "idle", "gcpo-n2": "idle"}
+    finally:
+        second.stop()
