@@ -15,8 +15,8 @@ legacy reward keys.
   refused.
 * :func:`accelerator_problem`, :func:`missing_data_files`: this machine's GPUs (or the Ray cluster to join) and the
   data files, for a run that is to start here.
-* :func:`startup_lines`, :func:`memory_lines`: what will run: the estimator, the reward (manager, function, overlong
-  shaping), the scale, the credit actor's GPU memory.
+* :func:`startup_lines`, :func:`protocol_line`, :func:`memory_lines`: what will run: the estimator, the reward
+  (manager, function, overlong shaping), the scale, the protocol's trainer settings, the credit actor's GPU memory.
 """
 
 from __future__ import annotations
@@ -680,6 +680,20 @@ def startup_lines(config: DictConfig, settings: Any = None) -> list[str]:
         f"{data.max_response_length} tokens; {length}; {saves}"
     )
     return [estimator, describe_reward(config), scale]
+
+
+PROTOCOL_DIR = Path(__file__).resolve().parent / "config" / "protocol"
+
+
+def protocol_line(choice: Optional[str]) -> str:
+    """Which trainer settings the run takes: the Hydra group choice ``protocol`` (``None``: no protocol)."""
+    names = "|".join(sorted(path.stem for path in PROTOCOL_DIR.glob("*.yaml")))
+    if choice is None:
+        return f"protocol: none: verl's trainer settings and the config's own (protocol={names} chooses one)"
+    return (
+        f"protocol: {choice}: the trainer settings of {PROTOCOL_DIR / choice}.yaml (docs/protocol.md), under the "
+        "command line's overrides"
+    )
 
 
 # the CUDA context a process (each credit actor) holds on its GPU before it allocates anything: about 0.5 GiB on

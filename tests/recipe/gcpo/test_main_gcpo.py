@@ -10,6 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from recipe.gcpo import main_gcpo
 from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.scripts.launch import launcher_overrides
@@ -88,6 +89,7 @@ def test_dry_run_validates_and_prints_the_config_without_starting_anything(tmp_p
     assert "gcpo: estimator: algorithm.adv_estimator=gcpo: Shapley credit" in head
     assert "gcpo: reward: manager naive (register); function pkg://recipe.gcpo.reward:compute_score" in head
     assert "gcpo: scale: 1 node(s) x 8" in head
+    assert "gcpo: protocol: none: verl's trainer settings and the config's own (protocol=dapo-recipe|shared|" in head
     assert list(tmp_path.iterdir()) == []  # no outputs/<date>/<time>/ from Hydra
 
 
@@ -366,8 +368,6 @@ def test_a_ray_address_where_nothing_answers_stops_the_run_in_seconds(tmp_path):
 
 
 def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
-    from recipe.gcpo import main_gcpo
-
     def interrupted():
         raise KeyboardInterrupt
 
@@ -434,6 +434,14 @@ def test_a_users_own_config_takes_a_protocol_with_a_plus_and_keeps_its_reward_fu
     assert config["reward"]["reward_kwargs"]["max_resp_len"] == 8192
     assert config["reward"]["custom_reward_function"]["path"] is None  # theirs: verl's data_source dispatch
     assert config["trainer"]["project_name"] == "mine"
+    assert "gcpo: protocol: shared: the trainer settings of " in proc.stdout.split(DRY_RUN_MARKER)[0]
+
+
+def test_the_composed_config_comes_with_its_protocol_choice_and_without_hydras_node():
+    config, protocol = main_gcpo.check_overrides([*VALID, "protocol=dapo-recipe"])
+    assert protocol == "dapo-recipe" and "hydra" not in config
+    assert config.algorithm.filter_groups.max_inflight_gen_batches == 3  # the protocol's own value
+    assert main_gcpo.check_overrides(VALID)[1] is None
 
 
 def test_a_users_config_with_its_own_gcpo_block_is_left_as_it_is(tmp_path):

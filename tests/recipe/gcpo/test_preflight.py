@@ -564,6 +564,15 @@ def test_startup_says_what_will_run():
     )
 
 
+def test_the_protocol_line_names_the_protocols_file_or_the_choices():
+    assert preflight.protocol_line("verl-grpo") == (
+        f"protocol: verl-grpo: the trainer settings of {preflight.PROTOCOL_DIR}/verl-grpo.yaml (docs/protocol.md), "
+        "under the command line's overrides"
+    )
+    assert (preflight.PROTOCOL_DIR / "verl-grpo.yaml").is_file()
+    assert preflight.protocol_line(None).endswith("(protocol=dapo-recipe|shared|verl-grpo chooses one)")
+
+
 # --- the credit actor's GPU memory --------------------------------------------------------------------------
 
 
