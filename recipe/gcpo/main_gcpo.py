@@ -25,7 +25,7 @@ import tempfile
 import traceback
 from pathlib import Path
 from pprint import pprint
-from typing import NoReturn, Optional
+from typing import Mapping, NoReturn, Optional
 
 import hydra
 import ray
@@ -189,10 +189,10 @@ def describe_override_error(error: BaseException) -> str:
     return f"{key} is not a key of the config (a new key is added with a leading +: +{key}=...)"
 
 
-def check_overrides(overrides: list[str]) -> tuple[DictConfig, Optional[str]]:
+def check_overrides(overrides: list[str]) -> tuple[DictConfig, dict[str, Optional[str]]]:
     """Compose the config once with Hydra's compose API, so that an override Hydra cannot apply fails as one line
     (Hydra's own report spans several lines and names no alternative); returns the composed config (without
-    Hydra's own node, as ``hydra.main`` hands it over) and its ``protocol`` group choice."""
+    Hydra's own node, as ``hydra.main`` hands it over) and its group choices (``hydra.runtime.choices``)."""
     from hydra import compose, initialize_config_dir
 
     try:
@@ -200,10 +200,10 @@ def check_overrides(overrides: list[str]) -> tuple[DictConfig, Optional[str]]:
             config = compose(config_name=CONFIG_NAME, overrides=overrides, return_hydra_config=True)
     except Exception as error:  # every composition failure comes from the overrides given
         fail(describe_override_error(error), error)
-    protocol = config.hydra.runtime.choices.get("protocol")
+    choices = OmegaConf.to_container(config.hydra.runtime.choices)
     with open_dict(config):
         del config["hydra"]
-    return config, protocol
+    return config, choices
 
 
 def adapt(config) -> list[str]:
@@ -217,16 +217,16 @@ def adapt(config) -> list[str]:
         fail(one_line(error), error)
 
 
-def accept_run(config, protocol: Optional[str]) -> None:
+def accept_run(config, choices: Mapping[str, Optional[str]]) -> None:
     """Every check a run must pass before anything is started or written: the config's, this machine's, the data
-    files'. Stops with one line (exit 2) at the first that fails; then says what will run (``protocol``: the config's
-    ``protocol`` group choice)."""
+    files'. Stops with one line (exit 2) at the first that fails; then says what will run (``choices``: the config's
+    group choices, which name the protocol)."""
     migrated = adapt(config)
     try:
         settings = validate(config).gcpo
     except Exception as error:  # the checks only read the config: whatever they raise is the config's
         fail(one_line(error), error)
-    lines = migrated + startup_lines(config, settings) + [protocol_line(protocol)]
+    lines = migrated + startup_lines(config, settings) + [protocol_line(choices)]
     if settings is not None:  # the credit actor's GPU memory beside vLLM's share, computed from the config
         lines += memory_lines(settings, config, *local_gpu())
     for line in lines:
@@ -261,7 +261,7 @@ def main(config) -> None:
     if _accepted:
         adapt(config)  # Hydra composed it again: the same changes, said once already
     else:
-        accept_run(config, HydraConfig.get().runtime.choices.get("protocol"))
+        accept_run(config, HydraConfig.get().runtime.choices)
     if dry_run_requested():
         # which copy of the recipe runs: an installed one and a checkout on the path can differ
         print(f"# entry point: {Path(__file__).resolve()}")
@@ -355,10 +355,10 @@ def _cli() -> None:
             flag, override = added
             sys.argv[1:] = [flag, *overrides, override]
     if not any(arg.startswith("-") for arg in overrides):  # Hydra's own flags (--cfg, -m, ...): Hydra reports
-        config, protocol = check_overrides(overrides)
+        config, choices = check_overrides(overrides)
         if not dry_run_requested():
             # before Hydra makes its run directory beside the checkpoints: a refused run writes nothing
-            accept_run(config, protocol)
+            accept_run(config, choices)
             _accepted = True
     if dry_run_requested() and not any(arg.startswith("hydra.run.dir=") for arg in overrides):
         with tempfile.TemporaryDirectory(prefix="gcpo-dry-run-") as run_dir:

@@ -685,15 +685,17 @@ def startup_lines(config: DictConfig, settings: Any = None) -> list[str]:
 PROTOCOL_DIR = Path(__file__).resolve().parent / "config" / "protocol"
 
 
-def protocol_line(choice: Optional[str]) -> str:
-    """Which trainer settings the run takes: the Hydra group choice ``protocol`` (``None``: no protocol)."""
+def protocol_line(choices: Mapping[str, Optional[str]]) -> str:
+    """Which trainer settings the run takes, from the composition's group ``choices`` (``hydra.runtime.choices``):
+    its ``protocol``, none, or none in a config whose defaults list has no protocol group (a user's own)."""
     names = "|".join(sorted(path.stem for path in PROTOCOL_DIR.glob("*.yaml")))
+    choice = choices.get("protocol")
     if choice is None:
-        return f"protocol: none: verl's trainer settings and the config's own (protocol={names} chooses one)"
-    return (
-        f"protocol: {choice}: the trainer settings of {PROTOCOL_DIR / choice}.yaml (docs/protocol.md), under the "
-        "command line's overrides"
-    )
+        add = "" if "protocol" in choices else "+"  # a group the defaults list lacks is added with a +
+        return f"protocol: none: verl's trainer settings and the config's own ({add}protocol={names} chooses one)"
+    recipes = PROTOCOL_DIR / f"{choice}.yaml"
+    where = f"{recipes} (docs/protocol.md)" if recipes.is_file() else f"the config group protocol's {choice}"
+    return f"protocol: {choice}: the trainer settings of {where}, under the command line's overrides"
 
 
 # the CUDA context a process (each credit actor) holds on its GPU before it allocates anything: about 0.5 GiB on

@@ -409,6 +409,7 @@ def test_a_users_own_config_gets_the_gcpo_keys_and_keeps_its_own_reward(tmp_path
     assert config["trainer"]["project_name"] == "mine"
     assert config["reward"]["custom_reward_function"]["path"] is None  # verl's data_source dispatch, as before
     assert "function verl's data_source dispatch" in proc.stdout
+    assert "gcpo: protocol: none: verl's trainer settings and the config's own (+protocol=dapo-recipe|" in proc.stdout
 
 
 def test_a_users_own_config_takes_a_protocol_with_a_plus_and_keeps_its_reward_function(tmp_path):
@@ -438,10 +439,11 @@ def test_a_users_own_config_takes_a_protocol_with_a_plus_and_keeps_its_reward_fu
 
 
 def test_the_composed_config_comes_with_its_protocol_choice_and_without_hydras_node():
-    config, protocol = main_gcpo.check_overrides([*VALID, "protocol=dapo-recipe"])
-    assert protocol == "dapo-recipe" and "hydra" not in config
+    config, choices = main_gcpo.check_overrides([*VALID, "protocol=dapo-recipe"])
+    assert choices["protocol"] == "dapo-recipe" and "hydra" not in config
     assert config.algorithm.filter_groups.max_inflight_gen_batches == 3  # the protocol's own value
-    assert main_gcpo.check_overrides(VALID)[1] is None
+    choices = main_gcpo.check_overrides(VALID)[1]
+    assert "protocol" in choices and choices["protocol"] is None
 
 
 def test_a_users_config_with_its_own_gcpo_block_is_left_as_it_is(tmp_path):

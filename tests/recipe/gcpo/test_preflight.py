@@ -565,12 +565,20 @@ def test_startup_says_what_will_run():
 
 
 def test_the_protocol_line_names_the_protocols_file_or_the_choices():
-    assert preflight.protocol_line("verl-grpo") == (
+    assert preflight.protocol_line({"protocol": "verl-grpo", "data": "legacy_data"}) == (
         f"protocol: verl-grpo: the trainer settings of {preflight.PROTOCOL_DIR}/verl-grpo.yaml (docs/protocol.md), "
         "under the command line's overrides"
     )
     assert (preflight.PROTOCOL_DIR / "verl-grpo.yaml").is_file()
-    assert preflight.protocol_line(None).endswith("(protocol=dapo-recipe|shared|verl-grpo chooses one)")
+    # a protocol of the user's own, from their config's search path
+    assert preflight.protocol_line({"protocol": "mine"}).startswith(
+        "protocol: mine: the trainer settings of the config group protocol's mine,"
+    )
+    assert preflight.protocol_line({"protocol": None}).endswith("(protocol=dapo-recipe|shared|verl-grpo chooses one)")
+    # a config whose defaults list has no protocol group (verl's ppo_trainer, a user's own) takes it with a +
+    assert preflight.protocol_line({"data": "legacy_data"}).endswith(
+        "(+protocol=dapo-recipe|shared|verl-grpo chooses one)"
+    )
 
 
 # --- the credit actor's GPU memory --------------------------------------------------------------------------

@@ -52,6 +52,7 @@ DEBIAN_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "iproute2", "
 PROGRAMS = ("slurmctld", "slurmd", "sbatch", "scontrol", "munged", "ip", "nsenter", "unshare")
 # what a cluster writes under its root (each made anew by every start)
 CLUSTER_FOLDERS = ("etc", "state", "run", "log", "munge", "spool", "nodes")
+CLUSTER_MARKER = ".gcpo-namespace-cluster"  # in a cluster's root: the folder is one this module made
 
 
 class ClusterError(RuntimeError):
@@ -198,9 +199,19 @@ class NamespaceCluster:
     def _write_files(self) -> None:
         # A cluster's state never outlives it: slurmctld recovers the jobs of an earlier cluster made in this folder
         # from StateSaveLocation, and a job that was running when that cluster was killed holds every node `alloc`
-        # (a CI run's cluster never went idle that way). Only the folders made here are removed.
+        # (a CI run's cluster never went idle that way). Only the folders made here are removed, and only in a root
+        # that holds nothing else (a cluster's before the marker existed) or has the marker.
+        if self.root.is_dir() and not (self.root / CLUSTER_MARKER).is_file():
+            foreign = sorted(entry.name for entry in self.root.iterdir() if entry.name not in CLUSTER_FOLDERS)
+            if foreign:
+                raise ClusterError(
+                    f"{self.root} holds {', '.join(foreign)}, not a cluster's folder of this harness: choose another"
+                )
         for sub in CLUSTER_FOLDERS:
-            shutil.rmtree(self.root / sub, ignore_errors=True)
+            if (self.root / sub).exists():
+                shutil.rmtree(self.root / sub)  # an error here must show: what stays would be recovered
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / CLUSTER_MARKER).touch()
         for sub in (
             "etc",
             "state",

@@ -78,22 +78,34 @@ def test_a_failed_wait_says_what_sinfo_gave_last(tmp_path, monkeypatch):
     cluster.wait_until_idle(0, ["gcpo-n1"])
 
 
+def _cluster_in(root: Path) -> NamespaceCluster:
+    cluster = NamespaceCluster(root, count=2)
+    cluster.nodes = [cluster_module.Node(n, f"10.1.2.{i}", f"ns{i}", f"v{i}") for i, n in enumerate(node_names(2), 1)]
+    return cluster
+
+
 def test_every_start_writes_a_fresh_cluster_folder(tmp_path, monkeypatch):
-    """An earlier cluster's Slurm state (its jobs), spool and logs are gone; nothing else in the folder is touched."""
+    """An earlier cluster's Slurm state (its jobs), spool and logs are gone; nothing else in the folder is touched;
+    a folder with anything else in it and no marker is refused, not emptied."""
     monkeypatch.setattr(cluster_module, "NODE_PRIVATE", tmp_path / "node-private")
     root = tmp_path / "cluster"
     for name in ("state/job_state", "spool/gcpo-n1/cred_state", "log/slurmctld.log", "nodes/gcpo-n2/private/x"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("from the cluster before")
     (root / "notes.txt").write_text("the user's")
-    cluster = NamespaceCluster(root, count=2)
-    cluster.nodes = [cluster_module.Node(n, f"10.1.2.{i}", f"ns{i}", f"v{i}") for i, n in enumerate(node_names(2), 1)]
-    cluster._write_files()
+    with pytest.raises(ClusterError, match=r"cluster holds notes.txt, not a cluster's folder of this harness"):
+        _cluster_in(root)._write_files()
+    assert (root / "state" / "job_state").is_file()
+    (root / "notes.txt").unlink()
+    _cluster_in(root)._write_files()  # a cluster's folder from before the marker
+    (root / "state" / "job_state").write_text("from the cluster before")
+    (root / "notes.txt").write_text("the user's, added since")
+    cluster = _cluster_in(root)
+    cluster._write_files()  # the marker: this module's folder
     assert not list((root / "state").iterdir()) and not list((root / "log").iterdir())
-    assert not list((root / "spool" / "gcpo-n1").iterdir()) and not list(
-        (root / "nodes" / "gcpo-n2" / "private").iterdir()
-    )
-    assert (root / "notes.txt").read_text() == "the user's"
+    assert not list((root / "spool" / "gcpo-n1").iterdir())
+    assert not list((root / "nodes" / "gcpo-n2" / "private").iterdir())
+    assert (root / "notes.txt").read_text() == "the user's, added since"
     assert "NodeName=gcpo-n2 NodeAddr=10.1.2.2" in cluster.conf.read_text()
 
 
@@ -150,12 +162,12 @@ def test_a_cluster_made_again_in_the_same_folder_starts_idle(tmp_path_factory):
     first = NamespaceCluster(root, count=2, python=sys.executable)
     try:
         first.start()
+        since = time.time()  # every save from here on has the job in it
         job = ["sbatch", "--parsable", "--nodes=2", "--exclusive", f"--output={root}/job.out"]
         first.command([*job, "--wrap", "srun --nodes=2 sleep 600"])
         saved = root / "state" / "job_state"
         running = cluster_module._wait_for
         running(lambda: set(first.node_states().values()) == {"alloc"}, 60, "the job never ran")
-        since = time.time()
         running(lambda: saved.is_file() and saved.stat().st_mtime > since, 60, "slurmctld never saved the job")
     finally:
         first.stop()  # every daemon killed, as by the smoke
