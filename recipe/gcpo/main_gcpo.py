@@ -52,16 +52,13 @@ from verl.utils.device import auto_set_device
 from recipe.gcpo.config import SYNC_TRAINER_MODE
 from recipe.gcpo.preflight import (
     accelerator_problem,
-    local_gpu,
-    memory_lines,
     migrate_legacy_reward,
     missing_data_files,
     missing_data_hint,
     model_path_problem,
-    protocol_line,
-    startup_lines,
     validate,
 )
+from recipe.gcpo.run_summary import local_gpu, memory_lines, protocol_line, startup_lines
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
 CONFIG_NAME = "gcpo_trainer"

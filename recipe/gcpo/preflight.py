@@ -1,7 +1,6 @@
 """Every start-up check of a whole config, run by the entry point before Ray or a GPU is touched: what would
-otherwise fail minutes into a cluster start-up (or not fail at all), and the lines start-up prints about what will
-run. The checks read the config and the settings :mod:`recipe.gcpo.config` parsed; they change nothing but the
-legacy reward keys.
+otherwise fail minutes into a cluster start-up (or not fail at all). The checks read the config and the settings
+:mod:`recipe.gcpo.config` parsed; they change nothing but the legacy reward keys.
 
 * :func:`validate`: all of them in order, returning the recipe's settings (:class:`RecipeSettings`) parsed once:
   :func:`check_recipe` (the recipe's blocks, the trainer they need, their interplay with verl's keys), the reward
@@ -15,8 +14,8 @@ legacy reward keys.
   refused.
 * :func:`accelerator_problem`, :func:`missing_data_files`: this machine's GPUs (or the Ray cluster to join) and the
   data files, for a run that is to start here.
-* :func:`startup_lines`, :func:`protocol_line`, :func:`memory_lines`: what will run: the estimator, the reward
-  (manager, function, overlong shaping), the scale, the protocol's trainer settings, the credit actor's GPU memory.
+
+What start-up prints about what will run is :mod:`recipe.gcpo.run_summary`'s.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -309,7 +308,9 @@ def check_custom_reward_kwargs(config: DictConfig) -> None:
     check_known(f"reward.custom_reward_function.reward_kwargs (keyword arguments of {path}:{name})", kwargs, accepted)
 
 
-def _reward_function(config: DictConfig) -> tuple[Optional[str], str]:
+def reward_function(config: DictConfig) -> tuple[Optional[str], str]:
+    """(path, name) of the custom reward function the config names: path None for verl's data_source dispatch, name
+    verl's default when the config gives none."""
     block = OmegaConf.select(config, "reward.custom_reward_function") or {}
     return block.get("path"), block.get("name") or DEFAULT_REWARD_FN_NAME
 
@@ -322,7 +323,7 @@ def check_reward_function(config: DictConfig) -> None:
         ValueError: a missing file or module, a module that fails to import, a missing or uncallable name, or a
             function that cannot take ``data_source``, ``solution_str``, ``ground_truth`` and ``extra_info``.
     """
-    path, name = _reward_function(config)
+    path, name = reward_function(config)
     if not path:
         return
     key = "reward.custom_reward_function.path"
@@ -381,35 +382,6 @@ def check_reward_function(config: DictConfig) -> None:
             f"{path}:{name} requires {', '.join(required)}, which verl does not pass: give them a default "
             "or set reward.custom_reward_function.reward_kwargs"
         )
-
-
-def describe_reward(config: DictConfig) -> str:
-    """One line: the reward manager, the function and where it comes from, the overlong shaping with its numbers."""
-    manager = config.reward.reward_manager
-    source = manager.get("source", "register")
-    path, name = _reward_function(config)
-    if not path:
-        function = DATA_SOURCE_DISPATCH
-    elif (path, name) == RECIPE_REWARD:
-        function = (
-            f"{path}:{name} ({RECIPE_REWARD_WHAT}; the recipe's default: set reward.custom_reward_function."
-            "path to yours, or to null for verl's data_source dispatch)"
-        )
-    else:
-        function = f"{path}:{name}"
-    line = f"reward: manager {manager.name} ({source}); function {function}"
-    if OmegaConf.select(config, "reward.reward_model.enable"):
-        line += f"; reward model {OmegaConf.select(config, 'reward.reward_model.model_path')}"
-    kwargs = OmegaConf.select(config, "reward.reward_kwargs") or {}
-    buffer = kwargs.get("overlong_buffer_cfg") or {}
-    if manager.name == "dapo" and source == "register" and buffer.get("enable"):
-        line += (
-            f"; overlong shaping on (max_resp_len {kwargs.get('max_resp_len')}, buffer {buffer.get('len')}, "
-            f"penalty factor {buffer.get('penalty_factor')})"
-        )
-    else:
-        line += "; overlong shaping off"
-    return line
 
 
 def check_encoder(name: str) -> None:
@@ -640,198 +612,6 @@ def missing_data_hint(path: str) -> str:
     if os.path.basename(str(path)) in prepared_file_names():
         return "scripts/prepare_data.py writes it (--out-dir: the launchers' DATA_DIR)"
     return "point data.train_files / data.val_files at a file that exists on this machine"
-
-
-def startup_lines(config: DictConfig, settings: Any = None) -> list[str]:
-    """What will run, a line each: the estimator (with GCPO's credit and encoder), the reward, the scale."""
-    algorithm = config.algorithm
-    if settings is not None:
-        credit, encoder, actor = settings.credit, settings.encoder, settings.actor
-        method = (
-            credit.method
-            if credit.method != "auto"
-            else (
-                f"auto: exact up to {credit.exact_max_contributors} contributors, else Monte-Carlo with "
-                f"{credit.permutations} permutations"
-            )
-        )
-        estimator = (
-            f"estimator: algorithm.adv_estimator={algorithm.adv_estimator}: Shapley credit of each group's "
-            f"log-det team value (method {method}; quality {credit.quality}; advantage {credit.advantage}; "
-            f"all-correct groups scaled by {credit.all_correct_scale}); encoder {encoder.model} "
-            f"({encoder.dtype}, device {encoder.device}); credit actors: {actor.shards} shard(s) of "
-            f"{actor.num_gpus} GPU"
-        )
-    else:
-        estimator = f"estimator: algorithm.adv_estimator={algorithm.adv_estimator} (verl's own estimator, unchanged)"
-    trainer, data = config.trainer, config.data
-    n = config.actor_rollout_ref.rollout.n
-    length = (
-        f"{trainer.total_training_steps} steps" if trainer.total_training_steps else f"{trainer.total_epochs} epoch(s)"
-    )
-    saves = (
-        f"checkpoints every {trainer.save_freq} steps in {trainer.default_local_dir}"
-        if trainer.save_freq and trainer.save_freq > 0
-        else "no checkpoints (trainer.save_freq)"
-    )
-    scale = (
-        f"scale: {trainer.nnodes} node(s) x {trainer.n_gpus_per_node} {trainer.get('device', 'cuda')} "
-        f"device(s); {data.train_batch_size} prompts x {n} rollouts a step, responses up to "
-        f"{data.max_response_length} tokens; {length}; {saves}"
-    )
-    return [estimator, describe_reward(config), scale]
-
-
-PROTOCOL_DIR = Path(__file__).resolve().parent / "config" / "protocol"
-
-
-def protocol_line(choices: Mapping[str, Optional[str]]) -> str:
-    """Which trainer settings the run takes, from the composition's group ``choices`` (``hydra.runtime.choices``):
-    its ``protocol``, none, or none in a config whose defaults list has no protocol group (a user's own)."""
-    names = "|".join(sorted(path.stem for path in PROTOCOL_DIR.glob("*.yaml")))
-    choice = choices.get("protocol")
-    if choice is None:
-        add = "" if "protocol" in choices else "+"  # a group the defaults list lacks is added with a +
-        return f"protocol: none: verl's trainer settings and the config's own ({add}protocol={names} chooses one)"
-    recipes = PROTOCOL_DIR / f"{choice}.yaml"
-    where = f"{recipes} (docs/protocol.md)" if recipes.is_file() else f"the config group protocol's {choice}"
-    return f"protocol: {choice}: the trainer settings of {where}, under the command line's overrides"
-
-
-# the CUDA context a process (each credit actor) holds on its GPU before it allocates anything: about 0.5 GiB on
-# recent GPUs and drivers (it is not visible to torch's allocator; nvidia-smi shows it)
-CUDA_CONTEXT_GIB = 0.5
-# vLLM's gpu_memory_utilization plus the credit actor's share above this leaves too little of a GPU it shares
-# (for the FSDP actor's working memory, NCCL's buffers and the other processes' CUDA contexts)
-GPU_SHARE_LIMIT = 0.9
-
-
-@dataclass(frozen=True)
-class EncoderMemory:
-    """What one credit actor holds on its GPU, computed from the encoder's files and ``algorithm.gcpo.encoder``:
-    its weights, and the activations of one forward pass of ``batch_tokens`` padded tokens (the pass's peak; the
-    encoder hands its cache back to the driver after each call). ``activations_gib``: the feed-forward phase,
-    ``T x (hidden + 2 x intermediate)`` values, plus the float32 pooling copy; ``with_scores_gib``: also every
-    head's attention scores, ``T x heads x max_seq_length`` values twice (when PyTorch's SDPA falls back to its math
-    kernel, which materialises them): the upper bound used for the warning."""
-
-    parameters: int
-    weights_gib: float
-    activations_gib: float
-    with_scores_gib: float
-    batch_tokens: int
-    dtype: str
-
-    @property
-    def total_gib(self) -> float:
-        return CUDA_CONTEXT_GIB + self.weights_gib + self.with_scores_gib
-
-
-def encoder_memory(
-    model: str, dtype: str = "auto", batch_tokens: Optional[int] = None, max_seq_length: Optional[int] = None
-) -> Optional["EncoderMemory"]:
-    """:class:`EncoderMemory` of a credit actor on a GPU; None when the encoder's files are not on this machine
-    (a hub id that is not cached), so nothing can be computed here."""
-    import json
-
-    from gcpo_core.encoding.encoder import BATCH_TOKENS_GPU, resolve_model_path
-
-    folder = Path(os.path.expanduser(resolve_model_path(model)))
-    if not folder.is_dir():
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(model if "/" in model else f"sentence-transformers/{model}", "config.json")
-        except Exception:
-            cached = None
-        if not isinstance(cached, str):
-            return None
-        folder = Path(cached).parent
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        hidden, inner, heads = config["hidden_size"], config["intermediate_size"], config["num_attention_heads"]
-    except (OSError, ValueError, KeyError):
-        return None
-    if max_seq_length is None:
-        try:
-            max_seq_length = json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"]
-        except (OSError, ValueError, KeyError):
-            max_seq_length = config.get("max_position_embeddings", 512)
-    parameters = _parameters(folder)
-    if parameters is None:
-        return None
-    width = 4 if dtype == "float32" else 2  # auto: float16 on a GPU
-    tokens = batch_tokens or BATCH_TOKENS_GPU
-    gib = 1024**3
-    feed_forward = width * tokens * (hidden + 2 * inner) + 4 * tokens * hidden
-    scores = width * tokens * heads * max_seq_length * 2
-    return EncoderMemory(
-        parameters,
-        parameters * width / gib,
-        feed_forward / gib,
-        (feed_forward + scores) / gib,
-        tokens,
-        "float16" if dtype == "auto" else dtype,
-    )
-
-
-def _parameters(folder: Path) -> Optional[int]:
-    """Parameters in the model's safetensors files, from their headers (nothing is loaded)."""
-    from math import prod
-
-    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*/*.safetensors"))
-    if not files:
-        return None
-    from safetensors import safe_open
-
-    total = 0
-    for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            total += sum(prod(handle.get_slice(key).get_shape()) for key in handle.keys())
-    return total
-
-
-def memory_lines(settings: Any, config: DictConfig, gpu_gib: Optional[float] = None, gpu_name: str = "") -> list[str]:
-    """The credit actor's GPU memory, computed; and a warning when vLLM's share plus it leaves too little of the
-    GPU (``gpu_gib``: the GPU's size, None when this machine has none to read it from)."""
-    encoder = settings.encoder
-    if encoder.device == "cpu":
-        return ["credit actor memory: the encoder runs on the CPU (algorithm.gcpo.encoder.device=cpu)"]
-    memory = encoder_memory(encoder.model, encoder.dtype, encoder.batch_tokens, encoder.max_seq_length)
-    if memory is None:
-        return [f"credit actor memory: not computed here (the encoder {encoder.model} is not on this machine)"]
-    line = (
-        f"credit actor memory, on each GPU with a shard: at most {memory.total_gib:.2f} GiB = weights "
-        f"{memory.weights_gib:.2f} ({memory.parameters / 1e6:.1f}M parameters, {memory.dtype}) + one forward "
-        f"pass of batch_tokens {memory.batch_tokens} {memory.activations_gib:.2f} (with SDPA's math kernel "
-        f"{memory.with_scores_gib:.2f}) + its CUDA context ~{CUDA_CONTEXT_GIB}"
-    )
-    if gpu_gib is None:
-        return [line + "; this machine has no GPU to compare it with"]
-    share = memory.total_gib / gpu_gib
-    vllm = float(OmegaConf.select(config, "actor_rollout_ref.rollout.gpu_memory_utilization") or 0.0)
-    line += f"; {100 * share:.1f} % of this {gpu_name or 'GPU'} ({gpu_gib:.0f} GiB) beside vLLM's {vllm:g}"
-    lines = [line]
-    if vllm + share > GPU_SHARE_LIMIT:
-        lines.append(
-            f"warning: vLLM's gpu_memory_utilization {vllm:g} plus the credit actor's {100 * share:.1f} % "
-            f"leave {100 * (1 - vllm - share):.0f} % of the GPU for the FSDP actor and the CUDA contexts: "
-            "lower actor_rollout_ref.rollout.gpu_memory_utilization or algorithm.gcpo.encoder.batch_tokens"
-        )
-    return lines
-
-
-def local_gpu() -> tuple[Optional[float], str]:
-    """The size (GiB) and name of this machine's first GPU, or (None, "") without one."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None, ""
-        properties = torch.cuda.get_device_properties(0)
-        return properties.total_memory / 1024**3, properties.name
-    except Exception:
-        return None, ""
 
 
 # ---- the whole config, parsed once and checked: what `python -m recipe.gcpo.main_gcpo` runs before anything starts

@@ -74,7 +74,7 @@ RECIPE = CORE.parent / "recipe" / "gcpo"
 RECIPE_LAYERS = {
     "config": ["config", "credit_shards", "data", "reward"],
     "step": ["estimator", "credit_actor", "baselines"],
-    "trainer": ["gcpo_trainer", "preflight"],
+    "trainer": ["gcpo_trainer", "preflight", "run_summary"],
     "entry": ["register", "main_gcpo"],
 }
 # what a training run does not import: the smoke harness and CPU platform (tests/special_e2e/) and the miniature

@@ -17,6 +17,26 @@ def compose_gcpo(overrides=(), config_name: str = "gcpo_trainer"):
         return compose(config_name=config_name, overrides=list(overrides))
 
 
+# a GCPO run's own keys as overrides: the model, data files, groups of 4, dynamic batch sizes
+BASE = [
+    "actor_rollout_ref.model.path=/models/m",
+    "data.train_files=/d/train.parquet",
+    "data.val_files=/d/val_aime24.parquet",
+    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.actor.use_dynamic_bsz=true",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+]
+# the shared protocol's reward block (config/protocol/shared.yaml) as overrides, at an 8k response length
+DAPO_REWARD = [
+    "reward.reward_manager.name=dapo",
+    "+reward.reward_kwargs.max_resp_len=8192",
+    "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+    "+reward.reward_kwargs.overlong_buffer_cfg.len=4096",
+    "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+    "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
+]
+
+
 @pytest.fixture
 def gcpo_config():
     return compose_gcpo
