@@ -65,7 +65,10 @@ ATTENTION_OVERRIDES = {
 LAUNCHER_SIZES = {
     "TRAIN_BATCH_SIZE": "3",
     "MINI_BATCH_SIZE": "3",
-    "N_RESP": "4",
+    # 8, not 4: the smoke reward decides each rollout of the half-correct prompt by its own coin, so its group is all
+    # one way with probability 2 / 2^n; at 4 (1 in 8 a step) a 3-step run saw no mixed group 1 time in 512 and failed
+    # the credit check on chance (a CI run did); at 8, 1 in 128 a step
+    "N_RESP": "8",
     "MAX_PROMPT_LENGTH": "1024",
     "MAX_RESPONSE_LENGTH": "64",
     "OVERLONG_BUFFER": "16",

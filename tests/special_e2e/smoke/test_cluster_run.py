@@ -35,7 +35,7 @@ def test_a_job_composes_the_launchers_config_at_the_smokes_sizes_on_two_nodes():
     assert config["algorithm"]["adv_estimator"] == "gcpo" and config["trainer"]["device"] == "cpu"
     assert config["data"]["train_files"] == str(PATHS.smoke_data / "train.parquet")  # a group of every kind each step
     assert config["data"]["val_files"] == [str(PATHS.launcher_data / "val_smoke.parquet")]  # no outside data
-    assert config["data"]["train_batch_size"] == 3 and config["actor_rollout_ref"]["rollout"]["n"] == 4
+    assert config["data"]["train_batch_size"] == 3 and config["actor_rollout_ref"]["rollout"]["n"] == 8
     reward = config["reward"]
     assert reward["custom_reward_function"]["path"] == "pkg://tests.special_e2e.smoke.reward"
     assert reward["reward_manager"]["name"] == "dapo"  # the launcher's own manager and shaping ...

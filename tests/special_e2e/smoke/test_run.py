@@ -420,7 +420,7 @@ def test_a_launcher_runs_its_own_config_small_with_the_devices_settings(smoke, l
     (training,) = _trainings(result.calls)
     assert "trainer.device=cpu" in training and "PLATFORM=cpu" in training
     assert f"actor_rollout_ref.model.path={smoke_dir}/model" in training
-    assert "data.train_batch_size=3" in training and "actor_rollout_ref.rollout.n=4" in training
+    assert "data.train_batch_size=3" in training and "actor_rollout_ref.rollout.n=8" in training
     assert "trainer.total_training_steps=2" in training and training.split(" | ")[0].endswith("trainer.seed=3")
     # a random policy solves nothing: the smoke's prompts and reward, at half the overlong penalty, for every
     # launcher, so that mixed and all-correct groups occur and correct answers keep a positive reward
