@@ -180,6 +180,9 @@ class CreditActor:
         placements: one (placement group, bundle index) per shard actor (see
             :func:`recipe.gcpo.credit_shards.credit_placements`); overrides ``placement_group``.
             Without placements, ``options.shards`` unplaced actors are created (``auto``: one).
+        wait: wait here until the actors are ready (their encoder loaded); False returns at once, and the first
+            :meth:`wait_ready` (or :attr:`info`) waits instead: the trainer starts them before verl's rollout
+            servers and waits before the first credit call, so their start-up overlaps verl's.
     """
 
     def __init__(
@@ -190,6 +193,7 @@ class CreditActor:
         placement_group=None,
         bundle_index: int = 0,
         placements: Optional[Sequence[tuple[Any, int]]] = None,
+        wait: bool = True,
     ):
         self.options = options
         self._prefetch: list = []
@@ -211,8 +215,19 @@ class CreditActor:
         self.placements = list(placements)
         self.handles = [self._create(encoder, credit, group, index) for group, index in self.placements]
         self.handle = self.handles[0]  # the gathering actor (GPU 0), and the only one in single-actor mode
+        self._infos: Optional[list[dict]] = None
+        self._pending_infos = [h.info.remote() for h in self.handles]
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> list[dict]:
+        """Wait (at most ``startup_timeout_s``) until every actor has loaded its encoder; their infos. The first
+        call waits, later ones return at once. Calls made before it queue behind the actors' start-up."""
+        if self._infos is not None:
+            return self._infos
+        options = self.options
         try:
-            self.infos = ray.get([h.info.remote() for h in self.handles], timeout=options.startup_timeout_s)
+            self._infos = ray.get(self._pending_infos, timeout=options.startup_timeout_s)
         except GetTimeoutError:
             for handle in self.handles:
                 ray.kill(handle, no_restart=True)
@@ -223,8 +238,18 @@ class CreditActor:
                 f"{placed}); check that the resources exist (verl's placement groups hold every GPU: the actor "
                 "must be placed in one) and that the encoder can be loaded offline"
             ) from None
-        self.info = self.infos[0]
-        logger.info("GCPO credit actor(s) ready: %s", self.infos)
+        logger.info("GCPO credit actor(s) ready: %s", self._infos)
+        return self._infos
+
+    @property
+    def infos(self) -> list[dict]:
+        """Each actor's device, encoder and limits (waits for the actors' start-up the first time)."""
+        return self.wait_ready()
+
+    @property
+    def info(self) -> dict:
+        """The gathering actor's :attr:`infos` entry."""
+        return self.wait_ready()[0]
 
     def _create(self, encoder: EncoderConfig, credit: CreditConfig, group, index: int):
         actor_options: dict[str, Any] = {

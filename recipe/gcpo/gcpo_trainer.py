@@ -109,11 +109,19 @@ class GCPOTrainer(PPOTrainerSync):
         """The actors take a fraction of a GPU inside verl's global placement groups (outside them, they would
         never be scheduled: verl's placement groups reserve every GPU): one per GPU bundle by default
         (``algorithm.gcpo.actor.shards``), the first on GPU 0; CPU-only actors are not placed."""
+        # Not waited for here: the actors load their encoder while verl builds the checkpoint engine, restores a
+        # checkpoint, starts the agent loop workers and validates; on_train_begin waits (with the actors' start-up
+        # time-out), so a failed start still stops the run before its first step.
         if self.gcpo.actor.num_gpus == 0:
-            return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor)
+            return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor, wait=False)
         pool = self.resource_pool_manager.resource_pool_dict[GLOBAL_POOL]
         placements = credit_placements(pool.get_placement_groups(), self.gcpo.actor.shards)
-        return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor, placements=placements)
+        return CreditActor(self.gcpo.encoder, self.gcpo.credit, self.gcpo.actor, placements=placements, wait=False)
+
+    def on_train_begin(self):
+        super().on_train_begin()
+        if self.credit_actor is not None:
+            self.credit_actor.wait_ready()
 
     def on_train_end(self):
         super().on_train_end()

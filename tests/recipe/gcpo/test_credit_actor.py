@@ -139,6 +139,10 @@ def test_placement_inside_a_group_that_reserves_everything(local_ray, batch):
     try:
         with pytest.raises(CreditActorTimeout, match="not ready within 5 s"):
             CreditActor(options=CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=5))
+        # not waited for at construction (the trainer's way): the same error, from the first wait
+        unplaced = CreditActor(options=CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=5), wait=False)
+        with pytest.raises(CreditActorTimeout, match="not ready within 5 s"):
+            unplaced.wait_ready()
         inside = CreditActor(options=CPU_ONLY, placement_group=pg, bundle_index=0)
         try:
             assert inside.compute(*batch).advantage.shape == (len(batch[0]),)
@@ -146,6 +150,22 @@ def test_placement_inside_a_group_that_reserves_everything(local_ray, batch):
             inside.shutdown()
     finally:
         remove_placement_group(pg)
+
+
+def test_an_actor_not_waited_for_starts_in_the_background_and_takes_calls(local_ray, batch):
+    started = time.monotonic()
+    actor = CreditActor(credit=CreditConfig(method="exact"), options=CPU_ONLY, wait=False)
+    returned_after = time.monotonic() - started
+    try:
+        # the encoder loads in the actor's process while the caller goes on; a prefetch queues behind it
+        actor.start_prefetch(batch[0])
+        infos = actor.wait_ready()
+        assert returned_after < time.monotonic() - started  # the wait, not the construction, took the start-up
+        assert infos[0]["device"] == "cpu" and actor.info is infos[0] and actor.wait_ready() is infos
+        result = actor.compute(*batch)
+        assert result.timings["embed_prefetch"] > 0.0 and result.metrics["gcpo/encoder/prefetched_frac"] == 1.0
+    finally:
+        actor.shutdown()
 
 
 def test_a_prefetched_batch_is_credited_as_a_plain_call_credits_it(local_ray, batch):
