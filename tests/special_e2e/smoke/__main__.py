@@ -35,12 +35,21 @@ from tests.special_e2e.smoke.run import RunDir
 
 
 def build(args) -> int:
-    from tests.special_e2e.smoke.data import write_smoke_data
-    from tests.special_e2e.smoke.policy import TinyPolicySpec, build_policy
+    from dataclasses import replace
 
-    model_dir = build_policy(args.out / "model", TinyPolicySpec(seed=args.seed))
-    paths = write_smoke_data(args.out / "data")
-    print(f"tiny Qwen3 policy (random weights, seed {args.seed}): {model_dir}")
+    from tests.special_e2e.smoke.data import write_smoke_data
+    from tests.special_e2e.smoke.policy import build_policy
+    from tests.special_e2e.smoke.shapes import SHAPES, parameter_count
+
+    spec = replace(SHAPES[args.shape].spec, seed=args.seed)
+    model_dir = build_policy(args.out / "model", spec)
+    paths = write_smoke_data(args.out / "data", prompts=args.prompts)
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    count = parameter_count(spec, int(config["vocab_size"]))
+    print(
+        f"{args.shape} Qwen3 policy (random weights, seed {args.seed}): {count:,} parameters "
+        f"({spec.num_hidden_layers} layers, hidden {spec.hidden_size}, vocabulary {config['vocab_size']:,}): {model_dir}"
+    )
     for split, path in paths.items():
         print(f"{split} data: {path}")
     return 0
@@ -57,12 +66,21 @@ def _read_float(path: Path) -> Optional[float]:
         return None
 
 
+def _startup_phases(run: RunDir, numbers: Sequence[int]) -> dict[str, list]:
+    """Each run's start-up phases from its timed log (runs without one are left out)."""
+    from tests.special_e2e.smoke.startup import read_timed_log, startup_phases
+
+    return {f"run {n}": startup_phases(read_timed_log(run.timed_log(n))) for n in numbers if run.timed_log(n).is_file()}
+
+
 def check(args) -> int:
     run = RunDir(args.run_dir)
     gcpo = args.estimator == "gcpo"
     results: list[checks.Check] = []
     runs = {}
-    for number in (1, 2):
+    numbers = (1, 2) if args.resumed_steps else (1,)
+    runs[2] = {}
+    for number in numbers:
         path = run.metrics(number)
         try:
             runs[number] = checks.read_metrics(path)
@@ -98,22 +116,29 @@ def check(args) -> int:
             next_fault_after=min(later) if later else None,
         )
     # a run with an injected fault prints the killed actor's error; the other must end without a traceback
-    for number in (1, 2) if not args.fault else (2,):
+    for number in numbers if not args.fault else numbers[1:]:
         if (run.root / f"log_run{number}.txt").is_file():
             results.append(checks.check_clean_log(run.root / f"log_run{number}.txt"))
 
     walls = [_read_float(run.wall(n)) for n in (1, 2)]
-    memory = {f"run {n}": m for n in (1, 2) if (m := _read_json(run.gpu_memory(n))) is not None}
-    host_memory = {f"run {n}": m for n in (1, 2) if (m := _read_json(run.host_memory(n))) is not None}
+    startup = _startup_phases(run, numbers)
+    memory = {f"run {n}": m for n in numbers if (m := _read_json(run.gpu_memory(n))) is not None}
+    host_memory = {f"run {n}": m for n in numbers if (m := _read_json(run.host_memory(n))) is not None}
     device = run.device.read_text(encoding="utf-8").strip() if run.device.is_file() else "unknown (no nvidia-smi)"
     ok = all(r.ok for r in results)
 
     print(f"\n## Smoke run: {args.estimator}, device: {device}\n")
     print("\n".join(r.line() for r in results))
     print("\nWall time per run (start-up + shutdown = wall - sum of step times):\n")
-    print(report.run_table({n: (walls[n - 1], runs[n]) for n in (1, 2)}))
+    print(report.run_table({n: (walls[n - 1], runs[n]) for n in numbers}))
+    if startup:
+        print("\nStart-up phases (each line stamped as it arrived; a phase ends at its first marker line):\n")
+        print(report.startup_table(startup))
     print("\nWall time per phase (s):\n")
     print(report.phase_table(both))
+    if gcpo:
+        print("\nGCPO's critical path: what the credit added to each step where GRPO would not wait:\n")
+        print(report.overhead_table(both, warmup=[1, first + 1]))
     print("\nMetrics:\n")
     print(report.metrics_table(both))
     if memory:
@@ -135,9 +160,11 @@ def check(args) -> int:
                 "step_time_s": report.step_times(both),
                 # each process's first step pays for lazy initialisation: left out of steady-state means
                 "warmup_steps": [1, first + 1],
+                "overhead": report.overhead(both, warmup=[1, first + 1]) if gcpo else None,
                 "metrics": both,
                 "gpu_memory": memory,
                 "host_memory": host_memory,
+                "startup": {run_label: [asdict(p) for p in phases] for run_label, phases in startup.items()},
             },
             indent=1,
             default=str,
@@ -164,6 +191,10 @@ def check_launcher(args) -> int:
     ok = all(r.ok for r in results)
     print(f"\n## Launcher smoke: {args.launcher}\n")
     print("\n".join(r.line() for r in results))
+    startup = _startup_phases(RunDir(root), (1,))
+    if startup:
+        print("\nStart-up phases (each line stamped as it arrived; a phase ends at its first marker line):\n")
+        print(report.startup_table(startup))
     if metrics:
         print("\nWall time per phase (s):\n")
         print(report.phase_table(metrics))
@@ -261,6 +292,12 @@ def ray_actors(args) -> int:
     return 0
 
 
+def _shapes():
+    from tests.special_e2e.smoke.shapes import SHAPES
+
+    return SHAPES
+
+
 def _step(value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"must be a step from 1, got {value!r}")
@@ -331,6 +368,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = commands.add_parser("build", help="write the tiny policy and the smoke data")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shape", choices=sorted(_shapes()), default="tiny", help="the policy's architecture")
+    p.add_argument("--prompts", type=_step, default=None, help="prompts in the data (default: the 3 shipped)")
     p.set_defaults(func=build)
 
     p = commands.add_parser("check", help="check a finished smoke run and print its report")

@@ -30,25 +30,30 @@ def shipped_problems() -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def smoke_frame(split: str, rates: tuple[float, ...] = CORRECT_RATES) -> pd.DataFrame:
-    """verl rows of the shipped problems (deduplicated), each with its correct rate in ``extra_info``."""
+def smoke_frame(split: str, rates: tuple[float, ...] = CORRECT_RATES, prompts: int | None = None) -> pd.DataFrame:
+    """verl rows of the shipped problems (deduplicated), each with its correct rate in ``extra_info``; with
+    ``prompts``, that many rows, the problems repeated in order (each row is a group of its own in training)."""
     if not rates or any(not 0.0 <= r <= 1.0 for r in rates):
         raise ValueError(f"correct rates must be in [0, 1], got {rates!r}")
+    if prompts is not None and prompts < 1:
+        raise ValueError(f"prompts must be a positive number, got {prompts!r}")
     spec = DatasetSpec(DATA_SOURCE, split, local_files=(), hub_id="", hub_split="")
     frame, _ = prepare(spec, shipped_problems())
     if frame.empty:
         raise RuntimeError("gcpo_core/data/demo_rollouts.jsonl holds no problem with an answer")
+    if prompts is not None:
+        frame = frame.iloc[[i % len(frame) for i in range(prompts)]].reset_index(drop=True)
     frame["extra_info"] = [
-        {**info, RATE_KEY: float(rates[i % len(rates)])} for i, info in enumerate(frame["extra_info"])
+        {**info, "index": i, RATE_KEY: float(rates[i % len(rates)])} for i, info in enumerate(frame["extra_info"])
     ]
     return frame
 
 
-def write_smoke_data(out_dir: str | os.PathLike) -> dict[str, Path]:
+def write_smoke_data(out_dir: str | os.PathLike, prompts: int | None = None) -> dict[str, Path]:
     """Write ``train.parquet`` and ``val.parquet`` (the same prompts) to ``out_dir``; returns both paths."""
     out_dir = Path(out_dir)
     paths = {}
     for split, name in (("train", "train.parquet"), ("val", "val.parquet")):
         paths[split] = out_dir / name
-        write_parquet(smoke_frame(split), paths[split])
+        write_parquet(smoke_frame(split, prompts=prompts), paths[split])
     return paths

@@ -19,11 +19,14 @@ decode.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
+
+from tests.special_e2e.smoke.shapes import TinyPolicySpec
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -39,24 +42,6 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-
-
-@dataclass(frozen=True)
-class TinyPolicySpec:
-    """Size of the tiny policy (about 4.3M parameters with the 30.5k-token vocabulary, most of it embeddings).
-
-    ``head_dim`` 64 is a size every vLLM attention backend supports; the embeddings are tied as in the small
-    Qwen3 models.
-    """
-
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 2
-    num_key_value_heads: int = 1
-    head_dim: int = 64
-    max_position_embeddings: int = 4096
-    seed: int = 0
 
 
 def minilm_tokenizer_file() -> Path:
@@ -97,6 +82,16 @@ def build_tokenizer(model_max_length: int = TinyPolicySpec.max_position_embeddin
     return tokenizer
 
 
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def build_policy(out_dir: str | os.PathLike, spec: TinyPolicySpec = TinyPolicySpec()) -> Path:
     """Write the tiny policy (bf16 safetensors, config, generation config, tokenizer) to ``out_dir``.
 
@@ -122,8 +117,9 @@ def build_policy(out_dir: str | os.PathLike, spec: TinyPolicySpec = TinyPolicySp
         pad_token_id=tokenizer.pad_token_id,
         dtype="bfloat16",
     )
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), _default_dtype(torch.bfloat16):
         torch.manual_seed(spec.seed)
+        # built in bf16 (the dtype it is saved in): a 1.7B-shaped model takes half the memory and time to make
         model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True

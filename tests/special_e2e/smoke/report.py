@@ -81,6 +81,24 @@ def startup_seconds(wall_s: Optional[float], metrics: Mapping[int, Mapping[str, 
     return wall_s - sum(m.get("timing_s/step", 0.0) for m in metrics.values())
 
 
+def startup_table(phases_by_run: Mapping[str, Sequence]) -> str:
+    """Start-up phases (rows) of each run (columns: when the phase ended, in seconds since the run started, and
+    how long it took); ``{run label: [startup.Phase, ...]}``, every run with the same phases in the same order."""
+    runs = list(phases_by_run)
+    if not runs:
+        return _table(["start-up phase"], [])
+    labels = [phase.label for phase in phases_by_run[runs[0]]]
+    rows = []
+    for i, label in enumerate(labels):
+        row = [label]
+        for run in runs:
+            phase = phases_by_run[run][i]
+            row += ["not seen", "—"] if phase.at_s is None else [f"{phase.at_s:.1f}", f"{phase.took_s:.1f}"]
+        rows.append(row)
+    header = ["start-up phase"] + [f"{run} {what}" for run in runs for what in ("at (s)", "took (s)")]
+    return _table(header, rows)
+
+
 def run_table(runs: Mapping[int, tuple[Optional[float], Mapping[int, Mapping[str, float]]]]) -> str:
     """Each run's steps, wall time and start-up + shutdown time (``{run: (wall_s, metrics by step)}``)."""
     rows = [
@@ -99,6 +117,70 @@ def memory_table(gpu_memory: Mapping[str, Mapping]) -> str:
         for process in summary.get("processes", []):
             rows.append([run, str(process["pid"]), f"{process['peak_mib']:.0f}", process["name"]])
     return _table(["run", "pid", "peak MiB", "process"], rows)
+
+
+def overhead(metrics: Mapping[int, Mapping[str, float]], warmup: Sequence[int] = ()) -> dict:
+    """GCPO's critical-path overhead per step: ``timing_s/gcpo_total`` (everything the credit adds to verl's
+    advantage step: waiting for the background decode, the credit actor's call with whatever embedding the
+    log-prob pass did not hide, the Shapley credit), in seconds and as a share of the step without it (what the
+    same step takes where GRPO computes its advantage); and whether the prefetched embedding stayed inside the
+    old log-prob pass it overlaps. ``mean`` is over the steps not in ``warmup``."""
+    rows = {}
+    for step, m in sorted(metrics.items()):
+        if "timing_s/gcpo_total" not in m or "timing_s/step" not in m:
+            continue
+        added, total = m["timing_s/gcpo_total"], m["timing_s/step"]
+        prefetch, log_prob = m.get("timing_s/gcpo_embed_prefetch"), m.get("timing_s/old_log_prob")
+        rows[step] = {
+            "step_s": total,
+            "added_s": added,
+            "share": _ratio(added, total - added),
+            "prefetch_s": prefetch,
+            "old_log_prob_s": log_prob,
+            "prefetch_hidden": None if prefetch is None or log_prob is None else prefetch <= log_prob,
+        }
+    steady = [s for s in rows if s not in warmup] or list(rows)
+    mean = None
+    if steady:
+        added = sum(rows[s]["added_s"] for s in steady) / len(steady)
+        total = sum(rows[s]["step_s"] for s in steady) / len(steady)
+        mean = {"steps": steady, "step_s": total, "added_s": added, "share": _ratio(added, total - added)}
+    return {"steps": rows, "mean": mean}
+
+
+def overhead_table(metrics: Mapping[int, Mapping[str, float]], warmup: Sequence[int] = ()) -> str:
+    """:func:`overhead` as a table: one row per step and the mean over the steady steps."""
+    result = overhead(metrics, warmup)
+
+    def share(value) -> str:
+        return "—" if value is None else f"{100 * value:.2f} %"
+
+    rows = [
+        [
+            f"step {s}" + (" (warm-up)" if s in warmup else ""),
+            _cell(r["step_s"]),
+            _cell(r["added_s"]),
+            share(r["share"]),
+            _cell(r["prefetch_s"]),
+            _cell(r["old_log_prob_s"]),
+            {None: "—", True: "yes", False: "NO"}[r["prefetch_hidden"]],
+        ]
+        for s, r in result["steps"].items()
+    ]
+    if result["mean"] is not None:
+        m = result["mean"]
+        label = f"mean of steps {', '.join(map(str, m['steps']))}"
+        rows.append([label, _cell(m["step_s"]), _cell(m["added_s"]), share(m["share"]), "", "", ""])
+    header = [
+        "",
+        "step (s)",
+        "GCPO on the critical path (s)",
+        "share of the step without it",
+        "embedding prefetched (s)",
+        "old log-prob (s)",
+        "prefetch inside the log-prob pass",
+    ]
+    return _table(header, rows)
 
 
 def step_times(metrics: Mapping[int, Mapping[str, float]]) -> dict[int, float]:

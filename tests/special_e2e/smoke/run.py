@@ -37,11 +37,11 @@ from typing import IO, Iterator, Mapping, NoReturn, Optional, Sequence
 
 from tests.special_e2e import ROOT, checkout_path
 from tests.special_e2e.smoke.processes import MARKER_ENV, reap, stop_tree
+from tests.special_e2e.smoke.shapes import SHAPES, PolicyShape
+from tests.special_e2e.smoke.startup import TimedLog
 
 HARNESS = "tests.special_e2e.smoke"
 TRAINER = "recipe.gcpo.main_gcpo"
-# the smoke data holds three prompts (correct rates 0, 0.5, 1): one batch is all of them
-PROMPTS_PER_STEP = 3
 MAX_PROMPT_LENGTH = 512
 RUN_MARKER = ".gcpo-smoke-run"
 # a run past SMOKE_RUN_TIMEOUT gets SIGTERM, then SIGKILL this much later (as `timeout --kill-after=30`)
@@ -83,6 +83,15 @@ SMOKE_REWARD = (
     "reward.custom_reward_function.path=pkg://tests.special_e2e.smoke.reward",
     "reward.custom_reward_function.name=compute_score",
 )
+# verl's and vLLM's settings that a one-device run may take to start sooner (docs/smoke.md, "Start-up"), each
+# measured with the start-up table on the CPU smoke (2026-11-26, 2 cores; run 1 before / after):
+STARTUP_OVERRIDES = (
+    # TransferQueue's storage: verl's default starts 8 storage-unit actors (a Ray worker process each, all importing
+    # torch at once); verl's config recommends at least 2 per node, and one node needs no more
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
+    # no Ray dashboard (two more processes that import Ray's web stack); the smoke reads nothing from it
+    "+ray_kwargs.ray_init.include_dashboard=false",
+)
 # what a missing option value is (argparse says only "expected one argument")
 VALUE_NEEDED = {
     "--device": "a value (gpu or cpu)",
@@ -91,6 +100,7 @@ VALUE_NEEDED = {
     "--kill-credit-actor-after": "a step",
     "--kill-reward-worker-after": "a step",
     "--launcher": "a launcher (e.g. run_qwen3_4b_gcpo.sh)",
+    "--shape": f"a shape ({', '.join(SHAPES)})",
 }
 ENVIRONMENT_HELP = """\
 positional arguments:
@@ -99,9 +109,9 @@ positional arguments:
 environment:
   SMOKE_DIR                  ${TMPDIR:-/tmp}/gcpo-smoke[-cpu]: model, data, one folder per estimator
   PYTHON                     the Python of the trainer and the harness (default: this one)
-  SMOKE_GPU_MEM_UTIL         0.15: vLLM's share of the GPU
-  SMOKE_N_RESP               8 rollouts per prompt
-  SMOKE_MAX_RESPONSE_LENGTH  64
+  SMOKE_GPU_MEM_UTIL         vLLM's share of the GPU (tiny: 0.15; the Qwen3 shapes: 0.5)
+  SMOKE_N_RESP               rollouts per prompt (tiny: 8; the Qwen3 shapes: 16)
+  SMOKE_MAX_RESPONSE_LENGTH  tiny: 64; qwen3-0.6b: 2048; qwen3-1.7b: 3072
   SMOKE_ATTN                 auto: flash_attention_2 with padding removal when flash-attn is installed, else
                              sdpa without it; or flash_attention_2 | sdpa
   SMOKE_RUN_TIMEOUT          seconds one trainer run may take before it is stopped: 900 (a run takes about 300
@@ -122,6 +132,10 @@ class RunDir:
 
     def log(self, run: int) -> Path:
         return self.root / f"log_run{run}.txt"
+
+    def timed_log(self, run: int) -> Path:
+        """The run's output, each line stamped with the seconds since the run started (:mod:`.startup`)."""
+        return self.root / f"timed_log_run{run}.txt"
 
     def wall(self, run: int) -> Path:
         return self.root / f"wall_run{run}.txt"
@@ -170,6 +184,7 @@ class Options:
     kill_reward_after: Optional[int] = None
     launcher: str = ""
     overrides: tuple[str, ...] = ()
+    shape: str = "tiny"
 
 
 @dataclass(frozen=True)
@@ -178,9 +193,10 @@ class Settings:
 
     smoke_dir: Path
     python: str
-    gpu_mem_util: str
-    n_resp: str
-    max_response_length: int
+    # None: the shape's (policy.SHAPES)
+    gpu_mem_util: Optional[str]
+    n_resp: Optional[str]
+    max_response_length: Optional[int]
     attention: str
     run_timeout_s: int
     ray_cpus: str
@@ -193,8 +209,8 @@ class Settings:
         timeout = environ.get("SMOKE_RUN_TIMEOUT", "900")
         if not _positive(timeout):
             raise UsageError(f"SMOKE_RUN_TIMEOUT must be a positive number of seconds, got '{timeout}'")
-        length = environ.get("SMOKE_MAX_RESPONSE_LENGTH", "64")
-        if not _positive(length):
+        length = environ.get("SMOKE_MAX_RESPONSE_LENGTH")
+        if length is not None and not _positive(length):
             raise UsageError(f"SMOKE_MAX_RESPONSE_LENGTH must be a positive integer, got '{length}'")
         attention = environ.get("SMOKE_ATTN", "auto")
         if attention != "auto" and attention not in ATTENTION_OVERRIDES:
@@ -205,9 +221,9 @@ class Settings:
         return cls(
             smoke_dir=Path(environ.get("SMOKE_DIR") or f"{tmp_dir}/gcpo-smoke"),
             python=environ.get("PYTHON") or sys.executable,
-            gpu_mem_util=environ.get("SMOKE_GPU_MEM_UTIL", "0.15"),
-            n_resp=environ.get("SMOKE_N_RESP", "8"),
-            max_response_length=int(length),
+            gpu_mem_util=environ.get("SMOKE_GPU_MEM_UTIL"),
+            n_resp=environ.get("SMOKE_N_RESP"),
+            max_response_length=None if length is None else int(length),
             attention=attention,
             run_timeout_s=int(timeout),
             ray_cpus=environ.get("SMOKE_RAY_CPUS", "24"),
@@ -258,7 +274,18 @@ def _parser() -> argparse.ArgumentParser:
         help="run the GCPO smoke, then the GRPO smoke, and print their step times side by side",
     )
     parser.add_argument(
-        "--steps", default="2", help="steps before the checkpoint (default 2); the resumed run adds one"
+        "--steps",
+        default=None,
+        help="steps of the first run (default: the shape's; tiny 2, then the resumed run adds one; the Qwen3 "
+        "shapes 3, without resume)",
+    )
+    parser.add_argument(
+        "--shape",
+        default="tiny",
+        help="the policy: tiny (the smoke: a few million parameters, 3 prompts x 8 rollouts of 64 tokens, a "
+        "checkpoint and a resumed run) or the architecture of qwen3-0.6b or qwen3-1.7b with random weights at a real "
+        "run's sizes (8 prompts x 16 rollouts of 2,048 / 3,072 tokens, 3 steps, no resume): what a step takes and "
+        "what GCPO adds to it on this GPU",
     )
     parser.add_argument(
         "--kill-credit-actor-after",
@@ -300,9 +327,12 @@ def _validated(ns: argparse.Namespace, overrides: tuple[str, ...]) -> Options:
             f"--device must be gpu or cpu, got '{ns.device}' (scripts/smoke_1gpu.sh, scripts/smoke_cpu.sh)"
         )
     estimators = _estimators(ns.estimator, ns.compare)
-    if not _positive(ns.steps):
+    if ns.shape not in SHAPES:
+        raise UsageError(f"--shape must be one of {', '.join(SHAPES)}, got '{ns.shape}'")
+    shape = SHAPES[ns.shape]
+    if ns.steps is not None and not _positive(ns.steps):
         raise UsageError(f"--steps must be a positive integer, got '{ns.steps}'")
-    steps = int(ns.steps)
+    steps = shape.steps if ns.steps is None else int(ns.steps)
     credit = _kill_step("--kill-credit-actor-after", ns.kill_credit_actor_after, steps)
     reward = _kill_step("--kill-reward-worker-after", ns.kill_reward_worker_after, steps)
     if credit is not None and estimators != ("gcpo",):
@@ -318,6 +348,7 @@ def _validated(ns: argparse.Namespace, overrides: tuple[str, ...]) -> Options:
         kill_reward_after=reward,
         launcher=launcher,
         overrides=overrides,
+        shape=ns.shape,
     )
 
 
@@ -351,6 +382,8 @@ def _launcher(ns: argparse.Namespace, credit: Optional[int], reward: Optional[in
         raise UsageError(f"--launcher must be one of: {' '.join(known)} (got '{launcher}')")
     if ns.compare or ns.estimator is not None or credit is not None or reward is not None:
         raise UsageError("--launcher runs the launcher's own method: leave out --compare, --estimator and --kill-*")
+    if ns.shape != "tiny":
+        raise UsageError("--launcher runs the tiny policy at the launcher's sizes: leave out --shape")
     if ns.dry_run:
         raise UsageError(f"for a launcher's dry run use the launcher itself: bash scripts/{launcher} --dry-run")
     return launcher
@@ -415,16 +448,21 @@ def _reap(marker: str) -> None:
         print(f"smoke: stopped {len(stopped)} process(es) the run left behind", file=sys.stderr, flush=True)
 
 
-def _tee(source: IO[bytes], log: IO[bytes]) -> None:
+def _tee(source: IO[bytes], log: IO[bytes], timed: Optional[TimedLog] = None) -> None:
     """Copy a run's output to the log and to this process's output as it comes (progress bars write no newline),
-    until the pipe closes."""
+    until the pipe closes; ``timed`` stamps each line with when it arrived."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a chunk may end inside a character
     try:
         for chunk in iter(lambda: source.read1(1 << 16), b""):  # type: ignore[attr-defined]
             log.write(chunk)
             log.flush()
-            sys.stdout.write(decoder.decode(chunk))
+            text = decoder.decode(chunk)
+            if timed is not None:
+                timed.feed(text, time.monotonic())
+            sys.stdout.write(text)
             sys.stdout.flush()
+        if timed is not None:
+            timed.close(time.monotonic())
     except (OSError, ValueError):  # the log was closed: the run is over
         pass
 
@@ -433,13 +471,16 @@ class _TeedProcess:
     """A run whose output goes to its log and to this process's output; leaving the block waits (bounded) for
     the copy to end, which it does once the run's last process is gone and the pipe closes."""
 
-    def __init__(self, command: Sequence[str], env: Mapping[str, str], log: IO[bytes]) -> None:
+    def __init__(
+        self, command: Sequence[str], env: Mapping[str, str], log: IO[bytes], timed: Optional[IO[str]] = None
+    ) -> None:
         self.started = time.monotonic()
         self.popen = subprocess.Popen(
             list(command), env=dict(env), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
         assert self.popen.stdout is not None
-        self._tee = threading.Thread(target=_tee, args=(self.popen.stdout, log), daemon=True)
+        stamps = TimedLog(timed, self.started) if timed is not None else None
+        self._tee = threading.Thread(target=_tee, args=(self.popen.stdout, log, stamps), daemon=True)
         self._tee.start()
 
     def __enter__(self) -> _TeedProcess:
@@ -527,11 +568,29 @@ class Smoke:
         self.options, self.settings = options, settings
         self.env = child_environment(options.device, environ)
         self.attention = "sdpa"
+        # the shape's sizes, each under its environment variable
+        self.shape: PolicyShape = SHAPES[options.shape]
+        self.n_resp = settings.n_resp or str(self.shape.n_resp)
+        self.max_response_length = settings.max_response_length or self.shape.max_response_length
+        self.gpu_mem_util = settings.gpu_mem_util or self.shape.gpu_mem_util
+        self.prompts = self.shape.prompts_per_step
+        # a Qwen3 shape's model, data and runs in a folder of their own: the tiny smoke's stay where they were
+        self.base_dir = settings.smoke_dir if options.shape == "tiny" else settings.smoke_dir / options.shape
+
+    def describe_shape(self) -> str:
+        resume = "a checkpoint, then one resumed step" if self.shape.resume else "no checkpoint, no resume"
+        return (
+            f"smoke: shape {self.options.shape}: {self.prompts} prompts x {self.n_resp} rollouts a step, responses "
+            f"up to {self.max_response_length} tokens, vLLM {self.gpu_mem_util} of the GPU, {self.options.steps} "
+            f"steps, {resume}"
+        )
 
     def run(self) -> int:
         """Build, then each estimator's smoke (or the launcher's); the comparison; 0 when everything passed."""
         self.attention = choose_attention(self.settings, self.env)
         print(f"smoke: FSDP actor attention: {self.attention}", file=sys.stderr, flush=True)
+        if not self.options.launcher:
+            print(self.describe_shape(), file=sys.stderr, flush=True)
         if not self.build():
             return 1
         if self.options.launcher:
@@ -545,9 +604,9 @@ class Smoke:
                 [
                     "compare",
                     "--gcpo",
-                    str(self.settings.smoke_dir / "gcpo"),
+                    str(self.base_dir / "gcpo"),
                     "--grpo",
-                    str(self.settings.smoke_dir / "grpo"),
+                    str(self.base_dir / "grpo"),
                 ]
             )
             if status:
@@ -559,20 +618,23 @@ class Smoke:
 
     def build(self) -> bool:
         """The tiny policy and the data, in a child: transformers and the model's memory leave with it."""
-        proc = self._python(["-m", HARNESS, "build", "--out", str(self.settings.smoke_dir)])
+        shape = ["--shape", self.options.shape, "--prompts", str(self.prompts)]
+        proc = self._python(["-m", HARNESS, "build", "--out", str(self.base_dir), *shape])
         if proc.returncode:
             print(f"smoke FAILED: building the policy and data exited {proc.returncode}", file=sys.stderr)
         return proc.returncode == 0
 
     def smoke(self, estimator: str) -> bool:
         """One estimator: two trainer runs (the second resumes from the first's checkpoint), then the checks."""
-        run_dir, steps = RunDir(self.settings.smoke_dir / estimator), self.options.steps
+        run_dir, steps = RunDir(self.base_dir / estimator), self.options.steps
         if self.options.dry_run:
             return self.dry_run(estimator, run_dir)
         if not fresh_run_dir(run_dir.root):
             return False
         self.describe_device(run_dir)
-        if not (self.train(estimator, run_dir, 1, steps) and self.train(estimator, run_dir, 2, steps + 1)):
+        if not self.train(estimator, run_dir, 1, steps):
+            return False
+        if self.shape.resume and not self.train(estimator, run_dir, 2, steps + 1):
             return False
         faults = [
             word
@@ -594,7 +656,9 @@ class Smoke:
                     "--steps",
                     str(steps),
                     "--groups-per-step",
-                    str(PROMPTS_PER_STEP),
+                    str(self.prompts),
+                    "--resumed-steps",
+                    "1" if self.shape.resume else "0",
                     *faults,
                 ]
             )
@@ -647,35 +711,38 @@ class Smoke:
 
     def trainer_args(self, estimator: str, run_dir: RunDir, total_steps: int, ray_dir: str) -> list[str]:
         """The Hydra overrides of one smoke run; the command line's come last and win."""
-        seq_len = MAX_PROMPT_LENGTH + self.settings.max_response_length
-        data, steps = self.settings.smoke_dir / "data", self.options.steps
+        seq_len = MAX_PROMPT_LENGTH + self.max_response_length
+        data, steps = self.base_dir / "data", self.options.steps
+        # a micro-batch holds at least one whole sequence
+        update_tokens = max(self.shape.update_tokens or 4 * seq_len, seq_len)
+        log_prob_tokens = max(self.shape.log_prob_tokens or 4 * seq_len, seq_len)
         args = [
             f"algorithm.adv_estimator={estimator}",
             f"data.train_files={data}/train.parquet",
             f"data.val_files={data}/val.parquet",
-            f"data.train_batch_size={PROMPTS_PER_STEP}",
+            f"data.train_batch_size={self.prompts}",
             f"data.max_prompt_length={MAX_PROMPT_LENGTH}",
-            f"data.max_response_length={self.settings.max_response_length}",
+            f"data.max_response_length={self.max_response_length}",
             "data.truncation=error",
             "data.dataloader_num_workers=0",
-            f"actor_rollout_ref.model.path={self.settings.smoke_dir}/model",
+            f"actor_rollout_ref.model.path={self.base_dir}/model",
             "actor_rollout_ref.model.enable_gradient_checkpointing=true",
             "actor_rollout_ref.actor.optim.lr=1e-6",
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS_PER_STEP}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={self.prompts}",
             "actor_rollout_ref.actor.use_dynamic_bsz=true",
-            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={4 * seq_len}",
+            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={update_tokens}",
             "actor_rollout_ref.actor.use_kl_loss=false",
             "actor_rollout_ref.actor.entropy_coeff=0",
             "actor_rollout_ref.rollout.name=vllm",
-            f"actor_rollout_ref.rollout.n={self.settings.n_resp}",
+            f"actor_rollout_ref.rollout.n={self.n_resp}",
             "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-            f"actor_rollout_ref.rollout.gpu_memory_utilization={self.settings.gpu_mem_util}",
+            f"actor_rollout_ref.rollout.gpu_memory_utilization={self.gpu_mem_util}",
             "actor_rollout_ref.rollout.enforce_eager=true",
             # random weights: vLLM starts from dummy weights and gets the FSDP actor's on the first weight sync
             "actor_rollout_ref.rollout.load_format=dummy",
-            f"actor_rollout_ref.rollout.max_num_batched_tokens={4 * seq_len}",
+            f"actor_rollout_ref.rollout.max_num_batched_tokens={log_prob_tokens}",
             "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
-            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={4 * seq_len}",
+            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={log_prob_tokens}",
             "actor_rollout_ref.rollout.agent.num_workers=2",
             *SMOKE_REWARD,
             "reward.num_workers=2",
@@ -687,13 +754,14 @@ class Smoke:
             "trainer.n_gpus_per_node=1",
             "trainer.total_epochs=1000",
             f"trainer.total_training_steps={total_steps}",
-            f"trainer.save_freq={steps}",
+            f"trainer.save_freq={steps if self.shape.resume else -1}",
             "trainer.test_freq=-1",
             "trainer.val_before_train=false",
             "trainer.resume_mode=auto",
             f"trainer.default_local_dir={run_dir.checkpoints}",
             f"trainer.rollout_data_dir={run_dir.root}/rollouts",
             *ATTENTION_OVERRIDES[self.attention],
+            *STARTUP_OVERRIDES,
         ]
         if estimator == "gcpo":
             args += self._dump_args(run_dir)
@@ -830,7 +898,7 @@ class Smoke:
             "NNODES": "1",
             "GPUS_PER_NODE": "1",
             **LAUNCHER_SIZES,
-            "GPU_MEM_UTIL": self.settings.gpu_mem_util,
+            "GPU_MEM_UTIL": self.gpu_mem_util,
             "VAL_SETS": "aime24 amc23",
             "TOTAL_STEPS": str(self.options.steps),
             "CKPT_DIR": str(run_dir.checkpoints),
@@ -867,7 +935,11 @@ class Smoke:
     ) -> Outcome:
         helpers = self._start_helpers(run_dir, run, marker)
         try:
-            with run_dir.log(run).open("wb") as log, _TeedProcess(command, env, log) as proc:
+            with (
+                run_dir.log(run).open("wb") as log,
+                run_dir.timed_log(run).open("w", encoding="utf-8") as timed,
+                _TeedProcess(command, env, log, timed) as proc,
+            ):
                 try:
                     timed_out = _wait_bounded(proc.popen, self.settings.run_timeout_s)
                     run_dir.wall(run).write_text(f"{time.monotonic() - proc.started:.1f}\n", encoding="utf-8")

@@ -286,6 +286,37 @@ def test_a_traceback_or_a_killed_loader_worker_fails_the_clean_output_check(tmp_
     assert not checks.check_clean_log(tmp_path / "absent.txt").ok
 
 
+# what a run printed when Ray stopped TransferQueue's storage units at its end (CPU smoke, 2026-11-26): Python
+# ignores the SystemExit that Ray's SIGTERM handler raised inside a ZMQ socket's __del__
+SHUTDOWN_NOISE = """\
+\x1b[36m(SimpleStorageUnit pid=11393)\x1b[0m Exception ignored in: <function Socket.__del__ at 0x7fb73de3f560>
+\x1b[36m(SimpleStorageUnit pid=11393)\x1b[0m Traceback (most recent call last):
+\x1b[36m(GCPOTaskRunner pid=11215)\x1b[0m 'Final validation metrics: None'
+\x1b[36m(SimpleStorageUnit pid=11393)\x1b[0m   File "zmq/sugar/socket.py", line 186, in __del__
+\x1b[36m(SimpleStorageUnit pid=11393)\x1b[0m   File "ray/_private/worker.py", line 1063, in sigterm_handler
+\x1b[36m(SimpleStorageUnit pid=11393)\x1b[0m     raise_sys_exit_with_custom_error_message(
+\x1b[36m(SimpleStorageUnit pid=11393)\x1b[0m SystemExit: 1
+\x1b[36m(SimpleStorageUnit pid=11536)\x1b[0m Exception ignored in: <function Socket.__del__> [repeated 2x across cluster]
+\x1b[36m(SimpleStorageUnit pid=11536)\x1b[0m Traceback (most recent call last): [repeated 2x across cluster]
+\x1b[36m(SimpleStorageUnit pid=11536)\x1b[0m   File "ray/_private/worker.py", in sigterm_handler [repeated 2x across cluster]
+\x1b[36m(SimpleStorageUnit pid=11536)\x1b[0m SystemExit: 1 [repeated 2x across cluster]
+"""
+
+
+def test_a_traceback_python_ignored_at_shutdown_after_rays_sigterm_is_not_a_failure(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text(SHUTDOWN_NOISE)
+    assert checks.check_clean_log(log).ok
+    # any other exception in the same place is a failure
+    log.write_text(SHUTDOWN_NOISE.replace("SystemExit: 1 [repeated", "RuntimeError: boom [repeated"))
+    assert not checks.check_clean_log(log).ok
+    # a SystemExit that Ray's SIGTERM handler did not raise, or one Python did not ignore, too
+    log.write_text(SHUTDOWN_NOISE.replace("in sigterm_handler [repeated", "in run [repeated"))
+    assert not checks.check_clean_log(log).ok
+    log.write_text(SHUTDOWN_NOISE.replace("Exception ignored in: <function Socket.__del__ at", "Oops at"))
+    assert not checks.check_clean_log(log).ok
+
+
 def test_the_check_command_fails_a_run_that_printed_a_traceback(tmp_path, monkeypatch, minilm, capsys):
     run = synthetic_run(tmp_path, monkeypatch, minilm)
     (run.root / "log_run1.txt").write_text("fine\n")

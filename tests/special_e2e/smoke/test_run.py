@@ -165,6 +165,12 @@ def test_options_their_defaults_and_overrides_anywhere():
             "--kill-credit-actor-after needs the gcpo estimator",
         ),
         (["--launcher", "run_nothing.sh"], "--launcher must be one of: run_qwen3_1.7b_gcpo.sh"),
+        (["--shape", "qwen3-8b"], "--shape must be one of tiny, qwen3-0.6b, qwen3-1.7b, got 'qwen3-8b'"),
+        (["--shape"], "--shape needs a shape (tiny, qwen3-0.6b, qwen3-1.7b)"),
+        (
+            ["--launcher", "run_qwen3_4b_gcpo.sh", "--shape", "qwen3-0.6b"],
+            "--launcher runs the tiny policy at the launcher's sizes: leave out --shape",
+        ),
         (["--launcher", "run_qwen3_4b_gcpo.sh", "--compare"], "--launcher runs the launcher's own method"),
         (
             ["--launcher", "run_qwen3_4b_gcpo.sh", "--dry-run"],
@@ -252,6 +258,57 @@ def test_grpo_and_more_steps(smoke):
     assert "trainer.total_training_steps=3" in first and "trainer.total_training_steps=4" in resumed
     assert "trainer.save_freq=3" in first
     assert "--estimator grpo --steps 3" in result.calls[-1]
+
+
+def test_a_qwen3_shape_runs_once_at_its_sizes_in_a_folder_of_its_own(smoke):
+    result = smoke("--device", "gpu", "--shape", "qwen3-0.6b")
+    assert result.status == 0, result.stderr
+    base = smoke.smoke_dir / "qwen3-0.6b"
+    assert [_module(c) for c in result.calls] == ["tests.special_e2e.smoke", "recipe.gcpo.main_gcpo", "harness check"]
+    assert f"build --out {base} --shape qwen3-0.6b --prompts 8 " in result.calls[0]
+    (run,) = _trainings(result.calls)
+    for override in (
+        f"actor_rollout_ref.model.path={base}/model",
+        f"data.train_files={base}/data/train.parquet",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.rollout.n=16",
+        "data.max_response_length=2048",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384",
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=24576",
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=-1",
+    ):
+        assert f" {override} " in run, override
+    check = result.calls[-1]
+    assert f"check --run-dir {base / 'gcpo'} --estimator gcpo --steps 3 --groups-per-step 8 --resumed-steps 0" in check
+    assert "shape qwen3-0.6b: 8 prompts x 16 rollouts a step, responses up to 2048 tokens" in result.stderr
+    assert "3 steps, no checkpoint, no resume" in result.stderr
+
+
+def test_a_shapes_sizes_yield_to_the_environment_and_the_command_line(smoke):
+    result = smoke(
+        "--device", "gpu", "--shape", "qwen3-1.7b", "--steps", "2", SMOKE_MAX_RESPONSE_LENGTH="1024", SMOKE_N_RESP="4"
+    )
+    assert result.status == 0, result.stderr
+    (run,) = _trainings(result.calls)
+    assert " data.max_response_length=1024 " in run and " actor_rollout_ref.rollout.n=4 " in run
+    assert " trainer.total_training_steps=2 " in run and " data.train_batch_size=8 " in run
+    # a micro-batch still holds at least one whole sequence
+    long = smoke("--device", "gpu", "--shape", "qwen3-0.6b", SMOKE_MAX_RESPONSE_LENGTH="30000")
+    (run,) = _trainings(long.calls)
+    assert " actor_rollout_ref.actor.ppo_max_token_len_per_gpu=30512 " in run
+
+
+def test_every_run_takes_the_start_up_settings_and_writes_a_timed_log(smoke):
+    result = smoke("--device", "gpu")
+    assert result.status == 0, result.stderr
+    for run in _trainings(result.calls):
+        for override in smoke_run.STARTUP_OVERRIDES:
+            assert f" {override} " in run
+    run_dir = RunDir(smoke.smoke_dir / "gcpo")
+    assert run_dir.timed_log(1).is_file() and run_dir.timed_log(2).is_file()
 
 
 def test_compare_runs_both_then_prints_the_ratio(smoke):
