@@ -89,3 +89,35 @@ def test_build_tokenizer_needs_no_network(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tokenizer = build_tokenizer()
     assert tokenizer.encode("\n", add_special_tokens=False) == [tokenizer.convert_tokens_to_ids("\n")]
+
+
+def test_the_parameter_count_is_the_built_models_and_the_qwen3_shapes_are_the_public_ones(smoke_dir):
+    from dataclasses import replace
+
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from tests.special_e2e.smoke.shapes import QWEN3_0_6B, QWEN3_1_7B, SHAPES, parameter_count
+
+    model = AutoModelForCausalLM.from_pretrained(smoke_dir / "model")
+    assert parameter_count(TinyPolicySpec(), model.config.vocab_size) == sum(p.numel() for p in model.parameters())
+    # a Qwen3-0.6B layer as transformers builds it (two layers: the count is linear in them)
+    spec = replace(QWEN3_0_6B, num_hidden_layers=2)
+    config = Qwen3Config(
+        vocab_size=1000,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=2,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim,
+        tie_word_embeddings=True,
+    )
+    with torch.device("meta"):
+        built = Qwen3ForCausalLM(config)
+    assert parameter_count(spec, 1000) == sum(p.numel() for p in built.parameters())
+    # with Qwen's 151,936-token vocabulary, the public sizes: 0.6B (0.44B without embeddings) and 1.7B (1.4B)
+    assert 0.59e9 < parameter_count(QWEN3_0_6B, 151_936) < 0.61e9
+    assert 0.43e9 < parameter_count(QWEN3_0_6B, 151_936) - 151_936 * 1024 < 0.45e9
+    assert 1.70e9 < parameter_count(QWEN3_1_7B, 151_936) < 1.75e9
+    assert SHAPES["tiny"].spec == TinyPolicySpec() and SHAPES["tiny"].resume
+    assert not SHAPES["qwen3-0.6b"].resume and SHAPES["qwen3-0.6b"].n_resp == 16
