@@ -304,3 +304,19 @@ def test_an_actor_that_does_not_fit_its_bundle_is_refused_in_the_driver(local_ra
             CreditActor(options=dataclasses.replace(CPU_ONLY, num_cpus=2), placement_group=pg)
     finally:
         remove_placement_group(pg)
+
+
+def test_the_warm_up_changes_no_later_result(local_ray, batch):
+    from recipe.gcpo.credit_actor import CreditWorker
+
+    worker = ray.remote(CreditWorker).options(num_cpus=1)
+    args = (EncoderConfig(device="cpu"), CreditConfig(method="exact"))
+    cold, warm = worker.remote(*args), worker.remote(*args)
+    try:
+        ray.get(warm.warm_up.remote())  # a worker on a GPU does this at start-up; on the CPU, by hand here
+        a, b = ray.get([cold.compute.remote(*batch, seed=3), warm.compute.remote(*batch, seed=3)])
+        np.testing.assert_allclose(a.advantage, b.advantage, atol=1e-6)
+        np.testing.assert_allclose(a.shapley, b.shapley, atol=1e-6)
+    finally:
+        for handle in (cold, warm):
+            ray.kill(handle)
