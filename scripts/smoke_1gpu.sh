@@ -5,6 +5,7 @@
 # default), which must have verl 0.9.1 and vLLM.
 #
 # Usage: bash scripts/smoke_1gpu.sh [--dry-run] [--estimator gcpo|grpo] [--compare] [--steps N]
+#                                   [--shape tiny|qwen3-0.6b|qwen3-1.7b]
 #                                   [--kill-credit-actor-after S] [--kill-reward-worker-after S] [key=value ...]
 # Options and environment: bash scripts/smoke_1gpu.sh --help (SMOKE_GPU_MEM_UTIL: vLLM's share of the GPU, 0.15).
 set -euo pipefail
