@@ -4,6 +4,7 @@ composed config), the CPU wrapper's machine-wide lock, and their help. What the 
 tests/special_e2e/smoke/test_run.py's."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -123,6 +124,24 @@ def test_the_composed_reward_gives_about_half_correct_and_every_kind_of_group(dr
         kinds.append("all_wrong" if not any(accs) else "all_correct" if all(accs) else "mixed")
     assert kinds == ["all_wrong", "mixed", "all_correct"]
     assert abs(correct / (n * len(frame)) - 0.5) <= 1 / 6
+
+
+def test_a_qwen3_shape_dry_run_builds_the_real_architecture_and_composes_its_sizes(tmp_path):
+    """--shape qwen3-0.6b on a CPU: the 28-layer model (random weights) and 8 prompts are built, and verl
+    composes and validates a run at the shape's sizes, with the start-up settings."""
+    proc = _run("--dry-run", "--shape", "qwen3-0.6b", env={"SMOKE_DIR": str(tmp_path), "PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (config,) = _configs(proc.stdout)
+    assert "471,725,056 parameters (28 layers, hidden 1024, vocabulary 30,525)" in proc.stdout
+    model = json.loads((tmp_path / "qwen3-0.6b" / "model" / "config.json").read_text())
+    assert (model["num_hidden_layers"], model["hidden_size"], model["num_key_value_heads"]) == (28, 1024, 8)
+    rollout = config["actor_rollout_ref"]["rollout"]
+    assert (config["data"]["train_batch_size"], rollout["n"], config["data"]["max_response_length"]) == (8, 16, 2048)
+    assert len(pd.read_parquet(config["data"]["train_files"])) == 8
+    assert config["trainer"]["total_training_steps"] == 3 and config["trainer"]["save_freq"] == -1
+    assert config["transfer_queue"]["backend"]["SimpleStorage"]["num_data_storage_units"] == 2
+    assert config["ray_kwargs"]["ray_init"]["include_dashboard"] is False
+    assert "no checkpoint, no resume" in proc.stderr
 
 
 def test_the_cpu_smoke_waits_for_another_one_on_the_machine(tmp_path):
