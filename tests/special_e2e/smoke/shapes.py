@@ -30,24 +30,21 @@ class TinyPolicySpec:
 # vocabulary stays the smoke tokenizer's (30.5k tokens, not Qwen's 151,936), so the models are smaller than their
 # names by (151,936 - 30,524) x hidden parameters, and the output layer and the log-probabilities are cheaper: a
 # GRPO step is shorter than with the real vocabulary, GCPO's overhead share larger, never smaller.
-QWEN3_0_6B = TinyPolicySpec(
-    hidden_size=1024,
-    intermediate_size=3072,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    max_position_embeddings=40960,
-)
-QWEN3_1_7B = TinyPolicySpec(
-    hidden_size=2048,
-    intermediate_size=6144,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    max_position_embeddings=40960,
-)
+def _qwen3(hidden_size: int, intermediate_size: int) -> TinyPolicySpec:
+    """The small Qwen3 models share depth and attention: 28 layers, 16 query and 8 KV heads of 128, 40,960 tokens."""
+    return TinyPolicySpec(
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+    )
+
+
+QWEN3_0_6B = _qwen3(hidden_size=1024, intermediate_size=3072)
+QWEN3_1_7B = _qwen3(hidden_size=2048, intermediate_size=6144)
 
 
 @dataclass(frozen=True)
