@@ -53,6 +53,16 @@ GCPO_KEYS = {"encoder", "credit", "actor", "filter_all_correct", "dump"}
 Section = TypeVar("Section")
 
 
+class ConfigError(ValueError):
+    """A config (or command line) the recipe refuses at start-up: ``key`` is the key path at fault (None when no
+    single key is), the message says why and what to do, on one line. The entry point turns it into its one line
+    (``error: <message>``, exit status 2); a ValueError, which it is, reads the same everywhere else."""
+
+    def __init__(self, key: Optional[str], message: str):
+        super().__init__(message)
+        self.key = key
+
+
 def plain(value: Any) -> Any:
     """A config node as plain Python (resolved), anything else as it is."""
     if isinstance(value, DictConfig):

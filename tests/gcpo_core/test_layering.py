@@ -75,7 +75,7 @@ RECIPE_LAYERS = {
     "config": ["config", "credit_shards", "data", "reward"],
     "step": ["estimator", "credit_actor", "baselines"],
     "trainer": ["gcpo_trainer", "preflight", "run_summary"],
-    "entry": ["register", "main_gcpo"],
+    "entry": ["register", "compose", "main_gcpo"],
 }
 # what a training run does not import: the smoke harness and CPU platform (tests/special_e2e/) and the miniature
 # experiment (experiments/) use the recipe, never the other way round
