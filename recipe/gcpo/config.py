@@ -44,8 +44,12 @@ EMBEDDING_ESTIMATORS: dict[str, dict] = {
 # DIVER's shaped reward needs the response texts, which only the GCPO trainer decodes
 DIVER_ESTIMATOR = "diver"
 COPO_ESTIMATOR = "copo"
+MC_GRPO_ESTIMATOR = "mc_grpo"
 # estimators whose inputs only the GCPO trainer computes (embeddings, or the response texts for DIVER)
 TRAINER_ESTIMATORS = (*EMBEDDING_ESTIMATORS, DIVER_ESTIMATOR)
+# every estimator recipe.gcpo.register registers in verl's registry (the driver checks a name against these and
+# verl's own without importing the trainer; tests/recipe/gcpo/test_preflight.py compares them with the registry)
+RECIPE_ESTIMATORS = (*TRAINER_ESTIMATORS, COPO_ESTIMATOR, MC_GRPO_ESTIMATOR)
 # reward_extra_info key written by recipe.gcpo.reward: constant within a group exactly when GCPO has no signal
 GCPO_FILTER_METRIC = "gcpo_signal"
 GCPO_KEYS = {"encoder", "credit", "actor", "filter_all_correct", "dump"}

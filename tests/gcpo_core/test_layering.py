@@ -73,7 +73,7 @@ RECIPE = CORE.parent / "recipe" / "gcpo"
 # bottom first: a module may import from its own layer and the ones before it, never from one after it
 RECIPE_LAYERS = {
     "config": ["config", "credit_shards", "data", "reward"],
-    "step": ["estimator", "credit_actor", "baselines"],
+    "step": ["estimator", "credit_actor", "baselines", "settings"],
     "trainer": ["gcpo_trainer", "preflight", "run_summary"],
     "entry": ["register", "compose", "main_gcpo"],
 }

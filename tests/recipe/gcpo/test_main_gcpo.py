@@ -600,3 +600,76 @@ def test_a_failure_in_training_is_hydras_report_not_a_config_error(tmp_path, mon
         run_composed(compose(parse_command_line([*VALID, f"hydra.run.dir={tmp_path}"])), broken)
     assert stop.value.code == 1  # Hydra's status, not the config's 2
     assert "RuntimeError: a worker died" in capsys.readouterr().err
+
+
+REWARD_FILE = "def my_score(data_source, solution_str, ground_truth, extra_info):\n    return 0.0\n\n\n" + (
+    "def legacy_score(data_source, solution_str, ground_truth, extra_info):\n    return 1.0\n"
+)
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_an_estimator_nobody_registers_is_one_line_with_the_closest_name(entry, dry_run):
+    """verl looks the name up only at the first advantage step, after the models are loaded."""
+    code, _, err = entry("algorithm.adv_estimator=gcp", dry_run=dry_run)
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(
+        "error: algorithm.adv_estimator=gcp is not an estimator verl or the recipe registers: did you mean gcpo? "
+        "(known: copo, diver, dqo, dra_grpo, gae, gcpo, "
+    ), line
+    _one_line((code, "", err), line[len("error: ") :])
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    "classic, clash",
+    [
+        (
+            ["custom_reward_function.path=r.py", "custom_reward_function.name=legacy_score"],
+            ("r.py:legacy_score", "name"),
+        ),
+        (["custom_reward_function.name=legacy_score"], ("None:legacy_score", "name")),  # verl: None:legacy_score
+        (["custom_reward_function.path=other.py"], ("other.py:None", "path")),
+    ],
+)
+def test_a_classic_reward_block_that_differs_from_reward_is_refused_naming_both(entry, classic, clash, dry_run):
+    Path("r.py").write_text(REWARD_FILE)
+    function, differs = clash
+    mine = ["reward.custom_reward_function.path=r.py", "reward.custom_reward_function.name=my_score"]
+    _one_line(
+        entry(*mine, *classic, dry_run=dry_run),
+        f"custom_reward_function ({function}, verl's legacy key, which the V1 trainer does not read) and "
+        f"reward.custom_reward_function (r.py:my_score) name different reward functions ({differs}): keep one, "
+        "reward.custom_reward_function",
+    )
+
+
+def test_a_classic_reward_block_alone_or_repeating_reward_is_migrated(entry):
+    Path("r.py").write_text(REWARD_FILE)
+    code, out, err = entry("custom_reward_function.path=r.py", "custom_reward_function.name=legacy_score")
+    assert code == 0, err[-2000:]
+    assert "gcpo: reward: manager naive (register); function r.py:legacy_score;" in out  # alone: migrated
+    mine = ["reward.custom_reward_function.path=r.py", "reward.custom_reward_function.name=my_score"]
+    code, out, err = entry(*mine, "custom_reward_function.name=my_score")  # the same function: no clash
+    assert code == 0, err[-2000:]
+    assert "gcpo: reward: manager naive (register); function r.py:my_score;" in out  # not None:my_score
+
+
+def test_a_relative_model_path_of_any_form_is_refused_in_a_run_and_a_warning_in_a_dry_run(entry, tmp_path):
+    """models/qwen exists where the driver runs, but every worker resolves it in another folder."""
+    (tmp_path / "models" / "qwen").mkdir(parents=True)
+    problem = (
+        "actor_rollout_ref.model.path=models/qwen is not an absolute path: the workers start in other folders and "
+        f"do not expand ~; give it (the launchers' MODEL_PATH) as {tmp_path}/models/qwen"
+    )
+    _one_line(entry("actor_rollout_ref.model.path=models/qwen", dry_run=False), problem)
+    code, _, err = entry("actor_rollout_ref.model.path=models/qwen")
+    assert code == 0 and f"# warning (a run stops here): {problem}" in err
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_under_diver_a_bad_credit_value_is_refused_at_start_up(entry, dry_run):
+    """diver normalises with algorithm.gcpo.credit, which the trainer parsed only after Ray was up."""
+    _one_line(
+        entry("algorithm.adv_estimator=diver", "algorithm.gcpo.credit.epsilon=0", dry_run=dry_run),
+        "algorithm.gcpo.credit.epsilon must be a finite number > 0.0, got 0",
+    )
