@@ -44,13 +44,27 @@ EMBEDDING_ESTIMATORS: dict[str, dict] = {
 # DIVER's shaped reward needs the response texts, which only the GCPO trainer decodes
 DIVER_ESTIMATOR = "diver"
 COPO_ESTIMATOR = "copo"
+MC_GRPO_ESTIMATOR = "mc_grpo"
 # estimators whose inputs only the GCPO trainer computes (embeddings, or the response texts for DIVER)
 TRAINER_ESTIMATORS = (*EMBEDDING_ESTIMATORS, DIVER_ESTIMATOR)
+# every estimator recipe.gcpo.register registers in verl's registry (the driver checks a name against these and
+# verl's own without importing the trainer; tests/recipe/gcpo/test_preflight.py compares them with the registry)
+RECIPE_ESTIMATORS = (*TRAINER_ESTIMATORS, COPO_ESTIMATOR, MC_GRPO_ESTIMATOR)
 # reward_extra_info key written by recipe.gcpo.reward: constant within a group exactly when GCPO has no signal
 GCPO_FILTER_METRIC = "gcpo_signal"
 GCPO_KEYS = {"encoder", "credit", "actor", "filter_all_correct", "dump"}
 
 Section = TypeVar("Section")
+
+
+class ConfigError(ValueError):
+    """A config (or command line) the recipe refuses at start-up: ``key`` is the key path at fault (None when no
+    single key is), the message says why and what to do, on one line. The entry point turns it into its one line
+    (``error: <message>``, exit status 2); a ValueError, which it is, reads the same everywhere else."""
+
+    def __init__(self, key: Optional[str], message: str):
+        super().__init__(message)
+        self.key = key
 
 
 def plain(value: Any) -> Any:

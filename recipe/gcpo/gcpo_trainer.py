@@ -32,14 +32,15 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_to_nested
 
-from recipe.gcpo.baselines.copo import GLOBAL_ADVANTAGE_FIELD, copo_loss_fn, copo_loss_settings, provide_copo, step_copo
-from recipe.gcpo.baselines.div_r1 import div_r1_loss_fn, div_r1_settings
-from recipe.gcpo.baselines.diver import diver_credit, diver_normalisation, diver_settings
-from recipe.gcpo.baselines.group_contrastive import group_contrastive_settings, inject_references
-from recipe.gcpo.config import SYNC_TRAINER_MODE, gcpo_settings
+from recipe.gcpo.baselines.copo import GLOBAL_ADVANTAGE_FIELD, copo_loss_fn, provide_copo, step_copo
+from recipe.gcpo.baselines.div_r1 import div_r1_loss_fn
+from recipe.gcpo.baselines.diver import diver_credit
+from recipe.gcpo.baselines.group_contrastive import inject_references
+from recipe.gcpo.config import SYNC_TRAINER_MODE
 from recipe.gcpo.credit_actor import CreditActor
 from recipe.gcpo.credit_shards import credit_placements
 from recipe.gcpo.estimator import StepCredit, provide_credit
+from recipe.gcpo.settings import RecipeSettings
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -84,14 +85,16 @@ class GCPOTrainer(PPOTrainerSync):
             raise ValueError(
                 f"GCPOTrainer is verl's sync trainer: trainer.v1.trainer_mode must be {SYNC_TRAINER_MODE}, got {mode}"
             )
-        # the recipe's blocks, parsed once in this process (the driver's pre-flight checked the whole config already;
-        # the settings objects then travel as they are: to the credit actors, and with each step's credit)
-        self.gcpo = gcpo_settings(config)
-        self.diver = diver_settings(config)
-        self.diver_normalisation = diver_normalisation(config.algorithm) if self.diver is not None else None
-        self.group_contrastive = group_contrastive_settings(config)
-        self.copo = copo_loss_settings(config)
-        self.div_r1 = div_r1_settings(config)
+        # the recipe's blocks, parsed once in this process by the code the driver's pre-flight ran on the same config
+        # (so nothing here fails that start-up passed); the settings objects then travel as they are: to the credit
+        # actors, and with each step's credit
+        self.settings = RecipeSettings.parse(config)
+        self.gcpo = self.settings.gcpo
+        self.diver = self.settings.diver
+        self.diver_normalisation = self.settings.diver_normalisation
+        self.group_contrastive = self.settings.group_contrastive
+        self.copo = self.settings.copo
+        self.div_r1 = self.settings.div_r1
         self.credit_actor: CreditActor | None = None
         super().__init__(config)
 

@@ -6,28 +6,26 @@ builds ``PPOTrainerSync``. The mode stays ``sync``, so every branch of verl's tr
 gen batch size, DAPO refill, checkpoints, resume) is verl's sync one; in verl's other modes verl's own trainer
 runs (the GCPO estimators are refused there).
 
-Before Ray or any GPU is touched it composes ``config/gcpo_trainer.yaml`` (verl's ``ppo_trainer`` plus the GCPO
-keys), validates it and checks that this machine can start the run (every check is in :mod:`recipe.gcpo.preflight`;
-this module keeps the Hydra entry, the task runner and the one-line error wrapper). A bad override or value stops it with one line saying why, exit status 2
-(``HYDRA_FULL_ERROR=1`` adds the traceback between two copies of that line). With ``GCPO_DRY_RUN=1`` it stops
-after validation and prints the composed config (what the launchers' ``--dry-run`` does), in a temporary Hydra
-run directory that is removed on exit; a training run keeps Hydra's run directory beside its checkpoints
+Before Ray or any GPU is touched it composes the config once (:mod:`recipe.gcpo.compose`: the recipe's
+``config/gcpo_trainer.yaml``, verl's ``ppo_trainer`` plus the GCPO keys, or a config of the user's own named with
+``--config-path`` / ``--config-name``), validates it and checks that this machine can start the run (every check is
+in :mod:`recipe.gcpo.preflight`); the run then trains on that same config object. A bad override or value stops it
+with one line saying why, exit status 2 (``HYDRA_FULL_ERROR=1`` adds the traceback between two copies of that
+line). With ``GCPO_DRY_RUN=1`` it stops after validation and prints the composed config (what the launchers'
+``--dry-run`` does) and writes nothing; a training run keeps Hydra's run directory beside its checkpoints
 (``hydra.run.dir`` in the config), made only once every check has passed: a refused run writes nothing.
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from pprint import pprint
 from typing import Mapping, NoReturn, Optional
 
-import hydra
 import ray
 
 
@@ -45,11 +43,19 @@ class _NoPlatformFallbackWarning(logging.Filter):
 # before verl is imported: verl looks for its platform once per process, possibly while being imported
 logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_NoPlatformFallbackWarning())
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.utils.device import auto_set_device
 
-from recipe.gcpo.config import SYNC_TRAINER_MODE
+from recipe.gcpo.compose import (
+    compose,
+    hydra_session,
+    one_line,
+    parse_command_line,
+    run_composed,
+    run_hydra_command,
+)
+from recipe.gcpo.config import SYNC_TRAINER_MODE, ConfigError
 from recipe.gcpo.preflight import (
     accelerator_problem,
     migrate_legacy_reward,
@@ -60,8 +66,6 @@ from recipe.gcpo.preflight import (
 )
 from recipe.gcpo.run_summary import local_gpu, memory_lines, protocol_line, startup_lines
 
-CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
-CONFIG_NAME = "gcpo_trainer"
 DRY_RUN_MARKER = "# composed config (dry run)"
 DRY_RUN_DONE = "# dry run ({estimator}): the config composes and validates; nothing was started."
 # exit status of a run stopped by its config or by this machine (Hydra's own is 1)
@@ -137,12 +141,6 @@ def stop_dataloader_workers(trainer) -> None:
         trainer.train_dataloader_it = None
 
 
-def one_line(error: BaseException) -> str:
-    """An exception's message on one line (Hydra's and OmegaConf's span several)."""
-    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
-    return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"
-
-
 def fail(reason: str, error: BaseException | None = None) -> NoReturn:
     """Stop with the one-line reason; ``HYDRA_FULL_ERROR=1`` adds ``error``'s traceback, then the reason again
     (first and last, whatever scrolls by)."""
@@ -154,76 +152,26 @@ def fail(reason: str, error: BaseException | None = None) -> NoReturn:
     raise SystemExit(CONFIG_ERROR_EXIT)
 
 
-def config_paths(node, prefix: str = "") -> list[str]:
-    """Every dotted key of a composed config (without resolving it)."""
-    if isinstance(node, DictConfig):
-        node = OmegaConf.to_container(node, resolve=False)
-    paths = []
-    if isinstance(node, dict):
-        for key, value in node.items():
-            path = f"{prefix}{key}"
-            paths += [path, *config_paths(value, f"{path}.")]
-    return paths
-
-
-def describe_override_error(error: BaseException) -> str:
-    """One line for an override Hydra could not apply; a key that does not exist gets the closest one that does."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
-
-    cause = error.__cause__
-    key = getattr(cause, "full_key", None)
-    message = str(error).split("'")
-    if str(error).startswith("Could not override '") and len(message) > 1:
-        key = message[1]  # the key as written in the override (full_key may stop at the first missing level)
-    if not (isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key):
-        return one_line(error) + (f" ({one_line(cause)})" if cause is not None else "")
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        known = config_paths(compose(config_name=CONFIG_NAME, return_hydra_config=True))
-    match = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
-    if match:
-        return f"{key} is not a key of the config: did you mean {match[0]}?"
-    return f"{key} is not a key of the config (a new key is added with a leading +: +{key}=...)"
-
-
-def check_overrides(overrides: list[str]) -> tuple[DictConfig, dict[str, Optional[str]]]:
-    """Compose the config once with Hydra's compose API, so that an override Hydra cannot apply fails as one line
-    (Hydra's own report spans several lines and names no alternative); returns the composed config (without
-    Hydra's own node, as ``hydra.main`` hands it over) and its group choices (``hydra.runtime.choices``)."""
-    from hydra import compose, initialize_config_dir
-
-    try:
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-            config = compose(config_name=CONFIG_NAME, overrides=overrides, return_hydra_config=True)
-    except Exception as error:  # every composition failure comes from the overrides given
-        fail(describe_override_error(error), error)
-    choices = OmegaConf.to_container(config.hydra.runtime.choices)
-    with open_dict(config):
-        del config["hydra"]
-    return config, choices
-
-
-def adapt(config) -> list[str]:
-    """What the entry point changes in a composed config before anything reads it: verl's device auto-detection, and
-    verl's own migration of the legacy reward keys, which verl's V1 entry point does not run (so that they are
+def adapt(config: DictConfig) -> list[str]:
+    """What the entry point changes in the composed config before anything reads it: verl's device auto-detection,
+    and verl's own migration of the legacy reward keys, which verl's V1 entry point does not run (so that they are
     honoured, not ignored); returns a line per migrated block."""
     auto_set_device(config)
-    try:
-        return migrate_legacy_reward(config)
-    except ValueError as error:
-        fail(one_line(error), error)
+    return migrate_legacy_reward(config)
 
 
-def accept_run(config, choices: Mapping[str, Optional[str]]) -> None:
+def accept_run(config: DictConfig, choices: Mapping[str, Optional[str]], notes: list[str] = ()) -> None:
     """Every check a run must pass before anything is started or written: the config's, this machine's, the data
-    files'. Stops with one line (exit 2) at the first that fails; then says what will run (``choices``: the config's
-    group choices, which name the protocol)."""
+    files'; then says what will run (``choices``: the config's group choices, which name the protocol; ``notes``:
+    what the composition added). A dry run stops short of this machine's checks and warns about the model path.
+
+    Raises:
+        ValueError: the first check that fails, one line naming the key (:class:`~recipe.gcpo.config.ConfigError`
+            where it has one).
+    """
     migrated = adapt(config)
-    try:
-        settings = validate(config).gcpo
-    except Exception as error:  # the checks only read the config: whatever they raise is the config's
-        fail(one_line(error), error)
-    lines = migrated + startup_lines(config, settings) + [protocol_line(choices)]
+    settings = validate(config).gcpo
+    lines = [*notes, *migrated, *startup_lines(config, settings), protocol_line(choices)]
     if settings is not None:  # the credit actor's GPU memory beside vLLM's share, computed from the config
         lines += memory_lines(settings, config, *local_gpu())
     for line in lines:
@@ -233,16 +181,15 @@ def accept_run(config, choices: Mapping[str, Optional[str]]) -> None:
         if model_problem is not None:  # a dry run loads no model: it says what a run would stop on
             print(f"# warning (a run stops here): {model_problem}", file=sys.stderr, flush=True)
         return
-    if model_problem is not None:
-        fail(model_problem)
-    problem = accelerator_problem(config)
-    if problem is not None:
-        fail(problem)
+    for problem in (model_problem, accelerator_problem(config)):
+        if problem is not None:
+            raise ConfigError(None, problem)
     missing = missing_data_files(config)
     if missing:
-        fail(
+        raise ConfigError(
+            "data.train_files",
             f"{missing[0]} does not exist (data.train_files / data.val_files): {missing_data_hint(missing[0])}"
-            + (f" ({len(missing) - 1} more missing)" if len(missing) > 1 else "")
+            + (f" ({len(missing) - 1} more missing)" if len(missing) > 1 else ""),
         )
 
 
@@ -250,119 +197,59 @@ def dry_run_requested() -> bool:
     return os.environ.get("GCPO_DRY_RUN", "0") == "1"
 
 
-_accepted = False  # set by cli() once the composed config passed accept_run, before Hydra made its run directory
+def print_dry_run(config: DictConfig) -> None:
+    """What a dry run prints after the start-up lines: the entry point's file, the composed config, the data files
+    that are not here, and that nothing was started."""
+    # which copy of the recipe runs: an installed one and a checkout on the path can differ
+    print(f"# entry point: {Path(__file__).resolve()}")
+    print(DRY_RUN_MARKER)
+    print(OmegaConf.to_yaml(config, resolve=True))
+    for path in missing_data_files(config):
+        print(f"# warning: {path} does not exist here ({missing_data_hint(path)})")
+    print(DRY_RUN_DONE.format(estimator=f"adv_estimator={config.algorithm.adv_estimator}"))
 
 
-@hydra.main(config_path="config", config_name=CONFIG_NAME, version_base=None)
-def main(config) -> None:
-    if _accepted:
-        adapt(config)  # Hydra composed it again: the same changes, said once already
-    else:
-        accept_run(config, HydraConfig.get().runtime.choices)
-    if dry_run_requested():
-        # which copy of the recipe runs: an installed one and a checkout on the path can differ
-        print(f"# entry point: {Path(__file__).resolve()}")
-        print(DRY_RUN_MARKER)
-        print(OmegaConf.to_yaml(config, resolve=True))
-        for path in missing_data_files(config):
-            print(f"# warning: {path} does not exist here ({missing_data_hint(path)})")
-        print(DRY_RUN_DONE.format(estimator=f"adv_estimator={config.algorithm.adv_estimator}"))
-        return
+def train(config: DictConfig) -> None:
+    """verl's V1 run (Ray, the workers, training) with the recipe's task runner, on an accepted config."""
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(GCPOTaskRunner))
 
 
-def cli() -> None:
-    """``python -m recipe.gcpo.main_gcpo``: Hydra's command line, with one-line errors for bad overrides and
-    dry runs in a temporary Hydra run directory."""
+def start(argv: list[str]) -> None:
+    """The entry point: compose the config once, check it (and this machine), then train on it in Hydra's run
+    directory, made only once every check passed (a refused run writes nothing); a dry run stops after the
+    checks and makes no run directory. Every refusal is one line, exit status 2 (:func:`fail`)."""
+    command = parse_command_line(argv)
+    if command.hydra_command:  # Hydra's own commands: Hydra composes, and a job it runs is checked the same way
+        run_hydra_command(command, lambda config: _checked_train(config, HydraConfig.get().runtime.choices))
+        return
+    with hydra_session():
+        try:
+            composed = compose(command)
+            accept_run(composed.config, composed.choices, composed.notes)
+        except Exception as error:  # composing and checking read only the config and this machine: what they
+            fail(one_line(error), error)  # raise is the config's (verl's own checks raise their own types)
+        if dry_run_requested():
+            print_dry_run(composed.config)
+            return
+        run_composed(composed, lambda: train(composed.config))  # a failure in training is Hydra's to report
+
+
+def _checked_train(config: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     try:
-        _cli()
+        accept_run(config, choices)
+    except Exception as error:  # as in start()
+        fail(one_line(error), error)
+    if not dry_run_requested():
+        train(config)
+
+
+def cli(argv: Optional[list[str]] = None) -> None:
+    """``python -m recipe.gcpo.main_gcpo [key=value ...]`` (``argv``: the arguments, by default the command line's)."""
+    try:
+        start(sys.argv[1:] if argv is None else list(argv))
     except KeyboardInterrupt:
         print("error: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
-
-
-# Hydra's flags that choose the primary config (long and short forms)
-CONFIG_FLAGS = {
-    "--config-path": "path",
-    "-cp": "path",
-    "--config-name": "name",
-    "-cn": "name",
-    "--config-dir": "dir",
-    "-cd": "dir",
-}
-RECIPE_KEYS = "+gcpo_keys=recipe"  # config/gcpo_keys/recipe.yaml: algorithm.gcpo and the baselines' blocks
-
-
-def config_flags(argv: list[str]) -> dict[str, str]:
-    """The primary-config flags on a command line: {"path": ..., "name": ..., "dir": ...} for those given."""
-    flags = {}
-    for index, arg in enumerate(argv):
-        flag, _, value = arg.partition("=")
-        if flag in CONFIG_FLAGS:
-            if not value and index + 1 < len(argv):
-                value = argv[index + 1]
-            flags[CONFIG_FLAGS[flag]] = value
-    return flags
-
-
-def recipe_keys_for_own_config(argv: list[str]) -> list[str]:
-    """The arguments that add the recipe's keys (``algorithm.gcpo`` and the baselines' blocks) to a config of the
-    user's own (``--config-name my_ppo``, defaults ``ppo_trainer``) that lacks them, so that
-    ``algorithm.gcpo.credit.method=mc`` is an override like any other there; empty when the config is the recipe's,
-    already has the keys, cannot be composed here (Hydra then reports), or names a ``--config-dir`` of its own
-    (the recipe's folder cannot be added beside it: the message says what to do)."""
-    from hydra import compose, initialize_config_dir
-
-    flags = config_flags(argv)
-    if flags.get("name", CONFIG_NAME) == CONFIG_NAME and "path" not in flags:
-        return []
-    path = Path(flags.get("path") or CONFIG_DIR)
-    if not path.is_absolute():  # Hydra reads --config-path relative to the file that declares hydra.main
-        path = Path(__file__).resolve().parent / path
-    try:
-        with initialize_config_dir(config_dir=str(path), version_base=None):
-            own = compose(config_name=flags.get("name", CONFIG_NAME))
-    except Exception:
-        return []
-    if OmegaConf.select(own, "algorithm.gcpo") is not None:
-        return []
-    if "dir" in flags:
-        print(
-            f"gcpo: your config ({flags.get('name')}) has no algorithm.gcpo, and --config-dir is taken: add "
-            f"`- gcpo_keys: recipe` to its defaults with {CONFIG_DIR} on its hydra.searchpath, or set GCPO keys "
-            "with a leading + (+algorithm.gcpo.credit.method=mc)",
-            file=sys.stderr,
-            flush=True,
-        )
-        return []
-    print(
-        f"gcpo: your config ({flags.get('name')}) has no algorithm.gcpo: the recipe's keys are added "
-        f"({RECIPE_KEYS}, from {CONFIG_DIR}/gcpo_keys/recipe.yaml)",
-        flush=True,
-    )
-    return [f"--config-dir={CONFIG_DIR}", RECIPE_KEYS]
-
-
-def _cli() -> None:
-    overrides = sys.argv[1:]
-    global _accepted
-    if any(arg.partition("=")[0] in CONFIG_FLAGS for arg in overrides):
-        added = recipe_keys_for_own_config(overrides)
-        if added:  # the flag before every other argument, the override after the others (argparse wants them so)
-            flag, override = added
-            sys.argv[1:] = [flag, *overrides, override]
-    if not any(arg.startswith("-") for arg in overrides):  # Hydra's own flags (--cfg, -m, ...): Hydra reports
-        config, choices = check_overrides(overrides)
-        if not dry_run_requested():
-            # before Hydra makes its run directory beside the checkpoints: a refused run writes nothing
-            accept_run(config, choices)
-            _accepted = True
-    if dry_run_requested() and not any(arg.startswith("hydra.run.dir=") for arg in overrides):
-        with tempfile.TemporaryDirectory(prefix="gcpo-dry-run-") as run_dir:
-            sys.argv.append(f"hydra.run.dir={run_dir}")
-            main()
-        return
-    main()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import difflib
 import importlib.util
 import inspect
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -33,29 +32,26 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import get_torch_device, is_device_available
 
-from gcpo_core.baselines.diver import DiverConfig
 from gcpo_core.credit.shapley.exact import EXACT_LIMIT
-from recipe.gcpo.baselines.copo import CopoSettings, copo_loss_settings
-from recipe.gcpo.baselines.div_r1 import DivR1Settings, div_r1_settings
-from recipe.gcpo.baselines.diver import diver_settings
+from recipe.gcpo.baselines.div_r1 import DivR1Settings
 from recipe.gcpo.baselines.group_contrastive import (
     GroupContrastiveSettings,
-    group_contrastive_settings,
     solution_coverage,
 )
-from recipe.gcpo.baselines.mc_grpo import MCGRPOSettings
 from recipe.gcpo.config import (
     DIVER_ESTIMATOR,
     GCPO_FILTER_METRIC,
+    RECIPE_ESTIMATORS,
     SYNC_TRAINER_MODE,
+    ConfigError,
     GCPOSettings,
     check_known,
-    gcpo_settings,
     plain,
     recipe_trainer_message,
     setting_needing_recipe_trainer,
 )
 from recipe.gcpo.data import prepared_file_names
+from recipe.gcpo.settings import RecipeSettings
 
 # the recipe's own reward (config/gcpo_trainer.yaml): what runs when a config names no other
 RECIPE_REWARD = ("pkg://recipe.gcpo.reward", "compute_score")
@@ -105,8 +101,8 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
     block moved (none when no legacy key is set).
 
     Raises:
-        ValueError: ``custom_reward_function.path`` set together with a different ``reward.custom_reward_function.path``
-            that is not the recipe's default (which of the two should run is not ours to guess).
+        ConfigError: a classic ``custom_reward_function`` whose path or name differs from a
+            ``reward.custom_reward_function`` of the user's own (:func:`keep_reward_function`).
     """
     legacy = {
         key: OmegaConf.to_container(config[key], resolve=True)
@@ -118,16 +114,8 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
     if not moved:
         return []
     lines = []
-    function = legacy["custom_reward_function"] or {}
     if "custom_reward_function" in moved:
-        current = OmegaConf.select(config, "reward.custom_reward_function.path")
-        wanted = function.get("path")
-        if wanted and current and current not in (RECIPE_REWARD[0], wanted):
-            raise ValueError(
-                f"custom_reward_function.path={wanted} (verl's legacy key, which the V1 trainer does not "
-                f"read) and reward.custom_reward_function.path={current} are both set: keep one, "
-                "reward.custom_reward_function.path"
-            )
+        keep_reward_function(config, legacy["custom_reward_function"])
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
 
     migrate_legacy_reward_impl(config)
@@ -146,6 +134,36 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
         if key != "custom_reward_function"
     ]
     return lines
+
+
+def keep_reward_function(config: DictConfig, classic: Mapping) -> None:
+    """Where ``reward.custom_reward_function`` names a function of its own (not the config's default: the recipe's
+    reward, or none), a classic top-level ``custom_reward_function`` may only repeat it: verl's migration replaces the
+    whole block with the classic one, so a classic ``name`` beside a full ``reward.*`` would run ``None:<name>``
+    (verl's data_source dispatch) and a classic ``path`` would replace the user's function, each with exit 0. The
+    classic block's unset keys are filled from ``reward.*`` so that the migration keeps it. A classic block alone
+    (``reward.*`` at its default) is migrated as it is.
+
+    Raises:
+        ConfigError: a classic path or name that differs from ``reward.custom_reward_function``'s, naming both.
+    """
+    current = OmegaConf.select(config, "reward.custom_reward_function") or {}
+    path, name = current.get("path"), current.get("name") or DEFAULT_REWARD_FN_NAME
+    if path is None or (path, name) == RECIPE_REWARD:
+        return  # reward.* is the config's default: the classic block says which function runs
+    given = {"path": path, "name": name}
+    clash = [key for key in ("path", "name") if classic.get(key) is not None and classic[key] != given[key]]
+    if clash:
+        raise ConfigError(
+            f"custom_reward_function.{clash[0]}",
+            f"custom_reward_function ({classic.get('path')}:{classic.get('name')}, verl's legacy key, which the V1 "
+            f"trainer does not read) and reward.custom_reward_function ({path}:{name}) name different reward "
+            f"functions ({' and '.join(clash)}): keep one, reward.custom_reward_function",
+        )
+    with open_dict(config):
+        for key, value in given.items():
+            if classic.get(key) is None:
+                config.custom_reward_function[key] = value
 
 
 def check_filter_signal(config: DictConfig) -> None:
@@ -426,7 +444,13 @@ def model_path_problem(config: DictConfig) -> str | None:
     ``scripts/prepare_model.py``, which downloads one."""
     key = "actor_rollout_ref.model.path"
     path = str(OmegaConf.select(config, key) or "")
-    if path.startswith(("~", "./", "../")) or path in (".", ".."):
+    local = os.path.expanduser(path)
+    # a relative path of any form (./m, ../m, ~/m, models/qwen): a hub id (namespace/name) never names a folder here
+    if (
+        path.startswith(("~", "./", "../"))
+        or path in (".", "..")
+        or (not path.startswith("/") and os.path.isdir(local))
+    ):
         absolute = os.path.abspath(os.path.expanduser(path))
         return (
             f"{key}={path} is not an absolute path: the workers start in other folders and do not expand ~; "
@@ -617,45 +641,13 @@ def missing_data_hint(path: str) -> str:
 # ---- the whole config, parsed once and checked: what `python -m recipe.gcpo.main_gcpo` runs before anything starts
 
 
-@dataclass(frozen=True)
-class RecipeSettings:
-    """Every block the recipe adds to verl's config, parsed once (the driver's copy; the trainer parses its own).
-
-    Attributes:
-        gcpo: ``algorithm.gcpo`` when the estimator embeds the responses (gcpo, dqo, dra_grpo), else None.
-        diver: ``algorithm.diver`` when the estimator is ``diver``, else None (the block is parsed regardless).
-        div_r1: ``algorithm.div_r1`` when enabled, else None. copo: ``algorithm.copo`` when ``copo`` trains with
-            the loss blend, else None. group_contrastive: ``algorithm.group_contrastive`` (``enable`` says whether
-            it runs). mc_grpo: ``algorithm.mc_grpo``.
-    """
-
-    gcpo: Optional[GCPOSettings]
-    diver: Optional[DiverConfig]
-    div_r1: Optional[DivR1Settings]
-    copo: Optional[CopoSettings]
-    group_contrastive: GroupContrastiveSettings
-    mc_grpo: MCGRPOSettings
-
-    @classmethod
-    def parse(cls, config: DictConfig) -> "RecipeSettings":
-        """Parse every recipe block (a typo fails even in a block the run does not use)."""
-        return cls(
-            gcpo=gcpo_settings(config),
-            diver=diver_settings(config),
-            div_r1=div_r1_settings(config),
-            copo=copo_loss_settings(config),
-            group_contrastive=group_contrastive_settings(config),
-            mc_grpo=MCGRPOSettings.from_algorithm_config(config.algorithm),
-        )
-
-
 def check_recipe(config: DictConfig) -> RecipeSettings:
     """The recipe's own start-up checks of a full trainer config; returns its parsed settings.
 
     Raises:
         ValueError: a bad recipe value, a setting that needs the GCPO trainer outside it, or one of the checks below.
     """
-    settings = RecipeSettings.parse(config)
+    settings = RecipeSettings.parse(config)  # what the trainer will parse, by the same code
     check_recipe_trainer(config)
     if settings.gcpo is not None:
         check_gcpo(config, settings.gcpo)
@@ -682,6 +674,7 @@ def validate(config: DictConfig) -> RecipeSettings:
             "trainer.use_v1=false selects verl's legacy trainer, which this entry point does not run: "
             "use verl's own `python -m verl.trainer.main_ppo` for it"
         )
+    check_estimator(config)
     settings = check_recipe(config)
     check_reward_kwargs(config)
     check_reward_function(config)
@@ -694,6 +687,28 @@ def validate(config: DictConfig) -> RecipeSettings:
     check_cluster_shape(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     return settings
+
+
+def check_estimator(config: DictConfig) -> None:
+    """``algorithm.adv_estimator`` names an estimator verl registers (its own, and any a module in
+    ``VERL_USE_EXTERNAL_MODULES`` registered as verl was imported) or the recipe does: verl looks it up only at the
+    first advantage step, after the models are loaded.
+
+    Raises:
+        ConfigError: any other name, with the closest known one.
+    """
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    name = str(config.algorithm.adv_estimator)
+    known = sorted({*ADV_ESTIMATOR_REGISTRY, *RECIPE_ESTIMATORS})
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f": did you mean {close[0]}?" if close else ""
+        raise ConfigError(
+            "algorithm.adv_estimator",
+            f"algorithm.adv_estimator={name} is not an estimator verl or the recipe registers{hint} (known: "
+            f"{', '.join(known)})",
+        )
 
 
 def in_recipe_trainer_mode(config: DictConfig) -> bool:

@@ -73,9 +73,9 @@ RECIPE = CORE.parent / "recipe" / "gcpo"
 # bottom first: a module may import from its own layer and the ones before it, never from one after it
 RECIPE_LAYERS = {
     "config": ["config", "credit_shards", "data", "reward"],
-    "step": ["estimator", "credit_actor", "baselines"],
+    "step": ["estimator", "credit_actor", "baselines", "settings"],
     "trainer": ["gcpo_trainer", "preflight", "run_summary"],
-    "entry": ["register", "main_gcpo"],
+    "entry": ["register", "compose", "main_gcpo"],
 }
 # what a training run does not import: the smoke harness and CPU platform (tests/special_e2e/) and the miniature
 # experiment (experiments/) use the recipe, never the other way round

@@ -13,10 +13,8 @@ from verl.trainer.ppo.core_algos import register_adv_est
 
 from gcpo_core.baselines.mc_grpo import MAD_ZERO_RULES, median_centred_advantages
 from gcpo_core.credit.config import FieldError
-from recipe.gcpo.config import algorithm_block, build_section
+from recipe.gcpo.config import MC_GRPO_ESTIMATOR, algorithm_block, build_section
 from recipe.gcpo.estimator import grouped_outcome_advantage
-
-MC_GRPO_ESTIMATOR = "mc_grpo"
 
 
 @dataclass(frozen=True)

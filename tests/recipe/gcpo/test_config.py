@@ -13,7 +13,10 @@ from tests.recipe.gcpo.conftest import compose_gcpo
 
 
 def test_the_recipe_config_parses_to_the_engine_defaults():
+    """config/gcpo_keys/recipe.yaml writes every default out for the reader (method: auto, ...): each copy must be
+    the dataclasses' own, or the recipe's config and gcpo_core's engine would train differently."""
     settings = GCPOSettings.from_algorithm_config(compose_gcpo(["actor_rollout_ref.rollout.n=8"]).algorithm)
+    assert settings == GCPOSettings()
     assert settings.credit.method == "auto" and settings.credit.norm_by_std
     assert settings.encoder.model == "sentence-transformers/all-MiniLM-L6-v2"
     assert settings.actor.num_gpus == 0.1 and not settings.filter_all_correct

@@ -371,7 +371,7 @@ def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
     def interrupted():
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(main_gcpo, "_cli", interrupted)
+    monkeypatch.setattr(main_gcpo, "start", lambda argv: interrupted())
     with pytest.raises(SystemExit) as stop:
         main_gcpo.cli()
     assert stop.value.code == 130 and capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
@@ -439,10 +439,15 @@ def test_a_users_own_config_takes_a_protocol_with_a_plus_and_keeps_its_reward_fu
 
 
 def test_the_composed_config_comes_with_its_protocol_choice_and_without_hydras_node():
-    config, choices = main_gcpo.check_overrides([*VALID, "protocol=dapo-recipe"])
-    assert choices["protocol"] == "dapo-recipe" and "hydra" not in config
-    assert config.algorithm.filter_groups.max_inflight_gen_batches == 3  # the protocol's own value
-    choices = main_gcpo.check_overrides(VALID)[1]
+    from recipe.gcpo.compose import compose, hydra_session, parse_command_line
+
+    with hydra_session():
+        composed = compose(parse_command_line([*VALID, "protocol=dapo-recipe"]))
+        assert composed.choices["protocol"] == "dapo-recipe" and "hydra" not in composed.config
+        assert composed.config.algorithm.filter_groups.max_inflight_gen_batches == 3  # the protocol's own value
+        assert composed.hydra_config.hydra.job.name == "main_gcpo"  # Hydra's node: its log is main_gcpo.log
+    with hydra_session():
+        choices = compose(parse_command_line(VALID)).choices
     assert "protocol" in choices and choices["protocol"] is None
 
 
@@ -472,4 +477,199 @@ def test_the_entry_point_stops_on_the_model_path_before_starting_anything_and_a_
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (
         f"# warning (a run stops here): actor_rollout_ref.model.path={tmp_path}/absent is not a folder" in proc.stderr
+    )
+
+
+# ---- the same one line from the recipe's config and from a user's own (verl's ppo_trainer plus a few keys) ------
+
+OWN_CONFIG = "hydra:\n  searchpath:\n    - pkg://verl.trainer.config\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+
+
+@pytest.fixture(scope="module")
+def own_config_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("own_config")
+    (folder / "my_ppo.yaml").write_text(OWN_CONFIG + "trainer:\n  project_name: mine\n")
+    return folder
+
+
+@pytest.fixture(params=["recipe", "own"])
+def entry(request, own_config_folder, monkeypatch, capsys, tmp_path):
+    """``main_gcpo.cli`` in this process on the recipe's config or on a user's own (a GCPO run of it), as a dry run
+    or a run (which must be refused: training is replaced by a failure); returns (exit status, stdout, stderr)."""
+    config = [] if request.param == "recipe" else ["--config-path", str(own_config_folder), "--config-name", "my_ppo"]
+    for var in ("RAY_ADDRESS", "HYDRA_FULL_ERROR", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "GCPO_DRY_RUN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")  # ppo_trainer's own logger list has wandb
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(main_gcpo, "train", lambda config: pytest.fail("a refused run reached training"))
+
+    def run(*overrides, dry_run=True):
+        monkeypatch.setenv("GCPO_DRY_RUN", "1" if dry_run else "0")
+        estimator = [] if request.param == "recipe" else ["algorithm.adv_estimator=gcpo"]
+        try:
+            main_gcpo.cli([*config, *VALID, *estimator, f"trainer.default_local_dir={tmp_path}/ckpt", *overrides])
+            code = 0
+        except SystemExit as stop:
+            code = stop.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    run.config = request.param
+    return run
+
+
+def _one_line(result, line):
+    code, _, err = result
+    assert code == 2, err[-3000:]
+    lines = [text for text in err.splitlines() if text.strip()]
+    assert lines[-1] == f"error: {line}" and [t for t in lines if t.startswith("error: ")] == [f"error: {line}"]
+    assert "Traceback" not in err and "Could not override" not in err
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    "override, line",
+    [
+        (
+            "algorithm.gcpo.credit.methd=mc",
+            "algorithm.gcpo.credit.methd is not a key of the config: did you mean algorithm.gcpo.credit.method?",
+        ),
+        (
+            "trainer.total_training_step=3",
+            "trainer.total_training_step is not a key of the config: did you mean trainer.total_training_steps?",
+        ),
+        (
+            "algorithm.gcpoo.credit.method=mc",  # a level above the last: the path with the closest key there
+            "algorithm.gcpoo.credit.method is not a key of the config: did you mean algorithm.gcpo.credit.method?",
+        ),
+        (
+            "trainer.no_such_key_at_all=1",
+            "trainer.no_such_key_at_all is not a key of the config (a new key is added with a leading +: "
+            "+trainer.no_such_key_at_all=...)",
+        ),
+        (
+            "actor_rollout_ref.model.path=~/models/qwen",  # Hydra's grammar cannot lex an unquoted ~
+            "actor_rollout_ref.model.path=~/models/qwen cannot be read by Hydra's override grammar: give the path "
+            f"absolute: actor_rollout_ref.model.path={os.path.expanduser('~/models/qwen')}",
+        ),
+    ],
+)
+def test_a_bad_override_is_one_line_from_either_config(entry, override, line, dry_run):
+    _one_line(entry(override, dry_run=dry_run), line)
+
+
+def test_a_users_own_config_composes_once_with_the_recipes_keys(entry, monkeypatch):
+    """The config is composed once (Hydra's compose_config), the recipe's keys added to a user's config in it."""
+    from hydra._internal.hydra import Hydra
+
+    calls = []
+    original = Hydra.compose_config
+    monkeypatch.setattr(Hydra, "compose_config", lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
+    code, out, err = entry("algorithm.gcpo.credit.method=mc")
+    assert code == 0, err[-2000:]
+    assert len(calls) == 1 and "method mc;" in out
+    added = "gcpo: your config (my_ppo) has no algorithm.gcpo: the recipe's keys are added (+gcpo_keys=recipe"
+    assert (added in out) == (entry.config == "own")
+
+
+def test_a_run_on_the_composed_config_gets_hydras_run_directory(tmp_path):
+    """What hydra.main did: the run directory (hydra.run.dir) with .hydra/ and the job's log, made when the run
+    starts; the task trains on the config the checks read."""
+    from recipe.gcpo.compose import compose, hydra_session, parse_command_line, run_composed
+
+    run_dir = tmp_path / "run"
+    seen = []
+    with hydra_session():
+        composed = compose(parse_command_line([*VALID, f"hydra.run.dir={run_dir}"]))
+        assert not run_dir.exists()
+        run_composed(composed, lambda: seen.append(composed.config.algorithm.adv_estimator))
+    assert seen == ["gcpo"]
+    assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / ".hydra" / "overrides.yaml").is_file()
+    assert (run_dir / "main_gcpo.log").is_file()
+
+
+def test_a_failure_in_training_is_hydras_report_not_a_config_error(tmp_path, monkeypatch, capsys):
+    from recipe.gcpo.compose import compose, hydra_session, parse_command_line, run_composed
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+
+    def broken():
+        raise RuntimeError("a worker died")
+
+    with hydra_session(), pytest.raises(SystemExit) as stop:
+        run_composed(compose(parse_command_line([*VALID, f"hydra.run.dir={tmp_path}"])), broken)
+    assert stop.value.code == 1  # Hydra's status, not the config's 2
+    assert "RuntimeError: a worker died" in capsys.readouterr().err
+
+
+REWARD_FILE = "def my_score(data_source, solution_str, ground_truth, extra_info):\n    return 0.0\n\n\n" + (
+    "def legacy_score(data_source, solution_str, ground_truth, extra_info):\n    return 1.0\n"
+)
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_an_estimator_nobody_registers_is_one_line_with_the_closest_name(entry, dry_run):
+    """verl looks the name up only at the first advantage step, after the models are loaded."""
+    code, _, err = entry("algorithm.adv_estimator=gcp", dry_run=dry_run)
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(
+        "error: algorithm.adv_estimator=gcp is not an estimator verl or the recipe registers: did you mean gcpo? "
+        "(known: copo, diver, dqo, dra_grpo, gae, gcpo, "
+    ), line
+    _one_line((code, "", err), line[len("error: ") :])
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    "classic, clash",
+    [
+        (
+            ["custom_reward_function.path=r.py", "custom_reward_function.name=legacy_score"],
+            ("r.py:legacy_score", "name"),
+        ),
+        (["custom_reward_function.name=legacy_score"], ("None:legacy_score", "name")),  # verl: None:legacy_score
+        (["custom_reward_function.path=other.py"], ("other.py:None", "path")),
+    ],
+)
+def test_a_classic_reward_block_that_differs_from_reward_is_refused_naming_both(entry, classic, clash, dry_run):
+    Path("r.py").write_text(REWARD_FILE)
+    function, differs = clash
+    mine = ["reward.custom_reward_function.path=r.py", "reward.custom_reward_function.name=my_score"]
+    _one_line(
+        entry(*mine, *classic, dry_run=dry_run),
+        f"custom_reward_function ({function}, verl's legacy key, which the V1 trainer does not read) and "
+        f"reward.custom_reward_function (r.py:my_score) name different reward functions ({differs}): keep one, "
+        "reward.custom_reward_function",
+    )
+
+
+def test_a_classic_reward_block_alone_or_repeating_reward_is_migrated(entry):
+    Path("r.py").write_text(REWARD_FILE)
+    code, out, err = entry("custom_reward_function.path=r.py", "custom_reward_function.name=legacy_score")
+    assert code == 0, err[-2000:]
+    assert "gcpo: reward: manager naive (register); function r.py:legacy_score;" in out  # alone: migrated
+    mine = ["reward.custom_reward_function.path=r.py", "reward.custom_reward_function.name=my_score"]
+    code, out, err = entry(*mine, "custom_reward_function.name=my_score")  # the same function: no clash
+    assert code == 0, err[-2000:]
+    assert "gcpo: reward: manager naive (register); function r.py:my_score;" in out  # not None:my_score
+
+
+def test_a_relative_model_path_of_any_form_is_refused_in_a_run_and_a_warning_in_a_dry_run(entry, tmp_path):
+    """models/qwen exists where the driver runs, but every worker resolves it in another folder."""
+    (tmp_path / "models" / "qwen").mkdir(parents=True)
+    problem = (
+        "actor_rollout_ref.model.path=models/qwen is not an absolute path: the workers start in other folders and "
+        f"do not expand ~; give it (the launchers' MODEL_PATH) as {tmp_path}/models/qwen"
+    )
+    _one_line(entry("actor_rollout_ref.model.path=models/qwen", dry_run=False), problem)
+    code, _, err = entry("actor_rollout_ref.model.path=models/qwen")
+    assert code == 0 and f"# warning (a run stops here): {problem}" in err
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_under_diver_a_bad_credit_value_is_refused_at_start_up(entry, dry_run):
+    """diver normalises with algorithm.gcpo.credit, which the trainer parsed only after Ray was up."""
+    _one_line(
+        entry("algorithm.adv_estimator=diver", "algorithm.gcpo.credit.epsilon=0", dry_run=dry_run),
+        "algorithm.gcpo.credit.epsilon must be a finite number > 0.0, got 0",
     )

@@ -74,8 +74,23 @@ def test_both_a_legacy_and_a_new_reward_function_are_refused(tmp_path):
             "reward.custom_reward_function.path=/other/reward.py",
         ]
     )
-    with pytest.raises(ValueError, match=r"are both set: keep one, reward.custom_reward_function.path"):
+    with pytest.raises(
+        preflight.ConfigError, match=r"name different reward functions \(path and name\): keep one"
+    ) as error:
         preflight.migrate_legacy_reward(config)
+    assert error.value.key == "custom_reward_function.path"
+
+
+def test_the_recipes_estimator_list_is_what_its_register_module_registers():
+    """The driver checks algorithm.adv_estimator against verl's registry and RECIPE_ESTIMATORS without importing
+    the trainer; the register module is what puts the recipe's into verl's registry."""
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    import recipe.gcpo.register  # noqa: F401
+    from recipe.gcpo.config import RECIPE_ESTIMATORS
+
+    recipe_modules = {name for name, fn in ADV_ESTIMATOR_REGISTRY.items() if fn.__module__.startswith("recipe.gcpo")}
+    assert recipe_modules == set(RECIPE_ESTIMATORS)
 
 
 def test_nothing_legacy_changes_nothing():
