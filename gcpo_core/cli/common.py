@@ -55,6 +55,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 EXACT_LIMIT = 22  # gcpo_core.credit.shapley.exact.EXACT_LIMIT: most correct rollouts `exact` enumerates
 MAX_GROUP_SIZE_LIMIT = 4096  # CreditConfig's upper bound on max_group_size
+REWARD_LIMIT = 1e150  # gcpo_core.credit.quality.REWARD_LIMIT: the largest reward size the engine normalises
 
 # settings-file key -> command-line destination (the files in configs/ use the engine's field names)
 CREDIT_KEYS = {
