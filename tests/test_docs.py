@@ -2,6 +2,7 @@
 
 import math
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,36 @@ def test_the_start_up_lines_in_training_md_are_the_main_launchers():
     block = re.search(r"\n```\n(gcpo: estimator: .*?)\n```\n", (ROOT / "docs/training.md").read_text(), re.S)
     assert block, "docs/training.md: no start-up block"
     assert block.group(1).splitlines() == printed
+
+
+def test_the_verifier_comparisons_case_counts_in_method_md(shared_data, monkeypatch):
+    """docs/method.md's counts of scripts/compare_verifiers.py's cases, from the cases themselves (building them takes
+    no grading; the graded counts need the script's minute-long run: re-read them from its output)."""
+    import importlib.util
+    from collections import Counter
+
+    spec = importlib.util.spec_from_file_location("compare_verifiers", ROOT / "scripts" / "compare_verifiers.py")
+    compare = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, compare)  # its dataclasses look their module up there
+    spec.loader.exec_module(compare)
+    golds = compare.distinct_golds(shared_data)
+    cases = list(compare.rendering_cases(golds)) + list(compare.real_cases(shared_data))
+    kinds = Counter(case.kind for case in cases)
+    quoted = _quoted(
+        "docs/method.md",
+        r"`python scripts/compare_verifiers.py` grades every distinct gold answer of `\.\./shared/data` \(([\d,]+)\) "
+        r"crossed with systematic renderings, plus every real response there \(([\d,]+) rollouts, ([\d,]+) reference "
+        r"solutions\), ([\d,]+) cases",
+    )
+    solutions = sum(n for kind, n in kinds.items() if kind.startswith("solutions/"))
+    assert [int(q.replace(",", "")) for q in quoted] == [
+        len(golds),
+        kinds["rollouts/gsm8k-gpt3"],
+        solutions,
+        len(cases),
+    ]
+    (words_between,) = _quoted("docs/method.md", r"`several-parts/labelled-parts`, ([\d,]+) cases\)")
+    assert (
+        int(words_between.replace(",", ""))
+        == kinds["several-parts/words-between"] + kinds["several-parts/labelled-parts"]
+    )
