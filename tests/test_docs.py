@@ -1,6 +1,8 @@
 """The README and docs/ link each other by relative links that resolve, anchors included, and no page is orphaned."""
 
+import math
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,151 @@ def test_the_readme_names_doc_pages_by_link_not_bare_path():
     text = re.sub(r"```.*?```", "", (ROOT / "README.md").read_text(encoding="utf-8"), flags=re.S)
     bare = re.findall(r"(?<![\[(])`?docs/[\w./-]+\.md`?(?!\]|\))", text)
     assert not bare, f"bare doc paths in the README (use a relative link): {bare}"
+
+
+# --- numbers the docs quote from a command's output, re-read from that output (issue 46) ---------------------------
+# Each check finds its sentence by a pattern: a reworded sentence fails here too, so that its numbers are re-read.
+
+
+def _doc(name: str) -> str:
+    """A page's text with its line breaks as spaces (a quoted sentence may wrap anywhere) and the typographic minus
+    as ASCII."""
+    return " ".join((ROOT / name).read_text(encoding="utf-8").split()).replace("−", "-")
+
+
+def _quoted(page: str, pattern: str) -> tuple[str, ...]:
+    match = re.search(pattern, _doc(page))
+    assert match, f"{page}: no sentence matches {pattern!r}: reworded? re-read its numbers and update this test"
+    return match.groups()
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"[-+]?\d+\.\d+|[-+]?\d+", text)]
+
+
+@pytest.fixture(scope="module")
+def demo_rows():
+    """`gcpo demo --json`'s rows, by group, with the default settings and with the reasoning span."""
+    import contextlib
+    import io
+    import json
+
+    from gcpo_core.cli import main
+
+    rows = {}
+    for span in ("full", "reasoning"):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["demo", "--json", "--text-span", span]) == 0
+        for row in map(
+            json.loads, out.getvalue().splitlines()
+        ):  # every line JSON (tests/gcpo_core/cli/test_demo_cli.py)
+            rows.setdefault(span, {}).setdefault(row["group"], []).append(row)
+    return rows
+
+
+def test_the_demos_sheep_pushes_in_cli_md_are_the_demos(demo_rows):
+    (quoted,) = _quoted("docs/cli.md", r"`sheep` group .*? of GRPO's size \(([-+0-9., ]+) in the order printed")
+    printed = [round(r["gcpo_advantage"], 2) for r in demo_rows["full"]["sheep"]]
+    assert _numbers(quoted) == printed
+    assert all(r["grpo_advantage"] == 0 for r in demo_rows["full"]["sheep"])
+
+
+def test_the_demos_salary_numbers_in_cli_md_and_method_md_are_the_demos(demo_rows, minilm):
+    salary = {r["kind"]: r for r in demo_rows["full"]["salary"]}
+    route = next(r for r in salary.values() if r.get("route") == "another route")
+    correct = sorted((r for r in salary.values() if r["reward"] > 0), key=lambda r: -r["shapley"])
+    rank = correct.index(route) + 1
+    texts = [r["text"] for r in correct]
+    embeddings = minilm.encode(texts).embeddings.double()
+    cosine = (embeddings @ embeddings.T).tolist()
+    route_i, reference_i = texts.index(route["text"]), texts.index(salary["reference solution"]["text"])
+    nearest = max(c for j, c in enumerate(cosine[route_i]) if j != route_i)
+
+    cos, ranked = _quoted("docs/cli.md", r"in `salary` .*? \(cosine (\d\.\d\d)\) and ranks (\d)\w\w of 4")
+    assert (float(cos), int(ranked), len(correct)) == (round(nearest, 2), rank, 4)
+    cos, low, high, reference, paraphrase, other = _quoted(
+        "docs/method.md",
+        r"`salary` group .*?cosine (\d\.\d\d)\), .*?cosine (\d\.\d\d)–(\d\.\d\d) to the others\); .*?"
+        r"\((\d\.\d{3}) and (\d\.\d{3}) vs (\d\.\d{3}) nats\)",
+    )
+    to_others = [c for j, c in enumerate(cosine[reference_i]) if j != reference_i]
+    assert float(cos) == round(nearest, 2)
+    assert (float(low), float(high)) == (round(min(to_others), 2), round(max(to_others), 2))
+    paraphrased = next(k for k in salary if k.startswith("paraphrase"))
+    shapley = [salary[k]["shapley"] for k in ("reference solution", paraphrased)] + [route["shapley"]]
+    assert _numbers(f"{reference} {paraphrase} {other}") == [round(v, 3) for v in shapley]
+    (reasoning,) = _quoted("docs/method.md", r"`reasoning` span gives the same order \(([0-9./ ]+)\)")
+    by_kind = {r["kind"]: r["shapley"] for r in demo_rows["reasoning"]["salary"]}
+    assert _numbers(reasoning) == [round(by_kind[k], 3) for k in ("reference solution", paraphrased, route["kind"])]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/cli.md"])
+def test_the_credit_example_gives_the_credit_its_page_quotes(page, tmp_path, capsys):
+    """The page's own `cat > rollouts.jsonl <<'EOF'` block, run through `gcpo credit`."""
+    import json
+
+    from gcpo_core.cli import main
+
+    block = re.search(r"cat > rollouts\.jsonl <<'EOF'\n(.*?)\nEOF\n", (ROOT / page).read_text(encoding="utf-8"), re.S)
+    assert block, f"{page}: no rollouts.jsonl example"
+    (tmp_path / "rollouts.jsonl").write_text(block.group(1) + "\n")
+    assert main(["credit", str(tmp_path / "rollouts.jsonl"), "-o", str(tmp_path / "out.jsonl")]) == 0
+    phi = [json.loads(line)["shapley"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    duplicate, distinct = _quoted(
+        page,
+        r"duplicate correct solutions get φ = (\d\.\d{3}) each, the distinct one log 2 = (\d\.\d{3}), the wrong one 0",
+    )
+    assert [round(v, 3) for v in phi] == [float(duplicate), float(duplicate), float(distinct), 0.0]
+    assert round(math.log(2), 3) == float(distinct) and sum(phi) == pytest.approx(math.log(6))
+
+
+def test_the_start_up_lines_in_training_md_are_the_main_launchers():
+    """docs/training.md's "what will run" block: the main launcher's lines from a machine without a GPU (run from
+    /root, the checkout at /opt/gcpo-verl, as in the Docker image)."""
+    from recipe.gcpo.config import gcpo_settings
+    from recipe.gcpo.main_gcpo import adapt, check_overrides
+    from recipe.gcpo.run_summary import memory_lines, protocol_line, startup_lines
+    from tests.scripts.launch import launcher_overrides
+
+    config, choices = check_overrides(launcher_overrides("run_qwen3_4b_gcpo.sh", env={"HOME": "/root"}))
+    adapt(config)
+    settings = gcpo_settings(config)
+    lines = startup_lines(config, settings) + [protocol_line(choices)] + memory_lines(settings, config)
+    printed = [f"gcpo: {line}".replace(str(ROOT), "/opt/gcpo-verl") for line in lines]
+    block = re.search(r"\n```\n(gcpo: estimator: .*?)\n```\n", (ROOT / "docs/training.md").read_text(), re.S)
+    assert block, "docs/training.md: no start-up block"
+    assert block.group(1).splitlines() == printed
+
+
+def test_the_verifier_comparisons_case_counts_in_method_md(shared_data, monkeypatch):
+    """docs/method.md's counts of scripts/compare_verifiers.py's cases, from the cases themselves (building them takes
+    no grading; the graded counts need the script's minute-long run: re-read them from its output)."""
+    import importlib.util
+    from collections import Counter
+
+    spec = importlib.util.spec_from_file_location("compare_verifiers", ROOT / "scripts" / "compare_verifiers.py")
+    compare = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, compare)  # its dataclasses look their module up there
+    spec.loader.exec_module(compare)
+    golds = compare.distinct_golds(shared_data)
+    cases = list(compare.rendering_cases(golds)) + list(compare.real_cases(shared_data))
+    kinds = Counter(case.kind for case in cases)
+    quoted = _quoted(
+        "docs/method.md",
+        r"`python scripts/compare_verifiers.py` grades every distinct gold answer of `\.\./shared/data` \(([\d,]+)\) "
+        r"crossed with systematic renderings, plus every real response there \(([\d,]+) rollouts, ([\d,]+) reference "
+        r"solutions\), ([\d,]+) cases",
+    )
+    solutions = sum(n for kind, n in kinds.items() if kind.startswith("solutions/"))
+    assert [int(q.replace(",", "")) for q in quoted] == [
+        len(golds),
+        kinds["rollouts/gsm8k-gpt3"],
+        solutions,
+        len(cases),
+    ]
+    (words_between,) = _quoted("docs/method.md", r"`several-parts/labelled-parts`, ([\d,]+) cases\)")
+    assert (
+        int(words_between.replace(",", ""))
+        == kinds["several-parts/words-between"] + kinds["several-parts/labelled-parts"]
+    )

@@ -9,7 +9,9 @@ tests/gcpo_core/cli/test_help.py holds them equal to the engine's own.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import sys
 from typing import Any
 
 # dataclasses.asdict(CreditConfig())
@@ -55,6 +57,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 EXACT_LIMIT = 22  # gcpo_core.credit.shapley.exact.EXACT_LIMIT: most correct rollouts `exact` enumerates
 MAX_GROUP_SIZE_LIMIT = 4096  # CreditConfig's upper bound on max_group_size
+REWARD_LIMIT = 1e150  # gcpo_core.credit.quality.REWARD_LIMIT: the largest reward size the engine normalises
 
 # settings-file key -> command-line destination (the files in configs/ use the engine's field names)
 CREDIT_KEYS = {
@@ -348,14 +351,17 @@ def load_encoder(args: argparse.Namespace):
     from gcpo_core.encoding.encoder import RolloutEncoder
 
     config = encoder_config_from_args(args)
-    if getattr(args, "verbose", False):
-        return RolloutEncoder(config)
-    from transformers.utils import logging as hf_logging
+    # what the libraries print while they load goes to stderr: stdout is the command's output (JSON lines, a
+    # table), and transformers prints "[INFO] Running in WANDB offline mode" there on import when WANDB_MODE=offline
+    with contextlib.redirect_stdout(sys.stderr):
+        if getattr(args, "verbose", False):
+            return RolloutEncoder(config)
+        from transformers.utils import logging as hf_logging
 
-    bars_were_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        return RolloutEncoder(config)
-    finally:
-        if bars_were_on:
-            hf_logging.enable_progress_bar()
+        bars_were_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            return RolloutEncoder(config)
+        finally:
+            if bars_were_on:
+                hf_logging.enable_progress_bar()

@@ -24,6 +24,7 @@ from gcpo_core.cli.common import (
     CREDIT_DEFAULTS,
     CREDIT_KEYS,
     MAX_GROUP_SIZE_LIMIT,
+    REWARD_LIMIT,
     CommandError,
     add_config_argument,
     add_credit_arguments,
@@ -108,6 +109,7 @@ def _credit(rollouts: "ParsedRollouts", config, args) -> tuple[dict, dict, "Roll
     import torch
 
     from gcpo_core.credit.compute import compute_credit
+    from gcpo_core.credit.kernels import normalize_embeddings
     from gcpo_core.encoding.pipeline import PER_ROLLOUT_FIELDS, RolloutCredit
 
     try:
@@ -127,10 +129,14 @@ def _credit(rollouts: "ParsedRollouts", config, args) -> tuple[dict, dict, "Roll
         else:
             embeddings = torch.tensor(rollouts.embeddings, dtype=torch.float64)
             credit = compute_credit(rollouts.rewards, embeddings, rollouts.groups, config)
+            # the dump keeps the directions the engine compared (every kernel reads unit rows) in float32, as the
+            # encoder's are: a raw row of 1e300 would not fit float32, one of 1e-10 would round to 0 in the dump
+            mask = torch.ones(1, len(rollouts.embeddings), dtype=torch.bool)
+            unit_rows = normalize_embeddings(embeddings.unsqueeze(0), mask)[0]
             result = RolloutCredit(
                 **{name: getattr(credit, name).numpy() for name in PER_ROLLOUT_FIELDS},
                 metrics=credit.metrics(),
-                embeddings=np.asarray(rollouts.embeddings, np.float32),
+                embeddings=unit_rows.numpy().astype(np.float32),
             )
         return {name: getattr(result, name).tolist() for name in ADDED_FIELDS}, result.metrics, result
     except ValueError as err:
@@ -234,6 +240,11 @@ def parse_rollouts(path: str, max_group_size: int = MAX_GROUP_SIZE_LIMIT) -> Par
         reward_value = finite_number(reward)
         if reward_value is None:
             raise CommandError(f"{where}: 'reward' must be a finite number, got {shown(reward)}")
+        if abs(reward_value) > REWARD_LIMIT:
+            raise CommandError(
+                f"{where}: 'reward' {shown(reward)} is too large: the group normalisation squares rewards, so "
+                f"their size must be at most {REWARD_LIMIT:g}"
+            )
         if "embedding" in record and "text" in record:
             raise CommandError(
                 f"{where}: has both 'text' and 'embedding': give one (rename the other, e.g. to "

@@ -19,7 +19,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from gcpo_core.cli.common import CommandError, add_config_argument, add_encoder_arguments, load_encoder
+from gcpo_core.cli.common import CommandError, add_config_argument, add_encoder_arguments, load_encoder, one_line
+from gcpo_core.cli.jsonl import read_jsonl
 from gcpo_core.rewards.prompts import INSTRUCTIONS
 
 TABLE_COLUMNS = (
@@ -90,45 +91,103 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _runs(args, benchmarks) -> dict[str, list]:
-    from gcpo_core.evaluation.evaluate import load_generations
+def _check_flags(args: argparse.Namespace) -> None:
+    """Every numeric flag within its range, before anything is read or sampled."""
+    for k in args.ks or []:
+        if k < 1:
+            raise CommandError(f"--ks {k}: pass@k needs k >= 1 (and at most the samples per problem)")
+    if not -1.0 <= args.cluster_threshold <= 1.0:  # also NaN
+        raise CommandError(f"--cluster-threshold {args.cluster_threshold}: must be a cosine, in [-1, 1]")
+    if args.samples < 1:
+        raise CommandError(f"-k/--samples {args.samples}: must be at least 1 sample per problem")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise CommandError(f"--temperature {args.temperature}: must be a finite number >= 0")
+    if not 0.0 < args.top_p <= 1.0:
+        raise CommandError(f"--top-p {args.top_p}: must be in (0, 1]")
+    for flag, value in (("--max-tokens", args.max_tokens), ("--tp", args.tp)):
+        if value < 1:
+            raise CommandError(f"{flag} {value}: must be at least 1")
 
-    specs = [(Path(p).stem, p) for p in args.generations]
+
+def _check_file(path: str, flag: str = "") -> None:
+    if not Path(path).exists():
+        raise CommandError(f"{flag}{path}: no such file")
+    if not Path(path).is_file():
+        raise CommandError(f"{flag}{path}: not a file")
+
+
+def _rows(path: str):
+    """(where, row) of a JSONL file through the commands' reader (UTF-8, one object a line: a bad line is one error
+    naming it), or of a parquet file."""
+    from gcpo_core.evaluation.evaluate import read_rows
+
+    if Path(path).suffix == ".parquet":
+        yield from read_rows(path)
+        return
+    for number, record in read_jsonl(path):
+        yield f"{path}:{number}", record
+
+
+def _runs(args, benchmarks) -> dict[str, list]:
+    from gcpo_core.evaluation.evaluate import generations_from_rows
+
+    specs = [(Path(p).stem, p, "") for p in args.generations]
     for item in args.run:
-        if "=" not in item:
+        name, equals, path = item.partition("=")
+        if not equals:
             raise CommandError(f"--run needs NAME=GENERATIONS.jsonl, got {item!r}")
-        name, path = item.split("=", 1)
-        specs.append((name, path))
+        if not name or not path:
+            missing = "no name before" if not name else "no file after"
+            raise CommandError(f"--run {item}: {missing} '=' (NAME=GENERATIONS.jsonl)")
+        specs.append((name, path, f"--run {name}="))
     runs = {}
-    for name, path in specs:
+    for name, path, flag in specs:
         if name in runs:
             raise CommandError(f"two runs are named {name!r}")
-        if not Path(path).is_file():
-            raise CommandError(f"{path}: no such file")
+        _check_file(path, flag)
         try:
-            runs[name] = load_generations(path, benchmarks)
+            runs[name] = generations_from_rows(_rows(path), path, benchmarks)
         except ValueError as err:
-            raise CommandError(str(err)) from None
+            raise CommandError(one_line(err)) from None
     return runs
+
+
+def _check_ks(ks, runs: dict[str, list]) -> None:
+    """Every k of --ks at most the samples per problem of every run and benchmark (pass@k of more samples than
+    were drawn is not defined)."""
+    if not ks:
+        return
+    for name, problems in runs.items():
+        fewest: dict[str, int] = {}
+        for problem in problems:
+            fewest[problem.benchmark] = min(
+                fewest.get(problem.benchmark, len(problem.responses)), len(problem.responses)
+            )
+        for benchmark, samples in fewest.items():
+            if max(ks) > samples:
+                raise CommandError(
+                    f"--ks {max(ks)}: run {name!r} has {samples} sample(s) per problem on {benchmark} (its fewest); "
+                    f"pass@k needs 1 <= k <= {samples}"
+                )
 
 
 def run(args: argparse.Namespace) -> int:
     from gcpo_core.evaluation.evaluate import (
+        benchmark_from_rows,
         benchmark_metrics,
         generate_with_vllm,
-        load_benchmark,
         score_generations,
         write_generations,
     )
 
+    _check_flags(args)
     benchmarks = []
     for path in args.benchmark:
-        if not Path(path).is_file():
-            raise CommandError(f"{path}: no such file")
+        _check_file(path, "--benchmark ")
         try:
-            benchmarks += load_benchmark(path)
+            benchmarks += benchmark_from_rows(_rows(path), path)
         except ValueError as err:
-            raise CommandError(str(err)) from None
+            raise CommandError(one_line(err)) from None
     runs = _runs(args, benchmarks)
     if args.generate:
         if not benchmarks:
@@ -152,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
         runs[name] = generated
     if not runs:
         raise CommandError("nothing to evaluate: give generation files, --run NAME=FILE or --generate MODEL")
+    _check_ks(args.ks, runs)
 
     embed = None
     if not args.no_embeddings:

@@ -38,13 +38,15 @@ def read_jsonl(path: str) -> Iterator[tuple[int, dict]]:
             byte, column = raw[err.start], err.start + 1
             message = f"not UTF-8 text (byte 0x{byte:02x} at column {column}); save the file as UTF-8"
             raise CommandError(f"{where}: {message}") from None
-        line = line.removeprefix(BYTE_ORDER_MARK)
+        # without its line break: json counts the break as a line, so an error at the end of the line (one cut
+        # short) would be at "column 1" of the next, and a string cut short would hold a control character
+        line = line.removeprefix(BYTE_ORDER_MARK).rstrip("\r\n")
         if not line.strip(JSON_WHITESPACE):
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise CommandError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+            raise CommandError(f"{where}: not valid JSON ({_decode_error(err, line)})") from None
         except RecursionError:
             raise CommandError(f"{where}: JSON nested too deeply to read") from None
         except ValueError as err:  # an integer of more digits than Python converts (4300 by default)
@@ -54,6 +56,14 @@ def read_jsonl(path: str) -> Iterator[tuple[int, dict]]:
             raise CommandError(f"{where}: expected a JSON object, got {_json_type(record)}")
         _check_writable(record, where)
         yield number, record
+
+
+def _decode_error(err: json.JSONDecodeError, line: str) -> str:
+    """What is wrong and at which column; a line that ends before its JSON does is said to be cut short."""
+    what = err.msg.removesuffix(" at")  # "Unterminated string starting at" + " at column 9" would say "at at"
+    if err.pos >= len(line.rstrip(JSON_WHITESPACE)) or what.startswith("Unterminated string"):
+        return f"{what} at column {err.colno}: the line ends before its JSON does; was it cut short?"
+    return f"{what} at column {err.colno}"
 
 
 def _check_writable(record: dict, where: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Hashable, Optional, Sequence
 
+import numpy as np
 import torch
 
 from gcpo_core.credit.advantages import credit_advantages
@@ -12,7 +13,7 @@ from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.diagnostics import GroupDiagnostics, group_diagnostics
 from gcpo_core.credit.grouping import GroupLayout, group_content_keys, identical_members, layout_groups
 from gcpo_core.credit.kernels import compute_kernel
-from gcpo_core.credit.quality import check_finite, quality_from_rewards
+from gcpo_core.credit.quality import check_rewards, quality_from_rewards
 from gcpo_core.credit.shapley.dispatch import shapley_values
 from gcpo_core.credit.team_value import quality_weighted_kernel
 
@@ -55,8 +56,12 @@ class CreditResult:
 
 
 def _real_tensor(values, name: str, allow_bool: bool, device=None) -> torch.Tensor:
-    """``values`` as a detached real tensor (credit is not differentiated), or one clear error."""
+    """``values`` as a detached real tensor (credit is not differentiated), or one clear error. A list of Python
+    floats becomes float64, as numpy reads it (torch would read it as float32: a reward of 0.1 would become
+    0.10000000149 and one of 1e308 infinity)."""
     try:
+        if not isinstance(values, (torch.Tensor, np.ndarray)):
+            values = np.asarray(values)
         tensor = torch.as_tensor(values, device=device)
     except (TypeError, ValueError, RuntimeError) as err:
         raise ValueError(f"{name} must be real numbers (a tensor, array or list of floats); got {err}") from None
@@ -97,7 +102,7 @@ def compute_group_credit(
         raise ValueError(f"contributes must be (B, G) like mask {tuple(mask.shape)}; got {tuple(contributes.shape)}")
     mask = mask.to(torch.bool)
     rewards = torch.where(mask, rewards.to(torch.float64), torch.zeros((), dtype=torch.float64, device=rewards.device))
-    check_finite(rewards, "rewards")
+    check_rewards(rewards)
     quality = quality_from_rewards(rewards, config.quality).to(torch.float64) * mask
     if contributes is not None:
         quality = quality * contributes.to(torch.bool)
@@ -209,7 +214,7 @@ def compute_credit(
                 f"contributes must have one flag per rollout, shape ({n},); got {tuple(contributes.shape)}"
             )
         contributes = contributes.to(torch.bool)
-    check_finite(rewards, "rewards")
+    check_rewards(rewards)
     layout = layout_groups(group_ids, device=device)
     if contributes is not None:
         padded_contributes = layout.gather(contributes, fill=False)

@@ -64,6 +64,28 @@ def quality_from_rewards(rewards: torch.Tensor, mapping: str = "clip") -> torch.
     return QUALITY_MAPS.get(mapping)(rewards)
 
 
+# The largest reward size the group normalisation takes: a group's std squares differences of its rewards (or of
+# scores r + lambda phi), and (2 * 1e150)^2 summed over the largest group (4096) is still within float64 (1.8e308);
+# beyond it the std overflows and every advantage of the group silently becomes 0.
+REWARD_LIMIT = 1e150
+
+
+def check_rewards(rewards: torch.Tensor) -> None:
+    """Rewards the engine can normalise: finite and at most :data:`REWARD_LIMIT` in size.
+
+    Raises:
+        ValueError: naming how many are not and the first one's index and value.
+    """
+    check_finite(rewards, "rewards")
+    large = rewards.abs() > REWARD_LIMIT
+    if bool(large.any()):
+        first = torch.nonzero(large)[0].tolist()
+        raise ValueError(
+            f"rewards must be at most {REWARD_LIMIT:g} in size (the group normalisation squares them); "
+            f"{int(large.sum())} value(s) are larger (first at index {first}: {float(rewards[tuple(first)]):g})"
+        )
+
+
 def check_finite(values: torch.Tensor, name: str) -> None:
     bad = ~torch.isfinite(values)
     if bool(bad.any()):

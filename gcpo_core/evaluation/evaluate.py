@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -42,47 +43,128 @@ class ScoredProblem:
 
 
 # ----------------------------------------------------------------------------------------------- reading
-def _read_table(path: Path) -> list[dict]:
+Rows = Iterable[tuple[str, object]]  # (where: "FILE:LINE" or "FILE: row N", the row as read)
+
+
+def read_rows(path: str | Path) -> Iterator[tuple[str, object]]:
+    """(where, row) for every row of a prepared verl parquet file or of a JSONL file (UTF-8, blank lines skipped);
+    a file that cannot be read is a ValueError naming it (and the line)."""
+    path = Path(path)
     if path.suffix == ".parquet":
         import pandas as pd
+        import pyarrow
 
-        return pd.read_parquet(path).to_dict(orient="records")
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
+        try:
+            table = pd.read_parquet(path)
+        except (ValueError, pyarrow.ArrowException) as err:
+            raise ValueError(f"{path}: not a readable parquet file ({' '.join(str(err).split())})") from None
+        for index, row in enumerate(table.to_dict(orient="records")):
+            yield f"{path}: row {index}", row
+        return
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            where = f"{path}:{number}"
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-    return rows
+                line = raw.decode("utf-8").removeprefix("\ufeff")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{where}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
+                ) from None
+            if line.strip():
+                try:
+                    yield where, json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(
+                        f"{where}: not valid JSON ({err.msg.removesuffix(' at')} at column {err.colno})"
+                    ) from None
 
 
-def _gold(row: dict) -> Optional[str]:
-    for key in ("answer", "gts", "ground_truth"):
-        if row.get(key) not in (None, ""):
-            return str(row[key])
+def _kind(value: object) -> str:
+    """A JSON value's kind, as an error message names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, numbers.Number):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def _row(where: str, row: object) -> dict:
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected an object (one problem or sample per line), got {_kind(row)}")
+    return row
+
+
+def _text(row: dict, keys: Sequence[str], where: str) -> Optional[str]:
+    """The first of ``keys`` that holds a non-empty string; a key that holds something else is an error."""
+    for key in keys:
+        value = row.get(key)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: {key!r} must be a string, got {_kind(value)}")
+        return value
+    return None
+
+
+def _gold(row: dict, where: str) -> Optional[str]:
+    """The gold answer of a row (``answer``, verl's ``gts`` / ``ground_truth``, or ``reward_model.ground_truth``):
+    a string or a number, as text; None when the row has none."""
     reward_model = row.get("reward_model")
-    if isinstance(reward_model, dict) and reward_model.get("ground_truth") not in (None, ""):
-        return str(reward_model["ground_truth"])
+    candidates = [(key, row.get(key)) for key in ("answer", "gts", "ground_truth")]
+    if isinstance(reward_model, dict):
+        candidates.append(("reward_model.ground_truth", reward_model.get("ground_truth")))
+    for key, value in candidates:
+        if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):  # parquet's missing
+            continue
+        if isinstance(value, str):
+            return value
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+            return str(value)
+        raise ValueError(f"{where}: {key!r} (the gold answer) must be a string or a finite number, got {_kind(value)}")
+    return None
+
+
+def _identifier(row: dict, where: str, keys: Sequence[str] = ("id", "index")) -> Optional[str]:
+    """The row's problem id (the first of ``keys`` present), as text."""
+    for key in keys:
+        value = row.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, numbers.Integral)):
+            raise ValueError(f"{where}: {key!r} must be a string or an integer, got {_kind(value)}")
+        return str(value)
     return None
 
 
 def load_benchmark(path: str | Path, name: Optional[str] = None) -> list[dict]:
     """Problems of a benchmark file: dicts with ``benchmark``, ``id``, ``problem``, ``answer``, ``prompt``."""
+    return benchmark_from_rows(read_rows(path), path, name)
+
+
+def benchmark_from_rows(rows: Rows, path: str | Path, name: Optional[str] = None) -> list[dict]:
+    """:func:`load_benchmark` of rows read elsewhere (``(where, row)``, as :func:`read_rows` gives them)."""
     path = Path(path)
     problems = []
-    for index, row in enumerate(_read_table(path)):
+    for index, (where, row) in enumerate(rows):
+        row = _row(where, row)
         extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
-        problem = row.get("problem") or extra.get("problem") or ""
+        problem = _text(row, ("problem",), where) or _text(extra, ("problem",), f"{where}: extra_info") or ""
         prompt = row.get("prompt")
         prompt = [dict(m) for m in prompt] if prompt is not None and len(prompt) else None
-        answer = _gold(row)
+        answer = _gold(row, where)
         if answer is None:
-            raise ValueError(f"{path}: row {index} has no gold answer")
+            raise ValueError(f"{where}: no gold answer ('answer', 'gts', 'ground_truth' or reward_model.ground_truth)")
+        source_id = extra.get("source_id")
         problems.append(
             {
-                "benchmark": name or row.get("data_source") or path.stem.removeprefix("val_"),
-                "id": str(_first_present(row.get("id"), extra.get("source_id"), index)),
+                "benchmark": name or _text(row, ("data_source",), where) or path.stem.removeprefix("val_"),
+                "id": _identifier(row, where, ("id",)) or str(_first_present(source_id, index)),
                 "problem": problem,
                 "answer": answer,
                 "prompt": prompt,
@@ -122,24 +204,35 @@ def load_generations(
 ) -> list[ProblemGenerations]:
     """Generations of one run; gold answers from the lines or, by id / problem text, from ``benchmarks`` (which
     also name the benchmark of lines that do not)."""
+    return generations_from_rows(read_rows(path), path, benchmarks, default_benchmark)
+
+
+def generations_from_rows(
+    rows: Rows, path: str | Path, benchmarks: Sequence[dict] = (), default_benchmark: Optional[str] = None
+) -> list[ProblemGenerations]:
+    """:func:`load_generations` of rows read elsewhere (``(where, row)``, as :func:`read_rows` gives them); every
+    field is checked, and the first bad one is a ValueError naming its line."""
     path = Path(path)
     index = _BenchmarkIndex(benchmarks)
     grouped: "OrderedDict[tuple, ProblemGenerations]" = OrderedDict()
-    for number, row in enumerate(_read_table(path), start=1):
-        where = f"{path}:{number}"
-        benchmark = row.get("benchmark") or row.get("data_source")
-        problem = row.get("problem") or row.get("input") or ""
-        given_id = _first_present(row.get("id"), row.get("index"))
-        problem_id = None if given_id is None else str(given_id)
+    for where, row in rows:
+        row = _row(where, row)
+        benchmark = _text(row, ("benchmark", "data_source"), where)
+        problem = _text(row, ("problem", "input"), where) or ""
+        problem_id = _identifier(row, where)
         if "responses" in row:
             responses = row["responses"]
             if not isinstance(responses, list) or not all(isinstance(r, str) for r in responses):
-                raise ValueError(f"{where}: 'responses' must be a list of strings")
-        elif isinstance(row.get("output"), str):
+                raise ValueError(f"{where}: 'responses' must be a list of strings, got {_kind(responses)}")
+            if not responses:
+                raise ValueError(f"{where}: 'responses' is empty: a problem needs at least one response")
+        elif "output" in row:
+            if not isinstance(row["output"], str):
+                raise ValueError(f"{where}: 'output' (one sample, verl's dump format) must be a string")
             responses = [row["output"]]
         else:
             raise ValueError(f"{where}: needs 'responses' (list) or 'output' (one sample, verl's dump format)")
-        answer = _gold(row)
+        answer = _gold(row, where)
         match = (
             index.find(benchmark, problem_id, problem) if benchmarks and (answer is None or benchmark is None) else None
         )

@@ -42,7 +42,8 @@ def pass_at_k_curves(results: Mapping[str, Mapping[str, Mapping[str, float]]], b
     ax.set_ylabel("pass@k (%)")
     ax.set_title(f"{benchmark}: pass@k")
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.lines:  # a legend of nothing is matplotlib's warning
+        ax.legend()
     return _save(fig, path)
 
 
@@ -69,7 +70,18 @@ def accuracy_vs_diversity(
     ax.set_xlabel(diversity_key.replace("correct_", "diversity of correct solutions: "))
     ax.set_ylabel("accuracy, avg@k (%)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.collections:
+        ax.legend(fontsize=7)
+    else:  # the diversity of correct solutions needs a problem with two or more of them
+        ax.text(
+            0.5,
+            0.5,
+            "no point: no run has a problem with\ntwo or more correct solutions",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="0.3",
+        )
     return _save(fig, path)
 
 

@@ -9,9 +9,10 @@ answer it read.
 
 How an answer is read (docs/method.md, "Rewards", lists where this differs from math-verify's defaults):
 
-* the final answer is the last ``\\boxed{}``, else the paragraph after the last answer marker (DAPO's
-  ``Answer:``, GSM8K's ``####``, "The final answer is"), else the last 300 characters; markdown emphasis
-  around it (``**7**``) is dropped;
+* the final answer is the math of Minerva's "The final answer is $x$. I hope" (whatever follows it, over any
+  box, as math-verify's first priority), else of "The final answer is $x$" after the last box, else the last
+  ``\\boxed{}``, else the paragraph after the last answer marker (DAPO's ``Answer:``, GSM8K's ``####``, "The final
+  answer is"), else the last 300 characters; markdown emphasis around it (``**7**``) is dropped;
 * a box, or an answer statement in bare LaTeX, is read as the content of a box (so ``Answer: 6 - 5i`` is
   6 - 5i, not math-verify's 5); a statement with ``$``s or words ("Answer: The answer is $7$.") is read as
   math-verify reads it; when the first reading gives no mathematical object, the other is used as well;
@@ -24,11 +25,14 @@ How an answer is read (docs/method.md, "Rewards", lists where this differs from 
 * boxes in a row with only separators between them (``\\boxed{2}, \\boxed{5}``, "... and ...", "or", math
   delimiters, and inside the next box's math the name it is the value of: ``$a = \\boxed{3}$, $b = \\boxed{5}$``)
   are one answer, 2, 5, as math-verify joins boxed math; here also when only spacing separates them (``;``,
-  ``\\quad``, line breaks), where math-verify reads the last box alone; boxes with words between them are not;
-* a percentage is its number on both sides (``\\boxed{28\\%}``, ``28 percent``, ``28 pct`` and the gold ``28\\%``
-  or ``28``: math-verify rejects the box against ``28``), digit groups spaced by thousands (``1 000``) are one
-  number also in a box, and a single number with a decimal comma (``1,22``) is read both as math-verify reads
-  plain text (1.22) and as a box reads it (a pair);
+  ``\\quad``, line breaks), where math-verify reads the last box alone; so are boxes inside one math environment,
+  whatever stands between them there; boxes with words between them are not (in a gold, boxes outside math are
+  joined as math-verify joins them: under 10 characters apart, or under 70 with "and", "or", "," or ";"), and a
+  gold that holds boxes is read as a response is;
+* a percentage is its number on both sides (``\\boxed{28\\%}``, ``28 percent``, ``28 percentage``, ``28 pct`` and
+  the gold ``28\\%`` or ``28``: math-verify rejects the box against ``28``), digit groups spaced by thousands
+  (``1 000``) are one number also in a box, and a single number with a decimal comma (``1,22``) is read both as
+  math-verify reads plain text (1.22) and as a box reads it (a pair);
 * a gold answer in words (``Monday``, ``\\text{east}``) matches when the response's stated answer -- its box or
   answer line, or what follows its last "answer is" -- has the same words (case, ``\\text{}`` and punctuation
   aside); math-verify parses no words.
@@ -82,17 +86,31 @@ _BOX_SEPARATOR = re.compile(
     r"^(?:\s|[,;$]|\\[,;:! ]|\\q?quad\b|\\[\[\]()]|\b(?:and|or)\b|\\text\s*\{\s*(?:and|or|,)\s*\})*"
     r"(?:(?<=[$,(\[])\s*\\?[A-Za-z]+(?:_\{?[A-Za-z0-9]+\}?)?'*\s*=\s*)?$"
 )
+# what lets math-verify join two boxes outside math a little apart ("\\boxed{1} papers and \\boxed{2} bins")
+_PLAIN_BOX_SEPARATOR = re.compile(r"\b(?:and|or)\b|,|;")
 # digit groups spaced by thousands ("1 000", "12 345 678"), as math-verify reads an answer line
 _SPACED_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d.,])")
 # a single number with a decimal comma ("1,22", "1000,99"): math-verify reads it as a decimal, a box as a pair
 _DECIMAL_COMMA = re.compile(r"^-?\d+,(?:\d{1,2}|\d{4,})$")
-# a percentage's sign or word after the number ("28\\%", "28 %", "28 percent", "28 pct")
-_TRAILING_PERCENT = re.compile(r"\s*(?:\\?%|\\text\s*\{\s*%\s*\}|\bpercent\b|\bpct\b\.?)\s*$", re.IGNORECASE)
+# a percentage's sign or word after the number ("28\\%", "28 %", "28 percent", "28 percentage", "28 pct"), as
+# math-verify's percent suffix reads them
+_TRAILING_PERCENT = re.compile(r"\s*(?:\\?%|\\text\s*\{\s*%\s*\}|\bpercent(?:age)?\b|\bpct\b\.?)\s*$", re.IGNORECASE)
 # a gold answer in words ("Monday", "\\text{east}", "(C)" is math) and the phrase stating one
 _TEXT_ANSWER = re.compile(r"^[A-Za-z][A-Za-z' -]*$")
 # a word answer's wrapper, whose content is the answer ("\\text{Monday}")
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
 _ANSWER_IS = re.compile(r"\banswer\s+is\s*[:：]?\s*", re.IGNORECASE)
+# a math environment as math-verify's extraction finds one ($$..$$, \\[..\\], $..$ and \\(..\\) on one line), and up to
+# five of them joined by "and", "or" or commas
+_MATH_ENV = (
+    r"(?:(?<!\\)\$\$(?:[^$]|\$(?!\$))+?(?<!\\)\$\$|(?<!\\)\\\[(?:[^\\]|\\(?!\]))+?(?<!\\)\\\]"
+    r"|(?<![\\\d])\$(?:\\\$|[^\n$])+?(?<!\\)\$|(?<!\\)\\\((?:[^\\\n]|\\(?!\)))+?(?<!\\)\\\))"
+)
+_MATH_ENVS = rf"{_MATH_ENV}(?:\s*(?:,?and|,?or|,)\s*{_MATH_ENV}){{0,5}}"
+# Minerva's "The final answer is $x$. I hope it is correct.": math-verify's first priority, above any box; "final
+# answer ... is $x$" without "I hope" ranks with the boxes, and the later of the two wins
+_FINAL_ANSWER_HOPE = re.compile(rf"final answer is:?\s*({_MATH_ENVS})\.?\s?I hope", re.IGNORECASE | re.DOTALL)
+_FINAL_ANSWER_IS = re.compile(rf"final answer.{{0,100}}?\s+is:?\s*({_MATH_ENVS})", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -107,10 +125,14 @@ class Verdict:
     retried: bool = False
 
 
-def final_answer_region(text: str) -> str:
-    """The part of a response that states its final answer: the last ``\\boxed{}``, else the paragraph after
-    the last answer marker, else the last 300 characters."""
-    spans = final_boxes(text)
+def final_answer_region(text: str, near_boxes: bool = False) -> str:
+    """The part of a response that states its final answer: the math of a final-answer statement (see
+    :func:`final_statement`), else the last ``\\boxed{}``, else the paragraph after the last answer marker, else
+    the last 300 characters."""
+    statement = final_statement(text)
+    if statement is not None:
+        return statement
+    spans = final_boxes(text, near_boxes)
     if spans:
         return text[spans[0][0] : spans[-1][1]]
     markers = list(_ANSWER_MARKER.finditer(text))
@@ -119,22 +141,66 @@ def final_answer_region(text: str) -> str:
     return text[-_TAIL_CHARS:]
 
 
-def final_boxes(text: str) -> list[tuple[int, int]]:
+def final_statement(text: str) -> Optional[str]:
+    """The math of the final-answer statement that states the response's answer, as math-verify's priorities pick
+    it: the last "final answer is $x$. I hope" whatever follows (remarks, other boxes), else the last "final answer
+    ... is $x$" when it ends after the last box; None otherwise, and when the statement's math holds a box (the box
+    is read then)."""
+    found = _last(_FINAL_ANSWER_HOPE, text)
+    if found is None:
+        found = _last(_FINAL_ANSWER_IS, text)
+        spans = final_boxes(text) if found is not None else []
+        if found is not None and spans and found.end() < spans[-1][1]:
+            return None
+    if found is None or "\\boxed" in found.group(1) or "\\fbox" in found.group(1):
+        return None
+    return found.group(1)
+
+
+def _last(pattern: re.Pattern, text: str) -> Optional[re.Match]:
+    last = None
+    for last in pattern.finditer(text):
+        pass
+    return last
+
+
+def final_boxes(text: str, near_boxes: bool = False) -> list[tuple[int, int]]:
     """(start, end) of the last box and of the boxes just before it with nothing but separators (commas, ``$``,
-    "and", spaces) between them, in order: ``\\boxed{2}, \\boxed{5}`` states one answer, 2, 5."""
+    "and", spaces) between them, or inside the same math environment, in order: ``\\boxed{2}, \\boxed{5}`` states one
+    answer, 2, 5. ``near_boxes`` (a gold answer's reading): also boxes outside math close together, as math-verify
+    joins them ("\\boxed{1} papers and \\boxed{2} bins" is 1, 2); in a response the last box stands alone then, so
+    that "first \\boxed{3}, but fixing a slip: \\boxed{7}" is 7 (math-verify reads 3, 7)."""
     spans = []
     end = len(text)
+    environments = None
     while True:
         span = last_boxed(text[:end])
-        if span is None or (spans and not _BOX_SEPARATOR.match(text[span[1] : spans[0][0]])):
+        if span is None:
             return spans
+        between = text[span[1] : spans[0][0]] if spans else ""
+        if spans and not _BOX_SEPARATOR.match(between):
+            # words between them, but one math environment around both ("$$\\boxed{(3, 3)} \\text{ for (a) and }
+            # \\boxed{(1, 1)}$$"): math-verify reads the environment, every box in it; and, in a gold, boxes outside
+            # any math environment math-verify joins as its plain-box rule does (latex2sympy2_extended's
+            # extract_boxed_content): under 10 characters between them, or under 70 with "and", "or", "," or ";"
+            if environments is None:
+                environments = [m.span() for m in re.finditer(_MATH_ENV, text, re.DOTALL)]
+            same = any(start <= span[0] and spans[0][1] <= stop for start, stop in environments)
+            outside = not any(start < spans[-1][1] <= stop for start, stop in environments)
+            near = len(between) < 10 or (len(between) < 70 and _PLAIN_BOX_SEPARATOR.search(between) is not None)
+            if not same and not (near_boxes and outside and near):
+                return spans
         spans.insert(0, span)
         end = span[0]
 
 
 def box_contents(region: str) -> str:
-    """The contents of the boxes of a region that starts with a box, joined by ", " when there are several."""
-    spans = final_boxes(region)
+    """The contents of the boxes of a region that starts with a box (:func:`final_answer_region`'s, which holds the
+    boxes of one answer and what is between them), joined by ", " when there are several."""
+    spans, end = [], len(region)
+    while (span := last_boxed(region[:end])) is not None:
+        spans.insert(0, span)
+        end = span[0]
     return ", ".join(region[a:b][region[a:b].find("{") + 1 : -1] for a, b in spans)
 
 
@@ -235,7 +301,12 @@ def _closing_brace(text: str, opening: int) -> int:
 def _gold_reading(gold: str) -> tuple:
     from math_verify import parse
 
-    text = _without_percent(_normalise(unwrap_gold(gold)))
+    unwrapped = unwrap_gold(gold)
+    if "\\boxed" in unwrapped or "\\fbox" in unwrapped:
+        # a gold that holds boxes of its own (a reference solution, several answers): its final answer, read as a
+        # response is read, as math-verify's defaults read it ("\\boxed{1} no no \\boxed{2}" is 2, not 1, 2)
+        return tuple(_response_reading(unwrapped, near_boxes=True))
+    text = _without_percent(_normalise(unwrapped))
     reading = parse(f"\\boxed{{{text}}}", parsing_timeout=None) + parse(f"${text}$", parsing_timeout=None)
     if _DECIMAL_COMMA.match(text):  # "1,22": also the decimal math-verify reads in plain text
         reading += parse(text, parsing_timeout=None)
@@ -250,10 +321,10 @@ def is_bare_latex(content: str) -> bool:
     return not _WORD.search(_LATEX_COMMAND.sub(" ", _TEXT_GROUP.sub(" ", content)))
 
 
-def _response_reading(response: str) -> list:
+def _response_reading(response: str, near_boxes: bool = False) -> list:
     from math_verify import parse
 
-    region = final_answer_region(response)
+    region = final_answer_region(response, near_boxes)
     content = _without_percent(answer_content(region))
 
     def as_box() -> list:

@@ -103,6 +103,7 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
     Raises:
         ConfigError: a classic ``custom_reward_function`` whose path or name differs from a
             ``reward.custom_reward_function`` of the user's own (:func:`keep_reward_function`).
+        ValueError: a legacy reward function that :func:`check_reward_function` refuses (named by the legacy keys).
     """
     legacy = {
         key: OmegaConf.to_container(config[key], resolve=True)
@@ -123,6 +124,9 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
         with open_dict(config):
             if not config.reward.custom_reward_function.get("name"):
                 config.reward.custom_reward_function.name = DEFAULT_REWARD_FN_NAME
+        # checked here, while the keys the user wrote are known: after the move its problems would be reported
+        # under reward.custom_reward_function, which the user never wrote
+        check_reward_function(config, written_as="custom_reward_function")
         reward = config.reward.custom_reward_function
         lines.append(
             f"custom_reward_function (verl's legacy key) -> reward.custom_reward_function: {reward.path}:"
@@ -333,9 +337,10 @@ def reward_function(config: DictConfig) -> tuple[Optional[str], str]:
     return block.get("path"), block.get("name") or DEFAULT_REWARD_FN_NAME
 
 
-def check_reward_function(config: DictConfig) -> None:
+def check_reward_function(config: DictConfig, written_as: str = "reward.custom_reward_function") -> None:
     """The reward function verl's reward workers will load: the file (or package module) exists, loads here, defines
-    the function, and the function takes the arguments verl passes by name.
+    the function, and the function takes the arguments verl passes by name. ``written_as``: the block the user wrote
+    it in, which the messages name (verl's legacy ``custom_reward_function`` is read here after its migration).
 
     Raises:
         ValueError: a missing file or module, a module that fails to import, a missing or uncallable name, or a
@@ -344,7 +349,7 @@ def check_reward_function(config: DictConfig) -> None:
     path, name = reward_function(config)
     if not path:
         return
-    key = "reward.custom_reward_function.path"
+    key, name_key = f"{written_as}.path", f"{written_as}.name"
     if path.startswith("pkg://"):
         module = path[len("pkg://") :]
         try:
@@ -363,12 +368,12 @@ def check_reward_function(config: DictConfig) -> None:
     try:
         function = load_extern_object(module_path=path, object_name=name)
     except AttributeError:
-        raise ValueError(f"{path} defines no {name!r} (reward.custom_reward_function.name)") from None
+        raise ValueError(f"{path} defines no {name!r} ({name_key})") from None
     except Exception as err:
         cause = err.__cause__ or err  # verl wraps an import's error in its own RuntimeError
         raise ValueError(f"{key}={path} fails to load here: {type(cause).__name__}: {cause}") from None
     if not callable(function):
-        raise ValueError(f"{path}:{name} is not a function (reward.custom_reward_function.name)")
+        raise ValueError(f"{path}:{name} is not a function ({name_key})")
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
@@ -398,7 +403,7 @@ def check_reward_function(config: DictConfig) -> None:
     if required:
         raise ValueError(
             f"{path}:{name} requires {', '.join(required)}, which verl does not pass: give them a default "
-            "or set reward.custom_reward_function.reward_kwargs"
+            f"or set {written_as}.reward_kwargs"
         )
 
 

@@ -87,6 +87,20 @@ def test_flags_select_the_estimator(tmp_path):
         ('{"group": "p1", "reward": 1, "embedding": ["x", 1]}', "in.jsonl:3: 'embedding' must hold only finite"),
         ("[1, 2]", "in.jsonl:3: expected a JSON object"),
         ("{oops", "in.jsonl:3: not valid JSON"),
+        # a finite reward the group normalisation cannot square: what is wrong with it, not "NaN or inf"
+        ('{"group": "p1", "reward": 1e308, "embedding": [1, 0]}', "in.jsonl:3: 'reward' 1e+308 is too large"),
+        ('{"group": "p1", "reward": -2e150, "embedding": [1, 0]}', "at most 1e+150"),
+        # a line cut short: where it ends, not "column 1" of the line after the line break
+        (
+            '{"group": "p1", "reward": 1, "embed',
+            "in.jsonl:3: not valid JSON (Unterminated string starting at column 30: the line ends before its JSON "
+            "does; was it cut short?)",
+        ),
+        (
+            '{"group": "p1", "reward": 1,',
+            "not valid JSON (Expecting property name enclosed in double quotes at column 29: the line ends before",
+        ),
+        ('{"group": "p1" "reward": 1}', "in.jsonl:3: not valid JSON (Expecting ',' delimiter at column 16)"),
     ],
 )
 def test_a_bad_line_exits_non_zero_naming_it_and_writes_nothing(tmp_path, capsys, line, message):
@@ -282,6 +296,25 @@ def test_credit_writes_a_dump_that_report_turns_into_a_report(tmp_path, capsys):
     assert main(["report", str(dump), "-o", str(tmp_path / "report")]) == 0
     page = (tmp_path / "report" / "index.html").read_text()
     assert "prompt <code>p1</code>" in page and "prompt <code>p2</code>" in page
+
+
+def test_a_dump_keeps_the_directions_of_extreme_embeddings_without_a_warning(tmp_path, capsys):
+    """Rows of 1e300 and 1e-300 are directions like any other: the dump holds them as unit rows (a float32 cast of
+    the raw row overflowed, with numpy's warning on stderr, or rounded to 0)."""
+    rows = [
+        {"group": "g", "reward": 1, "embedding": [1e300, 0.0]},
+        {"group": "g", "reward": 1, "embedding": [1e-300, 1e-300]},
+        {"group": "g", "reward": 0, "embedding": [0.0, 3.0]},
+    ]
+    src, dump = _write(tmp_path / "in.jsonl", rows), tmp_path / "dump"
+    assert main(["credit", str(src), "-o", str(tmp_path / "out.jsonl"), "--dump", str(dump)]) == 0
+    err = capsys.readouterr().err
+    assert "Warning" not in err and err.count("\n") == 2, err  # the dump line and the summary
+    from gcpo_core.evaluation.dump import read_credit_dump
+
+    [record] = read_credit_dump(dump)
+    unit = [1.0, 0.0, 0.5**0.5, 0.5**0.5, 0.0, 1.0]
+    assert [x for row in record["embeddings"] for x in row] == pytest.approx(unit, abs=1e-6)
 
 
 def test_a_dump_of_texts_carries_them(tmp_path, minilm):

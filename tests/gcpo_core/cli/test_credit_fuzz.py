@@ -13,19 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gcpo_core.cli import main
+from tests.gcpo_core.cli.fuzzing import EXTREME_NUMBERS, jsonl_files, numbers, odd_values
 
 ADDED = ("quality", "shapley", "advantage")
-
-EXTREME_NUMBERS = [0, 1, -1, 0.5, 1e-320, 5e-324, -5e-324, 1e308, -1.7e308, 2**63, 10**400, -(10**400)]
-numbers = st.one_of(
-    st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(EXTREME_NUMBERS)
-)
-scalars = st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=4))
-odd_values = st.recursive(
-    scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
-    max_leaves=6,
-)
 
 good_rollouts = st.fixed_dictionaries(
     {
@@ -47,76 +37,7 @@ odd_rollouts = st.fixed_dictionaries(
     },
 )
 
-# ways to spoil a line's bytes or text
-MUTATIONS = (
-    "truncate",
-    "junk_byte",
-    "latin1",
-    "surrogate_escape",
-    "raw_surrogate",
-    "deep",
-    "unclosed",
-    "nan_token",
-    "nan_elsewhere",
-    "both_kinds",
-    "blank",
-    "crlf",
-    "bom",
-)
-
-
-def _mutate(draw, line: str) -> bytes:
-    kind = draw(st.sampled_from(MUTATIONS))
-    raw = line.encode("utf-8", "surrogateescape")  # a line mutated before holds raw bytes as surrogates
-    if kind == "truncate":
-        return raw[: draw(st.integers(0, max(len(raw) - 1, 0)))]
-    if kind == "junk_byte":
-        at = draw(st.integers(0, len(raw)))
-        return raw[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\x00", b"\xe9", b"\x80"])) + raw[at:]
-    if kind == "latin1":
-        return line[:-1].encode("utf-8", "surrogateescape") + ', "name": "caf\u00e9"}'.encode("latin-1")
-    if kind == "surrogate_escape":
-        return line[:-1].encode("utf-8", "surrogateescape") + b', "text2": "\\udc80"}'
-    if kind == "raw_surrogate":
-        return line[:-1].encode("utf-8", "surrogateescape") + b', "t": "\xed\xa0\x80"}'
-    if kind == "deep":
-        depth = draw(st.sampled_from([10, 900, 5000, 200_000]))
-        return line[:-1].encode("utf-8", "surrogateescape") + b', "deep": ' + b"[" * depth + b"]" * depth + b"}"
-    if kind == "unclosed":
-        return b"[" * draw(st.sampled_from([3, 100_000]))
-    if kind == "nan_token":
-        token = draw(st.sampled_from([b"NaN", b"-Infinity", b"1e999"]))
-        return line[:-1].encode("utf-8", "surrogateescape") + b', "reward": ' + token + b"}"
-    if kind == "nan_elsewhere":
-        token = draw(st.sampled_from([b"NaN", b"Infinity", b"-1e400"]))
-        return line[:-1].encode("utf-8", "surrogateescape") + b', "note": {"x": [' + token + b"]}}"
-    if kind == "both_kinds":
-        return line[:-1].encode("utf-8", "surrogateescape") + b', "text": "a solution"}'
-    if kind == "blank":
-        return b"  \t"
-    if kind == "crlf":
-        return raw + b"\r"
-    return b"\xef\xbb\xbf" + raw
-
-
-@st.composite
-def input_files(draw) -> bytes:
-    lines = [json.dumps(draw(good_rollouts), ensure_ascii=draw(st.booleans())) for _ in range(draw(st.integers(0, 6)))]
-    # about half the files are spoilt once or twice: an odd rollout inserted, or a line's bytes mutated
-    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 1, 2]))):
-        if draw(st.booleans()) or not lines:
-            lines.insert(draw(st.integers(0, len(lines))), json.dumps(draw(odd_rollouts)))
-        else:
-            at = draw(st.integers(0, len(lines) - 1))
-            lines[at] = _mutate(draw, lines[at]).decode("utf-8", "surrogateescape")
-    encoded = [line.encode("utf-8", "surrogateescape") for line in lines]
-    body = b"\n".join(encoded) + draw(st.sampled_from([b"\n", b"", b"\n\n"]))
-    encoding = draw(st.sampled_from(["utf-8", "utf-8", "utf-8", "utf-8 with a BOM", "utf-16"]))
-    if encoding == "utf-8 with a BOM":
-        return b"\xef\xbb\xbf" + body
-    if encoding == "utf-16":
-        return body.decode("utf-8", "replace").encode("utf-16")
-    return body
+input_files = jsonl_files(good_rollouts, odd_rollouts)
 
 
 FLAG_VALUES = {
@@ -181,7 +102,7 @@ def _run(data: bytes, argv_flags: list[str]) -> None:
             assert all(isinstance(row[k], float) and math.isfinite(row[k]) for k in ADDED), row
 
 
-@given(input_files())
+@given(input_files)
 def test_any_input_file_gives_finite_credit_or_one_line(data):
     _run(data, [])
 
@@ -191,6 +112,6 @@ def test_any_flags_give_finite_credit_or_one_line(argv_flags):
     _run(VALID_FILE, argv_flags)
 
 
-@given(input_files(), flags)
+@given(input_files, flags)
 def test_any_input_with_any_flags_gives_finite_credit_or_one_line(data, argv_flags):
     _run(data, argv_flags)

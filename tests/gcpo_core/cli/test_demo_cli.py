@@ -1,4 +1,8 @@
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from gcpo_core.cli import main
 
@@ -38,3 +42,19 @@ def test_demo_with_the_batch_scale_pushes_all_correct_groups_by_their_credit_spr
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     # the size of their credit spread (0.431-0.450 nats) against the batch's right-vs-wrong spread, not +-1
     assert 0 < max(abs(r["gcpo_advantage"]) for r in rows if r["group"] == "sheep") < 0.2
+
+
+def test_json_output_is_only_json_whatever_the_libraries_print_on_import():
+    """transformers prints "[INFO] Running in WANDB offline mode" on stdout when it is imported with
+    WANDB_MODE=offline (verl's clusters set it): a fresh process, where the encoder's import happens."""
+    root = Path(__file__).resolve().parents[3]
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "gcpo_core.cli", "demo", "--json"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len([json.loads(line) for line in proc.stdout.splitlines()]) == 15

@@ -1,6 +1,7 @@
 import json
 
 import matplotlib.image as mpimg
+import pytest
 
 from gcpo_core.cli import main
 
@@ -72,6 +73,82 @@ def test_bad_inputs_name_the_problem(tmp_path, capsys):
     assert main(["eval"]) == 2
     assert "nothing to evaluate" in capsys.readouterr().err
     assert main(["eval", "--run", "noequals"]) == 2
+
+
+GOOD = '{"benchmark": "toy", "id": 1, "answer": "7", "responses": ["Answer: 7", "Answer: 8"]}\n'
+
+
+@pytest.mark.parametrize(
+    "content, flags, message",
+    [
+        # the four tracebacks of issue 46
+        ("[1, 2]\n", [], "gens.jsonl:1: expected a JSON object, got an array"),
+        ('{"answer": "7", "responses": []}\n', [], "gens.jsonl:1: 'responses' is empty"),
+        (GOOD, ["--ks", "0"], "--ks 0: pass@k needs k >= 1"),
+        (GOOD, ["--ks", "2", "-1"], "--ks -1: pass@k needs k >= 1"),
+        # flags accepted though meaningless
+        (GOOD, ["--cluster-threshold", "nan"], "--cluster-threshold nan: must be a cosine, in [-1, 1]"),
+        (GOOD, ["--cluster-threshold", "5"], "--cluster-threshold 5.0: must be a cosine, in [-1, 1]"),
+        (
+            GOOD,
+            ["--ks", "1", "100000000000000000000"],
+            "--ks 100000000000000000000: run 'gens' has 2 sample(s) per problem on toy (its fewest); "
+            "pass@k needs 1 <= k <= 2",
+        ),
+        (GOOD, ["--top-p", "0"], "--top-p 0.0: must be in (0, 1]"),
+        (GOOD, ["-k", "0"], "-k/--samples 0: must be at least 1"),
+        (GOOD, ["--temperature", "nan"], "--temperature nan: must be a finite number >= 0"),
+        # messages that left out where
+        (
+            '{"answer": "7", "respo',
+            [],
+            "gens.jsonl:1: not valid JSON (Unterminated string starting at column 17: the line ends before its JSON",
+        ),
+        (GOOD.encode("utf-16"), [], "gens.jsonl:1: not UTF-8 text (byte 0xff at column 1); save the file as UTF-8"),
+        (b"\x89PNG\r\n\x1a\n\x00", [], "gens.jsonl:1: not UTF-8 text (byte 0x89 at column 1)"),
+        (GOOD, ["--run", "a="], "--run a=: no file after '=' (NAME=GENERATIONS.jsonl)"),
+        (GOOD, ["--run", "=x.jsonl"], "--run =x.jsonl: no name before '='"),
+        # fields of the wrong kind
+        ('{"answer": [7], "responses": ["7"]}', [], "gens.jsonl:1: 'answer' (the gold answer) must be a string or a"),
+        ('{"benchmark": 3, "answer": "7", "responses": ["7"]}', [], "gens.jsonl:1: 'benchmark' must be a string"),
+        ('{"id": {"a": 1}, "answer": "7", "responses": ["7"]}', [], "'id' must be a string or an integer, got an"),
+        ('{"answer": "7", "output": 7}', [], "gens.jsonl:1: 'output' (one sample, verl's dump format) must be a"),
+        ('{"problem": ["x"], "answer": "7", "output": "7"}', [], "gens.jsonl:1: 'problem' must be a string"),
+    ],
+)
+def test_a_bad_line_or_flag_is_one_line_naming_it_and_writes_nothing(tmp_path, capsys, content, flags, message):
+    gens = tmp_path / "gens.jsonl"
+    gens.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = tmp_path / "eval"
+    assert main(["eval", str(gens), "--no-embeddings", "--out-dir", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("gcpo eval: ") and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_a_bad_benchmark_file_names_it(tmp_path, capsys):
+    gens = _gens(tmp_path / "gens.jsonl", [{"id": "1", "responses": ["Answer: 7"]}])
+    bad_jsonl = tmp_path / "bench.jsonl"
+    bad_jsonl.write_text('{"id": "1", "problem": "p", "answer": "7"}\n{"id": "2", "problem": "q"}\n')
+    assert main(["eval", str(gens), "--benchmark", str(bad_jsonl), "--no-embeddings"]) == 2
+    assert f"{bad_jsonl}:2: no gold answer" in capsys.readouterr().err
+    bad_parquet = tmp_path / "val_x.parquet"
+    bad_parquet.write_bytes(b"not parquet at all")
+    assert main(["eval", str(gens), "--benchmark", str(bad_parquet), "--no-embeddings"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gcpo eval: {bad_parquet}: not a readable parquet file (") and err.count("\n") == 1
+    assert main(["eval", str(gens), "--benchmark", str(tmp_path / "none.parquet")]) == 2
+    assert f"--benchmark {tmp_path / 'none.parquet'}: no such file" in capsys.readouterr().err
+
+
+def test_without_embeddings_and_without_two_correct_solutions_nothing_but_the_result_reaches_stderr(tmp_path, capsys):
+    """The accuracy-vs-diversity plot has no point then: it says so instead of matplotlib warning of an empty
+    legend."""
+    gens = _gens(tmp_path / "gens.jsonl", [{"benchmark": "toy", "answer": "7", "responses": ["Answer: 7", "x"]}])
+    out = tmp_path / "eval"
+    assert main(["eval", str(gens), "--no-embeddings", "--out-dir", str(out)]) == 0
+    assert capsys.readouterr().err == f"\nresults and plots in {out}/\n"
+    assert float(mpimg.imread(out / "accuracy_vs_diversity.png").std()) > 0.05
 
 
 def test_report_command_writes_the_page(tmp_path, capsys):

@@ -82,7 +82,7 @@ def test_the_flags_choices_and_defaults_are_the_engines():
     from gcpo_core.credit.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
     from gcpo_core.credit.config import CreditConfig
     from gcpo_core.credit.kernels import KERNELS
-    from gcpo_core.credit.quality import QUALITY_MAPS
+    from gcpo_core.credit.quality import QUALITY_MAPS, REWARD_LIMIT
     from gcpo_core.credit.shapley.dispatch import SHAPLEY_METHODS
     from gcpo_core.credit.shapley.exact import EXACT_LIMIT
     from gcpo_core.encoding.encoder import DEFAULT_MODEL, DTYPES, EncoderConfig
@@ -103,6 +103,7 @@ def test_the_flags_choices_and_defaults_are_the_engines():
         "all_correct_scale": tuple(ALL_CORRECT_SCALES),
     }
     assert common.EXACT_LIMIT == EXACT_LIMIT
+    assert common.REWARD_LIMIT == REWARD_LIMIT
     with pytest.raises(ValueError):
         CreditConfig(max_group_size=common.MAX_GROUP_SIZE_LIMIT + 1)
     CreditConfig(max_group_size=common.MAX_GROUP_SIZE_LIMIT)

@@ -6,6 +6,7 @@ import torch
 
 from gcpo_core.credit.compute import compute_credit, compute_group_credit
 from gcpo_core.credit.config import CreditConfig
+from gcpo_core.credit.quality import REWARD_LIMIT
 from tests.gcpo_core.examples import run_examples
 from tests.gcpo_core.helpers import clustered_embeddings
 
@@ -92,6 +93,32 @@ def test_non_finite_rewards_and_embeddings_are_rejected(bad):
     emb[7, 3] = bad
     with pytest.raises(ValueError, match="embeddings contain NaN or inf"):
         compute_credit(rewards, emb, uids)
+
+
+def test_rewards_given_as_python_floats_stay_float64():
+    """torch reads a list of floats as float32: a shaped reward of 0.3 would become 0.30000001192 and 1e100
+    infinity."""
+    result = compute_credit([0.3, 1e100, 0.0], torch.eye(3), ["g"] * 3)
+    assert result.quality.tolist() == [0.3, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("mode", ["shapley", "mix", "dra"])
+def test_rewards_up_to_the_limit_normalise_and_larger_ones_are_refused(mode):
+    config = CreditConfig(advantage=mode)
+    result = compute_credit([REWARD_LIMIT, -REWARD_LIMIT, 1.0, 0.0], torch.eye(4), ["g"] * 4, config)
+    assert torch.isfinite(result.advantage).all() and result.advantage.abs().max() > 0.5
+    with pytest.raises(ValueError, match=r"rewards must be at most 1e\+150 in size .*first at index \[1\]: -1e\+151"):
+        compute_credit([1.0, -1e151, 0.0], torch.eye(3), ["g"] * 3, config)
+
+
+def test_the_largest_group_at_the_reward_limit_has_a_finite_std():
+    """The limit's reason: the std of 4096 rewards (CreditConfig's largest max_group_size) of +-REWARD_LIMIT (squares of differences up to 4e300, summed)
+    stays within float64."""
+    from gcpo_core.credit.advantages import group_statistics
+
+    rewards = torch.tensor([[REWARD_LIMIT, -REWARD_LIMIT] * (4096 // 2)], dtype=torch.float64)
+    _, std = group_statistics(rewards, torch.ones_like(rewards, dtype=torch.bool))
+    assert torch.isfinite(std).all() and std.item() == pytest.approx(REWARD_LIMIT, rel=1e-3)
 
 
 def test_groups_above_the_cap_are_rejected_with_a_hint():

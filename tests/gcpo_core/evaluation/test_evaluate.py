@@ -106,6 +106,33 @@ def test_generation_files_in_both_formats_and_gold_from_a_benchmark(tmp_path, sh
         load_generations(broken)
 
 
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (
+            '{"answer": "7", "responses": ["7"]}\n'.encode("utf-16"),
+            r"gens.jsonl:1: not UTF-8 text \(byte 0xff at column 1\)",
+        ),
+        (b'{"answer": "7", "responses": ["7"]}\n[1, 2]\n', "gens.jsonl:2: expected an object .*, got an array"),
+        (b'{"answer": "7", "responses": []}\n', "gens.jsonl:1: 'responses' is empty"),
+        (b'{"answer": true, "responses": ["7"]}\n', "gens.jsonl:1: 'answer' .* must be a string or a finite number"),
+        (b'{"answer": "7", "responses": ["7"], "benchmark": ["a"]}\n', "gens.jsonl:1: 'benchmark' must be a string"),
+        (b'{"answer": "7", "res', "gens.jsonl:1: not valid JSON"),
+    ],
+)
+def test_a_bad_generation_file_is_a_value_error_naming_file_and_line(tmp_path, content, message):
+    gens = tmp_path / "gens.jsonl"
+    gens.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        load_generations(gens)
+
+
+def test_gold_answers_given_as_json_numbers_are_read_as_text(tmp_path):
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text('{"id": 3, "problem": "p", "answer": 204}\n{"problem": "q", "answer": 0.5}\n')
+    assert [(b["id"], b["answer"]) for b in load_benchmark(bench)] == [("3", "204"), ("1", "0.5")]
+
+
 def test_generation_uses_the_prepared_prompt_or_the_instruction():
     seen = {}
 

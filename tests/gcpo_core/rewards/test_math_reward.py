@@ -91,7 +91,8 @@ GRADING_TABLE = [
     ("6 - 5i", "Work...\nAnswer: 6 - 5i\n\nI hope this helps, 5 is not it.", True),
     ("z^*", "So $\\boxed{z^*}$.", True),
     ("z", "So $\\boxed{z^*}$.", False),
-    # the last box is the final answer, as in math-verify (verl's DAPO scorer reads an Answer: line first)
+    # the last box is the final answer (verl's DAPO scorer reads an Answer: line first; math-verify's defaults join
+    # these two boxes, 3, 7: docs/method.md, "Intentional differences")
     ("7", "First I got \\boxed{3}, but fixing a slip: \\boxed{7}", True),
     ("3", "First I got \\boxed{3}, but fixing a slip: \\boxed{7}", False),
     ("7", "Answer: \\boxed{7}", True),
@@ -449,3 +450,56 @@ def test_boxes_with_only_spacing_between_them_are_one_answer_beyond_math_verify(
     assert [v.correct for v in verdicts] == [label for _, _, label in SEVERAL_BOXES_BEYOND_MATH_VERIFY]
     # the documented difference is real: math-verify's defaults read the last box alone here
     assert [_math_verify_accepts(g, r) for g, r, _ in SEVERAL_BOXES_BEYOND_MATH_VERIFY] == [False, False, False, True]
+
+
+# --- the last answer forms (issue 46): each class read as math-verify's defaults read it ----------------------------
+
+# (gold, response, label): the gold as written (math-verify's parse(gold)), forms of our own for the five classes where
+# math-verify's regression cases found this scorer disagreeing with its defaults
+ANSWER_FORMS = [
+    # a percentage with a unit word inside the box
+    ("$45\\%$", "So the share is $\\boxed{45 percentage}", True),
+    ("$45\\%$", "So the share is $\\boxed{46 percentage}$.", False),
+    ("$7.5\\%$", "The rate is $\\boxed{7.5 percentage}$", True),
+    # a number with a thousands separator in the final-answer sentence, after boxed intermediate steps
+    (
+        "$23456$",
+        "Step one: $\\boxed{120}$. Step two: $\\boxed{340}$.\nFinal Answer: The final answer is $23,456$. I hope it is correct.",
+        True,
+    ),
+    ("$23456$", "Step one: $\\boxed{120}$.\nFinal Answer: The final answer is $23,465$. I hope it is correct.", False),
+    ("$120$", "Step one: $\\boxed{120}$.\nFinal Answer: The final answer is $23,456$. I hope it is correct.", False),
+    # a multi-part answer split over boxes inside one math environment
+    ("$(2, 4), (5, 1)$", "$$\\boxed{(2, 4)} \\text{ in case (i) and } \\boxed{(5, 1)}$$", True),
+    ("$(2, 4), (5, 1)$", "$$\\boxed{(2, 4)} \\text{ in case (i) and } \\boxed{(5, 2)}$$", False),
+    ("$2, 9$", "\\[ x = \\boxed{2} \\quad \\text{when } t > 0, \\quad x = \\boxed{9} \\]", True),
+    # the final answer followed by trailing remarks (with math of their own)
+    (
+        "$3125$",
+        "So $5^5$.\nFinal Answer: The final answer is $3{,}125$. I hope it is correct. Remark: $5^4 = 625$ is the previous power. [Note: $2 + 2 = 4$]",
+        True,
+    ),
+    (
+        "$81$",
+        "Final Answer: The final answer is $81$. I hope it is correct.\nNote: my first guess was $\\boxed{27}$ and $3^3 = 27$.",
+        True,
+    ),
+    (
+        "$27$",
+        "Final Answer: The final answer is $81$. I hope it is correct.\nNote: my first guess was $\\boxed{27}$ and $3^3 = 27$.",
+        False,
+    ),
+    # a gold that itself holds several boxed answers
+    ("\\boxed{3} apples and \\boxed{4} pears", "$\\boxed{3, 4}$", True),
+    ("\\boxed{3} apples and \\boxed{4} pears", "$\\boxed{4}$", False),
+    ("\\boxed{6} turned out to be a slip when recomputing so the result is \\boxed{8}", "$\\boxed{8}$", True),
+    ("\\boxed{6} turned out to be a slip when recomputing so the result is \\boxed{8}", "$\\boxed{6, 8}$", False),
+]
+
+
+def test_the_last_answer_forms_are_read_as_math_verify_reads_them():
+    from math_verify import parse, verify
+
+    verdicts = score_answers([(response, gold) for gold, response, _ in ANSWER_FORMS])
+    assert [(g, r, v.correct) for (g, r, _), v in zip(ANSWER_FORMS, verdicts)] == ANSWER_FORMS
+    assert [(g, r, bool(verify(parse(g), parse(r)))) for g, r, _ in ANSWER_FORMS] == ANSWER_FORMS

@@ -93,6 +93,24 @@ def test_the_recipes_estimator_list_is_what_its_register_module_registers():
     assert recipe_modules == set(RECIPE_ESTIMATORS)
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["custom_reward_function.path=/no/such/reward.py"], "custom_reward_function.path=/no/such/reward.py does not"),
+        (["custom_reward_function.path={path}", "custom_reward_function.name=nope"], "defines no 'nope' (custom_rew"),
+        (["custom_reward_function.path=pkg://no_such_module_xyz"], "custom_reward_function.path=pkg://no_such_module"),
+    ],
+)
+def test_a_legacy_reward_function_is_reported_under_the_key_the_user_wrote(tmp_path, overrides, message):
+    """Checked after its move into reward.*, it was reported as reward.custom_reward_function.path, a key the
+    launcher never set."""
+    path = _reward_file(tmp_path)
+    config = compose_gcpo(BASE + [o.format(path=path) for o in overrides])
+    with pytest.raises(ValueError) as raised:
+        preflight.migrate_legacy_reward(config)
+    assert message in str(raised.value) and "reward.custom_reward_function" not in str(raised.value)
+
+
 def test_nothing_legacy_changes_nothing():
     config = compose_gcpo(BASE)
     before = OmegaConf.to_container(config)
