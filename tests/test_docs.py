@@ -157,12 +157,15 @@ def test_the_credit_example_gives_the_credit_its_page_quotes(page, tmp_path, cap
 def test_the_start_up_lines_in_training_md_are_the_main_launchers():
     """docs/training.md's "what will run" block: the main launcher's lines from a machine without a GPU (run from
     /root, the checkout at /opt/gcpo-verl, as in the Docker image)."""
+    from recipe.gcpo.compose import compose, hydra_session, parse_command_line
     from recipe.gcpo.config import gcpo_settings
-    from recipe.gcpo.main_gcpo import adapt, check_overrides
+    from recipe.gcpo.main_gcpo import adapt
     from recipe.gcpo.run_summary import memory_lines, protocol_line, startup_lines
     from tests.scripts.launch import launcher_overrides
 
-    config, choices = check_overrides(launcher_overrides("run_qwen3_4b_gcpo.sh", env={"HOME": "/root"}))
+    with hydra_session():  # the entry point's one composition of the launcher's command line
+        composed = compose(parse_command_line(launcher_overrides("run_qwen3_4b_gcpo.sh", env={"HOME": "/root"})))
+    config, choices = composed.config, composed.choices
     adapt(config)
     settings = gcpo_settings(config)
     lines = startup_lines(config, settings) + [protocol_line(choices)] + memory_lines(settings, config)
