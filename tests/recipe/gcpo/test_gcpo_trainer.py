@@ -22,7 +22,7 @@ from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.grouping import layout_groups
 from gcpo_core.encoding.pipeline import credit_rollouts
 from recipe.gcpo.config import CreditActorOptions
-from recipe.gcpo.credit_actor import CreditActor
+from recipe.gcpo.credit_actor import CreditActor, CreditActorTimeout
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.special_e2e.smoke import checks
@@ -316,6 +316,24 @@ def test_other_estimators_run_exactly_as_verls_sync_trainer(local_tq, tiny_token
         results.append(_row_advantages(batch))
     assert np.array_equal(results[0], results[1])
     assert trainer.config.algorithm.adv_estimator == "grpo"
+
+
+def test_training_begins_only_once_the_credit_actor_it_did_not_wait_for_is_ready(local_tq, tiny_tokenizer):
+    """The trainer creates the credit actor without waiting (its start-up overlaps verl's); on_train_begin waits,
+    so an actor that cannot start stops the run before its first step with the start-up time-out's message."""
+    config = compose_gcpo(BASE_OVERRIDES)
+    ready = CreditActor(options=CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=120), wait=False)
+    trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor=ready)
+    try:
+        trainer.on_train_begin()
+        assert ready._infos is not None and ready.info["device"] == "cpu"
+    finally:
+        ready.shutdown()
+    # more CPUs than the local cluster has: never scheduled
+    stuck = CreditActor(options=CreditActorOptions(num_gpus=0, num_cpus=64, startup_timeout_s=3), wait=False)
+    trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor=stuck)
+    with pytest.raises(CreditActorTimeout, match="not ready within 3 s"):
+        trainer.on_train_begin()
 
 
 def test_copo_writes_the_weighted_local_advantage_and_the_global_one_for_the_actors_loss(local_tq, tiny_tokenizer):
