@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from experiments.miniature.arms import ARMS, RunSpec
+from experiments.miniature.arms import ARMS, DEFAULT_ARMS, RunSpec
 
 PER_SEED = "per-seed"
 DOCUMENTED_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "miniature" / "results.json"
@@ -114,7 +114,9 @@ def main(argv=None) -> int:
         help=f"'{PER_SEED}' (default): seed s of every arm trains from warm start s, so the seeds' spread "
         "includes the start's; N: every run from warm start N",
     )
-    run.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    run.add_argument(
+        "--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated, of {', '.join(ARMS)} (default %(default)s)"
+    )
     # 4, not 5: five starts took 2.2 h on a slower 2-core machine (docs/miniature.md, "Four starts by default")
     run.add_argument("--seeds", type=int, default=4, help="seeds 1..N of every arm")
     run.add_argument("--steps", type=int, default=defaults.steps)

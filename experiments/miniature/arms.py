@@ -7,7 +7,14 @@ number of steps; only the advantage differs:
 * ``gcpo_group``: GCPO as the paper describes it and the project's default, a reward shaping inside GRPO: every
   group, all-correct ones included, normalised by its own spread (``algorithm.gcpo.credit.all_correct_scale=group``);
 * ``gcpo_batch``: GCPO with ``all_correct_scale=batch`` (the default until 2026-11-26): all-correct groups scaled
-  by the batch's right-vs-wrong spread, a push about 20-30x smaller.
+  by the batch's right-vs-wrong spread, a push about 20-30x smaller;
+* ``gcpo_loo``: ``gcpo_group`` with leave-one-out credit (``credit.method=loo``: V(all) - V(all \\ i), SetPO's
+  credit) in place of the Shapley value: is the *average* marginal contribution what helps?
+* ``dqo``: an additive diversity bonus (``adv_estimator=dqo``: reward + alpha * the leave-one-out log-det of the
+  unweighted embeddings, alpha = ``credit.mix_coef`` = 2.0, the DQO launcher's, alpha = 1 in 0/1 reward units),
+  normalised per group as GCPO's ``group``: the family the paper says leaves winner-takes-all intact.
+
+``DEFAULT_ARMS`` are the decisive ablation's four (issue 47); ``gcpo_batch`` runs when asked for (``--arms``).
 
 The device settings are the CPU smoke's: both take them from ``tests.special_e2e.cpu_platform.cpu_overrides``.
 """
@@ -23,7 +30,15 @@ ARMS: dict[str, tuple[str, ...]] = {
     "grpo": ("algorithm.adv_estimator=grpo",),
     "gcpo_group": ("algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.all_correct_scale=group"),
     "gcpo_batch": ("algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.all_correct_scale=batch"),
+    "gcpo_loo": (
+        "algorithm.adv_estimator=gcpo",
+        "algorithm.gcpo.credit.all_correct_scale=group",
+        "algorithm.gcpo.credit.method=loo",
+    ),
+    # dqo fixes quality=none, method=loo, advantage=mix and all_correct_scale=group (recipe/gcpo/config.py)
+    "dqo": ("algorithm.adv_estimator=dqo", "algorithm.gcpo.credit.mix_coef=2.0"),
 }
+DEFAULT_ARMS: tuple[str, ...] = ("grpo", "gcpo_group", "gcpo_loo", "dqo")
 
 
 @dataclass(frozen=True)
@@ -111,6 +126,6 @@ def run_overrides(
         f"trainer.validation_data_dir={run_dir / 'heldout'}",
         f"trainer.default_local_dir={run_dir / 'ckpt'}",
     ]
-    if arm.startswith("gcpo"):
+    if arm != "grpo":  # the credit's seed (Shapley's permutations; LOO and DQO draw none)
         args.append(f"algorithm.gcpo.credit.seed={seed}")
     return args + cpu_overrides(ray_dir)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.miniature.arms import ARMS, RunSpec, run_overrides
+from experiments.miniature.arms import ARMS, DEFAULT_ARMS, RunSpec, run_overrides
 from tests.special_e2e.cpu_platform import cpu_overrides
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,6 +33,18 @@ def test_the_arms_differ_only_in_the_advantage():
         "trainer.experiment_name=gcpo_group-seed1",
     ]
     assert "algorithm.gcpo.credit.all_correct_scale=batch" in own["gcpo_batch"]
+    # each ablation arm is gcpo_group but for the one thing it changes
+    group = set(runs["gcpo_group"]) - {"trainer.experiment_name=gcpo_group-seed1"}
+    loo = set(runs["gcpo_loo"]) - {"trainer.experiment_name=gcpo_loo-seed1"}
+    assert loo - group == {"algorithm.gcpo.credit.method=loo"} and group - loo == set()
+    dqo = set(runs["dqo"]) - {"trainer.experiment_name=dqo-seed1"}
+    assert dqo - group == {"algorithm.adv_estimator=dqo", "algorithm.gcpo.credit.mix_coef=2.0"}
+    # dqo fixes all_correct_scale=group itself (and quality=none, method=loo, advantage=mix)
+    assert group - dqo == {"algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.all_correct_scale=group"}
+
+
+def test_the_default_arms_are_the_decisive_ablations_and_all_exist():
+    assert DEFAULT_ARMS == ("grpo", "gcpo_group", "gcpo_loo", "dqo") and set(DEFAULT_ARMS) <= set(ARMS)
 
 
 def test_the_seed_reaches_data_order_sampling_and_gcpos_permutations():
@@ -72,7 +84,10 @@ def test_every_arm_composes_and_validates_through_the_real_entry_point(arm, tmp_
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    estimator = "grpo" if arm == "grpo" else "gcpo"
+    estimator = {"grpo": "grpo", "dqo": "dqo"}.get(arm, "gcpo")
     assert f"dry run (adv_estimator={estimator})" in proc.stdout
     if arm != "grpo":
-        assert f"all_correct_scale: {arm.split('_')[1]}" in proc.stdout
+        scale = "batch" if arm == "gcpo_batch" else "group"
+        assert f"all_correct_scale: {scale}" in proc.stdout
+    if arm in ("gcpo_loo", "dqo"):
+        assert "(method loo;" in proc.stdout

@@ -153,8 +153,8 @@ def test_each_seed_trains_from_its_own_warm_start_unless_one_is_named(tmp_path, 
     assert all((policy_dir(out, start) / "warm_start.json").is_file() for start in starts.values())
 
 
-def test_the_default_experiment_is_every_arm_on_four_seeds_each_from_its_own_start(tmp_path, monkeypatch):
-    from experiments.miniature.arms import ARMS
+def test_the_default_experiment_is_the_four_ablation_arms_on_four_seeds_each_from_its_own_start(tmp_path, monkeypatch):
+    from experiments.miniature.arms import DEFAULT_ARMS as ARMS
 
     built, trained = _record_training(monkeypatch)
     monkeypatch.setattr(cli, "DOCUMENTED_RESULTS", tmp_path / "absent.json")
