@@ -56,12 +56,23 @@ def build(out: Path, correct_share: float, warm_steps: int, warm_seed: int = 0) 
 
 
 def report(out: Path, figures: Path | None) -> str:
-    from experiments.miniature.report import collect, final_table, paired_table, paired_tests, plot, warm_starts_line
+    from experiments.miniature.report import (
+        ablation_tests,
+        collect,
+        final_table,
+        paired_table,
+        paired_tests,
+        plot,
+        warm_starts_line,
+    )
 
     runs = collect(out)
     table = warm_starts_line(runs) + "\n\n" + final_table(runs)
     if "grpo" in runs and len(runs) > 1:
         table += "\n\n" + paired_table(runs) + "\n\n" + paired_tests(runs)
+    ablation = ablation_tests(runs)
+    if ablation:  # Shapley vs leave-one-out credit vs the additive bonus, seed by seed
+        table += "\n\n" + ablation
     (out / "results.json").write_text(json.dumps(runs, indent=1, default=str) + "\n")
     (out / "table.md").write_text(table + "\n")
     if figures is not None:

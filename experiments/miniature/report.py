@@ -237,19 +237,41 @@ def paired_tests(
     fewer than two pairs, or every difference zero."""
     if baseline not in runs:
         raise ValueError(f"no {baseline} runs to compare with")
+    pairs = [(arm, baseline) for arm in runs if arm != baseline]
+    return _tests_table(runs, pairs, f"arm − {baseline}", lambda arm, _: arm, step, keys, confidence)
+
+
+# The ablation's questions (issue 47), each arm against the arm it is tested against: does Shapley credit beat
+# leave-one-out credit, and does either beat the additive diversity bonus?
+ABLATION_PAIRS = (("gcpo_group", "gcpo_loo"), ("gcpo_group", "dqo"), ("gcpo_loo", "dqo"))
+
+
+def ablation_tests(
+    runs: Mapping[str, Mapping[int, dict]],
+    step: Optional[int] = None,
+    keys: Iterable[str] = TEST_KEYS,
+    confidence: float = 0.95,
+) -> str:
+    """Markdown: :func:`paired_tests`' columns for each pair of ``ABLATION_PAIRS`` whose arms both ran, a row per
+    pair and metric (``gcpo_group − gcpo_loo``); "" when no pair ran."""
+    pairs = [(arm, baseline) for arm, baseline in ABLATION_PAIRS if arm in runs and baseline in runs]
+    if not pairs:
+        return ""
+    return _tests_table(runs, pairs, "pair", lambda arm, baseline: f"{arm} − {baseline}", step, keys, confidence)
+
+
+def _tests_table(runs, pairs, title, label, step, keys, confidence) -> str:
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     step, shared_keys = _shared_step_and_keys(runs, step)
     level = f"{confidence:.0%}".replace("%", " %")
     lines = [
-        f"| arm − {baseline} (step {step}) | metric | seeds | mean | {level} CI | paired t p | Wilcoxon p | higher |",
+        f"| {title} (step {step}) | metric | seeds | mean | {level} CI | paired t p | Wilcoxon p | higher |",
         "|---" * 8 + "|",
     ]
-    for arm, seeds in runs.items():
-        if arm == baseline:
-            continue
+    for arm, baseline in pairs:
         for key in (k for k in keys if k in shared_keys):
-            ours, theirs, diffs = _seed_pairs(seeds, runs[baseline], step, key)
+            ours, theirs, diffs = _seed_pairs(runs[arm], runs[baseline], step, key)
             low = high = t_p = w_p = float("nan")
             if len(diffs) >= 2 and np.any(diffs != 0):
                 with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -260,7 +282,7 @@ def paired_tests(
             ci = "n/a" if not math.isfinite(low) else f"[{low:+.3f}, {high:+.3f}]"
             mean = "n/a" if not len(diffs) else f"{diffs.mean():+.3f}"
             lines.append(
-                f"| {arm} | {key} | {len(diffs)} | {mean} | {ci} | {_p(t_p)} | {_p(w_p)} | "
+                f"| {label(arm, baseline)} | {key} | {len(diffs)} | {mean} | {ci} | {_p(t_p)} | {_p(w_p)} | "
                 f"{int(np.sum(diffs > 0))}/{len(diffs)} |"
             )
     return "\n".join(lines)

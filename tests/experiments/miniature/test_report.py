@@ -126,6 +126,32 @@ def test_paired_tests_are_defined_or_refused_on_degenerate_input():
         paired_tests(collected_runs({"grpo": {1: 3.0}, "gcpo_group": {1: 4.0}}), confidence=95)
 
 
+def test_the_ablation_tests_pair_each_question_seed_by_seed():
+    from experiments.miniature.report import ablation_tests
+
+    runs = collected_runs(
+        {
+            "grpo": {1: 1.0, 2: 1.0},
+            "gcpo_group": {1: 4.0, 2: 5.0},
+            "gcpo_loo": {1: 3.0, 2: 3.0},
+            "dqo": {1: 2.0, 2: 6.0},
+        }
+    )
+    table = ablation_tests(runs)
+    assert table.splitlines()[0].startswith("| pair (step 40) | metric | seeds | mean | 95 % CI |")
+    # Shapley - LOO: differences 1 and 2; Shapley - the bonus: 2 and -1; LOO - the bonus: 1 and -3
+    assert _row(table, "gcpo_group − gcpo_loo", "distinct_correct").startswith(
+        "| gcpo_group − gcpo_loo | distinct_correct | 2 | +1.500 |"
+    )
+    assert _row(table, "gcpo_group − dqo", "distinct_correct").endswith("| 1/2 |")
+    assert "| gcpo_loo − dqo | distinct_correct | 2 | -1.000 |" in table
+    assert not any(line.startswith("| grpo") for line in table.splitlines())  # GRPO has its own table
+    # a pair runs when both of its arms did; none: no table
+    partial = ablation_tests(collected_runs({"grpo": {1: 1.0}, "gcpo_group": {1: 4.0}, "dqo": {1: 2.0}}))
+    assert [line.split(" | ")[0] for line in partial.splitlines()[2:]] == ["| gcpo_group − dqo"] * 2
+    assert ablation_tests(collected_runs({"grpo": {1: 1.0}, "gcpo_group": {1: 4.0}})) == ""
+
+
 def test_the_report_command_writes_the_tables_and_the_tests_of_the_finishedcollected_runs(tmp_path, capsys):
     from experiments.miniature.__main__ import main
 
@@ -143,3 +169,16 @@ def test_the_report_command_writes_the_tables_and_the_tests_of_the_finishedcolle
     assert "| gcpo_batch | distinct_correct | 2 | +1.000 | [+1.000, +1.000] |" in table
     assert json.loads((tmp_path / "results.json").read_text())["gcpo_batch"]["2"]["evals"]["3"]["accuracy"] == 1.0
     assert len(list((tmp_path / "figures").glob("*.png"))) == 3
+
+
+def test_the_report_command_adds_the_ablations_tests_when_their_arms_ran(tmp_path, capsys):
+    from experiments.miniature.__main__ import main
+
+    start = {"animal": ["tiger", "apple"]}
+    for seed in (1, 2):
+        for arm, answers in (("grpo", ["tiger", "tiger"]), ("gcpo_group", ["tiger", "lion"]), ("dqo", ["lion", "x"])):
+            _write_run(tmp_path, arm, seed, {0: start, 3: {"animal": answers}})
+    assert main(["report", "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert "| pair (step 3) | metric |" in table
+    assert "| gcpo_group − dqo | distinct_correct | 2 | +1.000 |" in table
