@@ -44,6 +44,18 @@ def _run(*argv):
     return proc.stdout
 
 
+def test_the_credit_benchmark_times_shapley_and_leave_one_out_and_says_how_far_loo_lies_from_shapley():
+    out = _run(ROOT / "scripts" / "bench_credit.py", "--groups", "4", "--group-sizes", "8", "--repeats", "1")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| 8 |")]
+    assert [(r[1].strip(), r[2].strip()) for r in rows] == [
+        (rewards, method) for rewards in ("all-correct", "mixed") for method in ("exact", "mc M=64", "loo")
+    ]
+    loo = [r for r in rows if r[2].strip() == "loo" and r[1].strip() == "all-correct"][0]
+    # on all-correct groups of similar embeddings leave-one-out credit is not the Shapley value (issue 47's question)
+    assert float(loo[6].strip().rstrip(" %")) > 1.0
+    assert all(float(r[3]) > 0 for r in rows)
+
+
 def test_the_credit_benchmarks_coverage_and_memory_sections_run():
     out = _run(ROOT / "scripts" / "bench_credit.py", "--coverage", "--coverage-groups", "2", "--coverage-seeds", "1")
     assert "PASS  coverage of +-1.96 stderr >= 93 % at every M" in out
