@@ -5,13 +5,14 @@ import pytest
 
 from experiments.miniature.report import paired_tests
 from experiments.miniature.reproduce import (
-    HEADLINE_CELLS,
     compare,
     expected_share_within_sd,
+    headline_cells,
     load_results,
     pool,
     reproduction_interval,
     table_cells,
+    verdict,
 )
 from tests.experiments.miniature.runs import SPEC, collected_runs
 
@@ -92,14 +93,25 @@ def test_the_verdict_applies_the_documented_criterion():
     assert len(held["outside"]) == 3 and held["verdict"].startswith("Reproduction: holds: 3 of 35")
     _, failed = compare(reference, _three_arms(shift={("gcpo_batch", "pass@4"): 5.0, ("gcpo_batch", "coverage"): 5.0}))
     assert len(failed["outside"]) == 4 and failed["verdict"].startswith("Reproduction: fails: 4 of 35")
-    # without a GCPO arm the criterion cannot be applied
+    # runs without one of the reference's arms cannot be judged by the criterion
     partial = {arm: reference[arm] for arm in ("grpo", "gcpo_batch")}
-    _, summary = compare(partial, partial)
+    _, summary = compare(reference, partial)
     assert summary["verdict"] == (
         "Reproduction: not judged, the criterion needs gcpo_group − grpo distinct_correct, "
         "gcpo_group − grpo answer_entropy."
     )
-    assert len(HEADLINE_CELLS) == 4
+    # the documented reference's four headline cells; a reference of other arms has its own
+    assert headline_cells(reference) == (
+        ("gcpo_batch − grpo", "distinct_correct"),
+        ("gcpo_batch − grpo", "answer_entropy"),
+        ("gcpo_group − grpo", "distinct_correct"),
+        ("gcpo_group − grpo", "answer_entropy"),
+    )
+    _, own = compare(partial, partial)
+    assert own["verdict"].startswith("Reproduction: holds: 0 of")
+    assert verdict({"judged": [], "outside": []}, ()) == (
+        "Reproduction: not judged, the reference has no arm to compare with GRPO."
+    )
 
 
 def test_pooling_averages_each_arm_and_seed_over_the_experiments_that_ran_it():
@@ -180,7 +192,7 @@ def test_the_compare_command_writes_its_verdict_and_refuses_bad_input(tmp_path, 
     written = (tmp_path / "reproduction.md").read_text()
     assert written == capsys.readouterr().out
     assert "| grpo | distinct_correct | +1.333 ± 0.289 (3) | +1.333 (3) | yes |" in written  # 1, 1.5, 1.5
-    assert "Reproduction: not judged, the criterion needs gcpo_batch − grpo distinct_correct" in written
+    assert "Reproduction: not judged, the reference has no arm to compare with GRPO." in written  # GRPO alone
     assert "Both experiments together" in written and "| arm − grpo (step 3) | metric |" in written
     assert main(["compare", "--out", str(tmp_path), "--reference", str(tmp_path / "absent.json")]) == 2
     assert "cannot compare: cannot read the reference results" in capsys.readouterr().err
