@@ -55,7 +55,26 @@ def build(out: Path, correct_share: float, warm_steps: int, warm_seed: int = 0) 
     return record
 
 
-def report(out: Path, figures: Path | None) -> str:
+def with_earlier_runs(runs: dict, earlier: list[Path]) -> dict:
+    """``runs`` (``collect``'s) with the runs of each earlier ``results.json`` that ``runs`` lacks, by (arm, seed): an
+    experiment run in parts on machines that do not share the folder. The same (arm, seed) in two places is refused:
+    a seed's arms must come from one warm start, and two runs of one pair are a reproduction (``compare``)."""
+    from experiments.miniature.reproduce import check_comparable, load_results
+
+    merged = {arm: dict(seeds) for arm, seeds in runs.items()}
+    for path in earlier:
+        before = load_results(path)
+        if merged:
+            check_comparable(before, merged)  # the same budget, and each seed from the same warm start number
+        clash = sorted(f"{arm} seed {s}" for arm, seeds in before.items() for s in seeds if s in merged.get(arm, {}))
+        if clash:
+            raise ValueError(f"{path} and the runs both hold {', '.join(clash)}")
+        for arm, seeds in before.items():
+            merged.setdefault(arm, {}).update(seeds)
+    return merged
+
+
+def report(out: Path, figures: Path | None, earlier: list[Path] = ()) -> str:
     from experiments.miniature.report import (
         ablation_tests,
         collect,
@@ -66,7 +85,7 @@ def report(out: Path, figures: Path | None) -> str:
         warm_starts_line,
     )
 
-    runs = collect(out)
+    runs = with_earlier_runs(collect(out), list(earlier))
     table = warm_starts_line(runs) + "\n\n" + final_table(runs)
     if "grpo" in runs and len(runs) > 1:
         table += "\n\n" + paired_table(runs) + "\n\n" + paired_tests(runs)
@@ -140,6 +159,13 @@ def main(argv=None) -> int:
     p = commands.add_parser("report")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--figures", type=Path, default=None)
+    p.add_argument(
+        "--include",
+        type=Path,
+        action="append",
+        default=[],
+        help="an earlier part's results.json whose (arm, seed) runs OUT lacks (repeatable)",
+    )
     p = commands.add_parser(
         "compare",
         help="does a run reproduce the documented one? (experiments/miniature/reproduce.py says how it is judged)",
@@ -158,7 +184,11 @@ def main(argv=None) -> int:
         return 0
 
     if args.command == "report":
-        report(args.out, args.figures or args.out)
+        try:
+            report(args.out, args.figures or args.out, args.include)
+        except ValueError as err:
+            print(f"miniature: cannot report: {err}", file=sys.stderr, flush=True)
+            return 2
         return 0
     if args.command == "build":
         if args.warm_seed == PER_SEED:

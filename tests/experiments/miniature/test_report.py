@@ -182,3 +182,25 @@ def test_the_report_command_adds_the_ablations_tests_when_their_arms_ran(tmp_pat
     table = (tmp_path / "table.md").read_text()
     assert "| pair (step 3) | metric |" in table
     assert "| gcpo_group − dqo | distinct_correct | 2 | +1.000 |" in table
+
+
+def test_an_experiment_run_in_parts_is_reported_whole_and_a_pair_run_twice_is_refused(tmp_path, capsys):
+    from experiments.miniature.__main__ import main
+
+    start = {"animal": ["tiger", "apple"]}
+    first, second = tmp_path / "part1", tmp_path / "part2"
+    for part, seed in ((first, 1), (second, 2)):
+        _write_run(part, "grpo", seed, {0: start, 3: {"animal": ["tiger", "tiger"]}})
+        _write_run(part, "gcpo_group", seed, {0: start, 3: {"animal": ["tiger", "lion"]}})
+    assert main(["report", "--out", str(first)]) == 0
+    assert main(["report", "--out", str(second), "--include", str(first / "results.json")]) == 0
+    table = (second / "table.md").read_text()
+    assert table.startswith("Warm starts: seed 1 from start None, seed 2 from start None.")  # no done.json names one
+    assert "| gcpo_group | distinct_correct | 2 | +1.000 |" in table
+    merged = json.loads((second / "results.json").read_text())
+    assert {arm: sorted(seeds) for arm, seeds in merged.items()} == {"gcpo_group": ["1", "2"], "grpo": ["1", "2"]}
+    capsys.readouterr()
+    # the same (arm, seed) in both parts: one warm start per seed can no longer be vouched for
+    assert main(["report", "--out", str(first), "--include", str(second / "results.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("miniature: cannot report: ") and "both hold gcpo_group seed 1, grpo seed 1" in err
