@@ -4,10 +4,12 @@
 # the same start with python -m recipe.gcpo.main_gcpo (vLLM generating, the FSDP actor updating, GCPO's credit
 # actor), evaluated on held-out prompts every EVAL_EVERY steps; then the table and the plots.
 #
-# Usage: bash scripts/miniature.sh [--arms grpo,gcpo_group,gcpo_batch] [--seeds N] [--steps N] [--eval-every N]
+# Usage: bash scripts/miniature.sh [--arms grpo,gcpo_group,gcpo_loo,dqo] [--seeds N] [--steps N] [--eval-every N]
 #                                  [--lr LR] [--warm-seed per-seed|N] [--out DIR] [--figures DIR] [--dry-run] [key=value ...]
-#   --arms        which arms, comma-separated (default all three; experiments/miniature/arms.py says what each is)
-#   --seeds N     seeds 1..N of every arm (default 4; --seeds 5 is the documented reference's, 1.8-2.2 h)
+#   --arms        which arms, comma-separated (default the ablation's four: grpo,gcpo_group,gcpo_loo,dqo; also
+#                 gcpo_batch; experiments/miniature/arms.py says what each is)
+#   --seeds N     seeds 1..N of every arm (default 4, about 2.5-3 h for four arms; the 2026-11-25 reference is
+#                 --arms grpo,gcpo_batch,gcpo_group --seeds 5, 1.8-2.2 h)
 #   --steps N     training steps of every run (default 40); --eval-every N (default 10) held-out evaluations
 #   --lr LR       the actor's learning rate for every arm (default 1e-3)
 #   --warm-seed S per-seed (default): seed s of every arm trains from warm start s (built once, kept in

@@ -15,8 +15,8 @@ The start row (step 0) is left out: its runs share starts, so they are not indep
 is accuracy again (unbiased pass@1 is the share correct) and would count each accuracy cell twice.
 
 The verdict is the criterion ``docs/miniature.md`` fixed before its reproduction ran: at most
-``MAX_CELLS_OUTSIDE`` cells outside the reproduction interval, and none of the headline cells (``headline_cells``: each of the reference's arms minus GRPO
-in distinct correct answers and answer entropy). A reproduction also
+``MAX_CELLS_OUTSIDE`` cells outside the reproduction interval, and none of the headline cells (``headline_cells``: each arm both ran minus GRPO in distinct
+correct answers and answer entropy). A reproduction also
 adds data: ``pool`` averages each (arm, seed)'s runs, for paired tests over both experiments.
 """
 
@@ -208,7 +208,8 @@ def compare(
         "judged": judged,
         "outside": outside,
     }
-    summary["verdict"] = verdict(summary, headline_cells(reference))
+    # the arms both ran: a run of the default arms is judged against a reference of other arms on those they share
+    summary["verdict"] = verdict(summary, headline_cells({arm: s for arm, s in reference.items() if arm in runs}))
     text = "\n".join(lines) + "\n\n" + summary_line(summary) + "\n" + summary["verdict"]
     if unmatched:
         text += f"\nOnly one side has: {', '.join(summary['unmatched'])}."
@@ -236,7 +237,7 @@ def verdict(summary: Mapping, headline: Iterable[tuple[str, str]], max_outside: 
     and those outside the reproduction interval)? Undecided unless every headline cell was judged."""
     headline = list(headline)
     if not headline:
-        return "Reproduction: not judged, the reference has no arm to compare with GRPO."
+        return "Reproduction: not judged, the reference and the runs share no arm to compare with GRPO."
     missing = [" ".join(c) for c in headline if c not in summary["judged"]]
     if missing:
         return f"Reproduction: not judged, the criterion needs {', '.join(missing)}."
@@ -247,7 +248,8 @@ def verdict(summary: Mapping, headline: Iterable[tuple[str, str]], max_outside: 
     return (
         f"Reproduction: {'holds' if held else 'fails'}: {len(outside)} of {summary['cells']} cells outside the "
         f"{_percent(summary['confidence'])} interval{named}, at most {max_outside} allowed; headline cells "
-        f"outside: {', '.join(headline_out) if headline_out else 'none'}."
+        f"outside: {', '.join(headline_out) if headline_out else 'none'} (of {len(headline)}: each shared arm − grpo "
+        "in distinct_correct and answer_entropy)."
     )
 
 

@@ -12,7 +12,6 @@ from experiments.miniature.reproduce import (
     pool,
     reproduction_interval,
     table_cells,
-    verdict,
 )
 from tests.experiments.miniature.runs import SPEC, collected_runs
 
@@ -79,13 +78,14 @@ def test_the_verdict_applies_the_documented_criterion():
     assert summary["cells"] == 35 and summary["outside"] == []
     assert (
         "Reproduction: holds: 0 of 35 cells outside the 95 % interval, at most 3 allowed; headline cells "
-        "outside: none." in text
+        "outside: none (of 4: each shared arm − grpo in distinct_correct and answer_entropy)." in text
     )
     # a headline cell alone fails it: GCPO's diversity lead over GRPO gone
     _, summary = compare(reference, _three_arms(shift={("gcpo_group", "distinct_correct"): -5.0}))
     assert ("gcpo_group − grpo", "distinct_correct") in summary["outside"] and len(summary["outside"]) == 2
     assert summary["verdict"].startswith("Reproduction: fails: 2 of 35") and summary["verdict"].endswith(
-        "headline cells outside: gcpo_group − grpo distinct_correct."
+        "headline cells outside: gcpo_group − grpo distinct_correct (of 4: each shared arm − grpo in distinct_correct "
+        "and answer_entropy)."
     )
     # three other cells outside hold it (every arm's pass@4: the differences stay), four fail it (one arm's pass@4
     # and coverage, each with its difference from GRPO)
@@ -93,24 +93,25 @@ def test_the_verdict_applies_the_documented_criterion():
     assert len(held["outside"]) == 3 and held["verdict"].startswith("Reproduction: holds: 3 of 35")
     _, failed = compare(reference, _three_arms(shift={("gcpo_batch", "pass@4"): 5.0, ("gcpo_batch", "coverage"): 5.0}))
     assert len(failed["outside"]) == 4 and failed["verdict"].startswith("Reproduction: fails: 4 of 35")
-    # runs without one of the reference's arms cannot be judged by the criterion
+    # runs of some of the reference's arms are judged on the headline cells of those they share
     partial = {arm: reference[arm] for arm in ("grpo", "gcpo_batch")}
     _, summary = compare(reference, partial)
-    assert summary["verdict"] == (
-        "Reproduction: not judged, the criterion needs gcpo_group − grpo distinct_correct, "
-        "gcpo_group − grpo answer_entropy."
+    assert summary["verdict"].endswith(
+        "headline cells outside: none (of 2: each shared arm − grpo in distinct_correct and answer_entropy)."
     )
-    # the documented reference's four headline cells; a reference of other arms has its own
+    shifted = _three_arms(shift={("gcpo_batch", "distinct_correct"): 5.0})
+    _, summary = compare(reference, {arm: shifted[arm] for arm in ("grpo", "gcpo_batch")})
+    assert summary["verdict"].startswith("Reproduction: fails")
+    # the documented reference's four headline cells
     assert headline_cells(reference) == (
         ("gcpo_batch − grpo", "distinct_correct"),
         ("gcpo_batch − grpo", "answer_entropy"),
         ("gcpo_group − grpo", "distinct_correct"),
         ("gcpo_group − grpo", "answer_entropy"),
     )
-    _, own = compare(partial, partial)
-    assert own["verdict"].startswith("Reproduction: holds: 0 of")
-    assert verdict({"judged": [], "outside": []}, ()) == (
-        "Reproduction: not judged, the reference has no arm to compare with GRPO."
+    _, alone = compare(reference, {"grpo": reference["grpo"]})
+    assert alone["verdict"] == (
+        "Reproduction: not judged, the reference and the runs share no arm to compare with GRPO."
     )
 
 
@@ -192,7 +193,7 @@ def test_the_compare_command_writes_its_verdict_and_refuses_bad_input(tmp_path, 
     written = (tmp_path / "reproduction.md").read_text()
     assert written == capsys.readouterr().out
     assert "| grpo | distinct_correct | +1.333 ± 0.289 (3) | +1.333 (3) | yes |" in written  # 1, 1.5, 1.5
-    assert "Reproduction: not judged, the reference has no arm to compare with GRPO." in written  # GRPO alone
+    assert "Reproduction: not judged, the reference and the runs share no arm" in written  # GRPO alone
     assert "Both experiments together" in written and "| arm − grpo (step 3) | metric |" in written
     assert main(["compare", "--out", str(tmp_path), "--reference", str(tmp_path / "absent.json")]) == 2
     assert "cannot compare: cannot read the reference results" in capsys.readouterr().err
