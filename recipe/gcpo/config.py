@@ -48,7 +48,7 @@ MC_GRPO_ESTIMATOR = "mc_grpo"
 # estimators whose inputs only the GCPO trainer computes (embeddings, or the response texts for DIVER)
 TRAINER_ESTIMATORS = (*EMBEDDING_ESTIMATORS, DIVER_ESTIMATOR)
 # every estimator recipe.gcpo.register registers in verl's registry (the driver checks a name against these and
-# verl's own without importing the trainer; tests/recipe/gcpo/test_preflight.py compares them with the registry)
+# verl's own without importing the trainer; tests/recipe/gcpo/preflight/test_verl_keys.py compares them with the registry)
 RECIPE_ESTIMATORS = (*TRAINER_ESTIMATORS, COPO_ESTIMATOR, MC_GRPO_ESTIMATOR)
 # reward_extra_info key written by recipe.gcpo.reward: constant within a group exactly when GCPO has no signal
 GCPO_FILTER_METRIC = "gcpo_signal"
@@ -297,3 +297,38 @@ def recipe_trainer_message(need: TrainerNeed, found: str) -> str:
         f"(or a launcher in scripts/), which runs the recipe's trainer as verl's V1 sync trainer (trainer.use_v1="
         f"true, trainer.v1.trainer_mode={SYNC_TRAINER_MODE}: verl's defaults){need.instead} (found: {found})."
     )
+
+
+# ---- start-up checks every estimator or loss of its kind shares (the baselines' modules and recipe.gcpo.preflight)
+
+
+def check_rollout_groups(config: DictConfig, estimator: str) -> None:
+    """An estimator that compares the rollouts of a prompt has at least two, one output each.
+
+    Raises:
+        ValueError: ``rollout.n`` < 2, or a multi-turn agent loop (several outputs under one rollout).
+    """
+    n = config.actor_rollout_ref.rollout.n
+    if n < 2:
+        raise ValueError(
+            f"{estimator} credits rollouts within a group: actor_rollout_ref.rollout.n must be >= 2, got {n}"
+        )
+    if OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable"):
+        raise ValueError(
+            f"algorithm.adv_estimator={estimator} credits one output per rollout; multi-turn agent loops "
+            "(actor_rollout_ref.rollout.multi_turn.enable=true) put several outputs under one rollout and "
+            "are not supported"
+        )
+
+
+def check_actor_loss(config: DictConfig, selected: str, what: str) -> None:
+    """A setting that gives the actor workers their loss (``set_loss_fn``) is not replaced by distillation's.
+
+    Raises:
+        ValueError: ``distillation.enabled=true``.
+    """
+    if OmegaConf.select(config, "distillation.enabled"):
+        raise ValueError(
+            f"{selected} gives the actor {what}; with distillation.enabled=true the actor runs the "
+            "distillation loss instead: use one or the other"
+        )

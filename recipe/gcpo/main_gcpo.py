@@ -56,14 +56,9 @@ from recipe.gcpo.compose import (
     run_hydra_command,
 )
 from recipe.gcpo.config import SYNC_TRAINER_MODE, ConfigError
-from recipe.gcpo.preflight import (
-    accelerator_problem,
-    migrate_legacy_reward,
-    missing_data_files,
-    missing_data_hint,
-    model_path_problem,
-    validate,
-)
+from recipe.gcpo.preflight import validate
+from recipe.gcpo.preflight.legacy_reward import migrate_legacy_reward
+from recipe.gcpo.preflight.machine import accelerator_problem, missing_data_files, missing_data_hint, model_path_problem
 from recipe.gcpo.run_summary import local_gpu, memory_lines, protocol_line, startup_lines
 
 DRY_RUN_MARKER = "# composed config (dry run)"

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipe.gcpo.preflight import DATA_SOURCE_DISPATCH, RECIPE_REWARD, RECIPE_REWARD_WHAT, reward_function
+from recipe.gcpo.preflight.reward import DATA_SOURCE_DISPATCH, RECIPE_REWARD, RECIPE_REWARD_WHAT, reward_function
 
 
 def describe_reward(config: DictConfig) -> str:

@@ -195,20 +195,20 @@ def visible_gpus(monkeypatch, tmp_path):
     """Set how many GPUs this machine shows; no Ray cluster to join unless a test sets RAY_ADDRESS."""
     from types import SimpleNamespace
 
-    import recipe.gcpo.preflight as preflight
+    import recipe.gcpo.preflight.machine as machine
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # where Ray looks for a cluster `ray start`ed on this machine
 
     def set_count(count):
-        monkeypatch.setattr(preflight, "is_device_available", lambda: count > 0)
-        monkeypatch.setattr(preflight, "get_torch_device", lambda: SimpleNamespace(device_count=lambda: count))
+        monkeypatch.setattr(machine, "is_device_available", lambda: count > 0)
+        monkeypatch.setattr(machine, "get_torch_device", lambda: SimpleNamespace(device_count=lambda: count))
 
     return set_count
 
 
 def test_the_machine_is_checked_before_ray_starts_unless_a_cluster_is_joined(visible_gpus, monkeypatch):
-    from recipe.gcpo.preflight import accelerator_problem
+    from recipe.gcpo.preflight.machine import accelerator_problem
 
     config = compose_gcpo(VALID + ["trainer.n_gpus_per_node=8"])
     visible_gpus(8)
