@@ -52,7 +52,7 @@ def check_diver(config: DictConfig) -> None:
     """Start-up check of DIVER (``algorithm.adv_estimator=diver``): its bonus compares the rollouts of a prompt.
 
     Raises:
-        ValueError: fewer than two rollouts a prompt, or a multi-turn agent loop.
+        ConfigError: fewer than two rollouts a prompt, or a multi-turn agent loop.
     """
     check_rollout_groups(config, DIVER_ESTIMATOR)
 

@@ -23,7 +23,7 @@ from verl.trainer.ppo.padding_utils import build_padding_position_ids
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from gcpo_core.credit.config import FieldError
-from recipe.gcpo.config import algorithm_block, build_section
+from recipe.gcpo.config import ConfigError, algorithm_block, build_section
 
 # per-token fields rebuilt for the injected response; any other per-token field cannot be made up
 _REBUILT = {
@@ -179,22 +179,24 @@ def check_group_contrastive(config: DictConfig, settings: GroupContrastiveSettin
     """Start-up checks of Group Contrastive PO's reference injection (``algorithm.group_contrastive.enable``).
 
     Raises:
-        ValueError: rollout correction (the references have no rollout log-probs), or a local training file
+        ConfigError: rollout correction (the references have no rollout log-probs), or a local training file
             without reference solutions.
     """
     correction = config.algorithm.get("rollout_correction") or {}
     if correction.get("rollout_is") or correction.get("rollout_rs") or correction.get("bypass_mode"):
-        raise ValueError(
+        raise ConfigError(
+            "algorithm.rollout_correction",
             "algorithm.group_contrastive injects reference solutions that were never sampled, so they "
             "have no rollout log-probs: set algorithm.rollout_correction.rollout_is=null, rollout_rs=null "
-            "and bypass_mode=false (bypass mode would use them as the old log-probs)"
+            "and bypass_mode=false (bypass mode would use them as the old log-probs)",
         )
     train_files = OmegaConf.select(config, "data.train_files")
     for path in [train_files] if isinstance(train_files, str) else list(train_files or []):
         path = os.path.expanduser(str(path))
         if path.endswith(".parquet") and os.path.isfile(path) and solution_coverage(path, settings.solution_key) == 0:
-            raise ValueError(
+            raise ConfigError(
+                "data.train_files",
                 f"algorithm.group_contrastive needs reference solutions, but {path} has no "
                 f"extra_info.{settings.solution_key} (DAPO-Math-17K has none; prepare a set that does, "
-                "e.g. `scripts/prepare_data.py --datasets math`)"
+                "e.g. `scripts/prepare_data.py --datasets math`)",
             )

@@ -35,7 +35,7 @@ def validate(config: DictConfig) -> RecipeSettings:
     then verl's own; returns the recipe's settings, parsed once.
 
     Raises:
-        ValueError: the first check that fails, in one line naming the key.
+        ConfigError: the first check that fails, in one line naming the key.
     """
     check_v1_trainer(config)
     check_estimator(config)

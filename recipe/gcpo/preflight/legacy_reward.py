@@ -35,7 +35,7 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
     Raises:
         ConfigError: a classic ``custom_reward_function`` whose path or name differs from a
             ``reward.custom_reward_function`` of the user's own (:func:`keep_reward_function`).
-        ValueError: a legacy reward function that :func:`check_reward_function` refuses (named by the legacy keys).
+        ConfigError: a legacy reward function that :func:`check_reward_function` refuses (named by the legacy keys).
     """
     legacy = {
         key: OmegaConf.to_container(config[key], resolve=True)

@@ -14,6 +14,7 @@ from typing import Mapping
 from omegaconf import DictConfig, OmegaConf
 from verl.utils.device import get_torch_device, is_device_available
 
+from recipe.gcpo.config import ConfigError
 from recipe.gcpo.data import prepared_file_names
 
 # W&B modes that need no API key
@@ -30,10 +31,15 @@ LOGGER_MODULES = {
 }
 
 
-def accelerator_problem(config: DictConfig) -> str | None:
-    """Why this machine cannot start the run, found before Ray starts (verl finds out only after loading the
-    tokenizer and the data sets, minutes later); None when it can, or when the run joins a running Ray cluster,
-    whose GPUs verl checks."""
+def check_accelerator(config: DictConfig) -> None:
+    """This machine can start the run, found before Ray starts (verl finds out only after loading the tokenizer and
+    the data sets, minutes later). A run that joins a running Ray cluster needs only the cluster to answer: verl
+    checks its GPUs.
+
+    Raises:
+        ConfigError: no GPU and no cluster to join, several nodes without a cluster, fewer GPUs than
+            ``trainer.n_gpus_per_node``, or a cluster address where nothing answers.
+    """
     ray_init = config.ray_kwargs.get("ray_init") or {}
     try:
         from ray._private.services import canonicalize_bootstrap_address
@@ -41,54 +47,65 @@ def accelerator_problem(config: DictConfig) -> str | None:
         # ray.init's own rule (RAY_ADDRESS, ray_init.address, a cluster `ray start`ed on this machine): None means
         # that run_ppo's ray.init() starts a new Ray on this machine with this machine's GPUs only
         address = canonicalize_bootstrap_address(ray_init.get("address"), ray_init.get("_temp_dir"))
-        if address is not None:
-            return cluster_problem(address)
     except Exception:  # a private API of Ray: if it moves, leave the check to verl
-        return None
+        return
+    if address is not None:
+        check_cluster(address)
+        return
     device, nnodes, per_node = config.trainer.device, config.trainer.nnodes, config.trainer.n_gpus_per_node
     visible = get_torch_device().device_count() if is_device_available() else 0
     if visible == 0:
-        return (
+        raise ConfigError(
+            "trainer.device",
             f"no GPU found on this machine (trainer.device={device}: 0 visible) and no Ray cluster to join "
             "(RAY_ADDRESS): training needs GPUs. To check a config on a machine without GPUs, use the dry run "
-            "(--dry-run / GCPO_DRY_RUN=1): it composes and validates the config and starts nothing."
+            "(--dry-run / GCPO_DRY_RUN=1): it composes and validates the config and starts nothing.",
         )
     if nnodes > 1:
-        return (
+        raise ConfigError(
+            "trainer.nnodes",
             f"trainer.nnodes={nnodes}, but no Ray cluster to join: start one over the {nnodes} nodes and set "
-            "RAY_ADDRESS=<head-ip>:6379 (docker/slurm_gcpo.sbatch does both)"
+            "RAY_ADDRESS=<head-ip>:6379 (docker/slurm_gcpo.sbatch does both)",
         )
     if visible < per_node:
-        return (
+        raise ConfigError(
+            "trainer.n_gpus_per_node",
             f"trainer.n_gpus_per_node={per_node}, but this machine has {visible} visible {device} device(s): set "
-            f"trainer.n_gpus_per_node={visible} (GPUS_PER_NODE in the launchers)"
+            f"trainer.n_gpus_per_node={visible} (GPUS_PER_NODE in the launchers)",
         )
-    return None
 
 
-def cluster_problem(address: str, timeout_s: float = 5.0) -> str | None:
-    """Why the Ray cluster at ``address`` (host:port of its GCS) cannot be joined: nothing answers there (ray.init
-    would retry for minutes). None when something accepts the connection."""
+def check_cluster(address: str, timeout_s: float = 5.0) -> None:
+    """Something answers at the Ray cluster's ``address`` (host:port of its GCS): ray.init would retry for minutes.
+
+    Raises:
+        ConfigError: nothing accepts the connection.
+    """
     import socket
 
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return None
+            return
     except (OSError, ValueError) as error:
-        return (
+        raise ConfigError(
+            "ray_kwargs.ray_init.address",
             f"no Ray cluster answers at {address} (RAY_ADDRESS or ray_kwargs.ray_init.address; {error}): start "
             "it (`ray start --head` on the head node; docker/slurm_gcpo.sbatch does it) or unset RAY_ADDRESS to "
-            "train on this machine's GPUs"
-        )
+            "train on this machine's GPUs",
+        ) from None
 
 
-def model_path_problem(config: DictConfig) -> str | None:
-    """What is wrong with the policy's ``actor_rollout_ref.model.path`` on this machine, or None. A path on this
-    machine must be absolute (the workers start in other folders, and neither verl nor transformers expands ``~``)
-    and a folder, hub or not; a hub id needs the hub, since every FSDP, vLLM and reward worker of every node would
-    fail on it minutes into start-up with the hub off. The advice names the launchers' MODEL_PATH and
-    ``scripts/prepare_model.py``, which downloads one."""
+def check_model_path(config: DictConfig) -> None:
+    """The policy's ``actor_rollout_ref.model.path`` can be loaded by every worker. A path on this machine must be
+    absolute (the workers start in other folders, and neither verl nor transformers expands ``~``) and a folder, hub
+    or not; a hub id needs the hub, since every FSDP, vLLM and reward worker of every node would fail on it minutes
+    into start-up with the hub off. The advice names the launchers' MODEL_PATH and ``scripts/prepare_model.py``,
+    which downloads one.
+
+    Raises:
+        ConfigError: a relative path, an absolute one that is no folder here, or a hub id with the hub off.
+    """
     key = "actor_rollout_ref.model.path"
     path = str(OmegaConf.select(config, key) or "")
     local = os.path.expanduser(path)
@@ -99,23 +116,25 @@ def model_path_problem(config: DictConfig) -> str | None:
         or (not path.startswith("/") and os.path.isdir(local))
     ):
         absolute = os.path.abspath(os.path.expanduser(path))
-        return (
+        raise ConfigError(
+            key,
             f"{key}={path} is not an absolute path: the workers start in other folders and do not expand ~; "
-            f"give it (the launchers' MODEL_PATH) as {absolute}"
+            f"give it (the launchers' MODEL_PATH) as {absolute}",
         )
     if path.startswith("/"):
         if not os.path.isdir(path):
-            return (
+            raise ConfigError(
+                key,
                 f"{key}={path} is not a folder on this machine: set it (the launchers' MODEL_PATH) to the folder of "
-                f"a downloaded model (python scripts/prepare_model.py <hub id> {path} downloads one there)"
+                f"a downloaded model (python scripts/prepare_model.py <hub id> {path} downloads one there)",
             )
     elif _hub_off() and not os.path.isdir(path):
-        return (
+        raise ConfigError(
+            key,
             f"{key}={path} is not a local folder, and the hub is off (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download "
             f"it once to shared storage (python scripts/prepare_model.py {path} /shared/models/{os.path.basename(path)}) "
-            "and set it (the launchers' MODEL_PATH) to that folder"
+            "and set it (the launchers' MODEL_PATH) to that folder",
         )
-    return None
 
 
 def _hub_off() -> bool:
@@ -131,7 +150,7 @@ def check_encoder(name: str) -> None:
     off) a hub id already in the Hugging Face cache.
 
     Raises:
-        ValueError: a path that is not a model folder, or a hub id that is not cached while the hub is off.
+        ConfigError: a path that is not a model folder, or a hub id that is not cached while the hub is off.
     """
     from gcpo_core.encoding.encoder import resolve_model_path
 
@@ -142,9 +161,9 @@ def check_encoder(name: str) -> None:
     local = os.path.expanduser(name)
     if name.startswith(("/", "./", "../", "~")) or os.path.exists(local):
         if not os.path.isdir(local):
-            raise ValueError(f"{key}={name} is not a folder")
+            raise ConfigError(key, f"{key}={name} is not a folder")
         if not any(os.path.isfile(os.path.join(local, f)) for f in ("modules.json", "config.json")):
-            raise ValueError(f"{key}={name} holds no model (no modules.json or config.json)")
+            raise ConfigError(key, f"{key}={name} holds no model (no modules.json or config.json)")
         return
     if not _hub_off():
         return  # downloaded by the credit actors at start-up
@@ -152,10 +171,11 @@ def check_encoder(name: str) -> None:
 
     repo = name if "/" in name else f"sentence-transformers/{name}"
     if not isinstance(try_to_load_from_cache(repo, "config.json"), str):
-        raise ValueError(
+        raise ConfigError(
+            key,
             f"{key}={name} is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE / "
             f"TRANSFORMERS_OFFLINE): download it once (huggingface-cli download {repo}) or set {key} to a "
-            "local folder every node can read"
+            "local folder every node can read",
         )
 
 
@@ -163,7 +183,7 @@ def check_loggers(config: DictConfig, environ: Mapping[str, str] = os.environ) -
     """``trainer.logger``: backends verl knows, their packages installed, and W&B able to log in.
 
     Raises:
-        ValueError: an unknown backend (with the closest known one), a missing package, or ``wandb`` without an API
+        ConfigError: an unknown backend (with the closest known one), a missing package, or ``wandb`` without an API
             key (``WANDB_API_KEY`` or ``wandb login``'s ~/.netrc) outside W&B's offline / disabled modes.
     """
     from verl.utils.tracking import Tracking
@@ -175,20 +195,23 @@ def check_loggers(config: DictConfig, environ: Mapping[str, str] = os.environ) -
         if backend not in known and backend != "tracking":
             close = difflib.get_close_matches(str(backend), known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ValueError(
-                f"trainer.logger: {backend!r} is not a backend verl knows{hint}; known: {', '.join(known)}"
+            raise ConfigError(
+                "trainer.logger",
+                f"trainer.logger: {backend!r} is not a backend verl knows{hint}; known: {', '.join(known)}",
             )
         module = LOGGER_MODULES.get("wandb" if backend == "tracking" else backend)
         if module is not None and importlib.util.find_spec(module) is None:
-            raise ValueError(
+            raise ConfigError(
+                "trainer.logger",
                 f"trainer.logger: {backend} needs the {module} package, which is not installed here "
-                f"(pip install {module}, or drop it from trainer.logger)"
+                f"(pip install {module}, or drop it from trainer.logger)",
             )
     if ("wandb" in loggers or "tracking" in loggers) and not _wandb_can_log(environ):
-        raise ValueError(
+        raise ConfigError(
+            "trainer.logger",
             "trainer.logger has wandb, but W&B has no API key here (WANDB_API_KEY, or `wandb login`) and "
             "is not offline: set WANDB_API_KEY, or WANDB_MODE=offline, or log without it "
-            '(trainer.logger=\'["console","tensorboard"]\')'
+            '(trainer.logger=\'["console","tensorboard"]\')',
         )
 
 
@@ -219,3 +242,18 @@ def missing_data_hint(path: str) -> str:
     if os.path.basename(str(path)) in prepared_file_names():
         return "scripts/prepare_data.py writes it (--out-dir: the launchers' DATA_DIR)"
     return "point data.train_files / data.val_files at a file that exists on this machine"
+
+
+def check_data_files(config: DictConfig) -> None:
+    """The training and validation files exist on this machine (verl finds out from inside a Ray actor).
+
+    Raises:
+        ConfigError: the first file that does not, with what to do about it and how many more are missing.
+    """
+    missing = missing_data_files(config)
+    if missing:
+        raise ConfigError(
+            "data.train_files",
+            f"{missing[0]} does not exist (data.train_files / data.val_files): {missing_data_hint(missing[0])}"
+            + (f" ({len(missing) - 1} more missing)" if len(missing) > 1 else ""),
+        )

@@ -17,6 +17,7 @@ from recipe.gcpo.baselines.group_contrastive import check_group_contrastive
 from recipe.gcpo.config import (
     GCPO_FILTER_METRIC,
     SYNC_TRAINER_MODE,
+    ConfigError,
     GCPOSettings,
     check_rollout_groups,
     recipe_trainer_message,
@@ -29,7 +30,7 @@ def check_recipe(config: DictConfig) -> RecipeSettings:
     """The recipe's own start-up checks of a full trainer config; returns its parsed settings.
 
     Raises:
-        ValueError: a bad recipe value, a setting that needs the GCPO trainer outside it, or one of the checks below.
+        ConfigError: a bad recipe value, a setting that needs the GCPO trainer outside it, or one of the checks below.
     """
     settings = RecipeSettings.parse(config)  # what the trainer will parse, by the same code
     check_recipe_trainer(config)
@@ -59,41 +60,44 @@ def check_recipe_trainer(config: DictConfig) -> None:
     """A setting only the GCPO trainer serves runs in the mode the recipe's entry point builds it for.
 
     Raises:
-        ValueError: such a setting with ``trainer.use_v1=false`` or another ``trainer.v1.trainer_mode``.
+        ConfigError: such a setting with ``trainer.use_v1=false`` or another ``trainer.v1.trainer_mode``.
     """
     need = setting_needing_recipe_trainer(config)
     if need is not None and not in_recipe_trainer_mode(config):
         found = f"trainer.use_v1={config.trainer.get('use_v1')}, trainer.v1.trainer_mode={trainer_mode(config)}"
-        raise ValueError(recipe_trainer_message(need, found))
+        raise ConfigError(need.setting.split("=")[0], recipe_trainer_message(need, found))
 
 
 def check_gcpo(config: DictConfig, settings: GCPOSettings) -> None:
     """Start-up checks of an embedding estimator (gcpo, dqo, dra_grpo) beyond its block's own values.
 
     Raises:
-        ValueError: too few rollouts per prompt or a multi-turn loop, a group past ``credit.max_group_size`` or
+        ConfigError: too few rollouts per prompt or a multi-turn loop, a group past ``credit.max_group_size`` or
             past exact Shapley's limit, or DAPO group filtering that would silently discard all-correct groups.
     """
     estimator = config.algorithm.adv_estimator
     n = config.actor_rollout_ref.rollout.n
     check_rollout_groups(config, estimator)
     if settings.credit.method == "exact" and n > EXACT_LIMIT:
-        raise ValueError(
+        raise ConfigError(
+            "algorithm.gcpo.credit.method",
             f"algorithm.gcpo.credit.method=exact enumerates 2^n coalitions: with rollout.n={n} > "
-            f"{EXACT_LIMIT} use method=auto or mc"
+            f"{EXACT_LIMIT} use method=auto or mc",
         )
     if n > settings.credit.max_group_size:
-        raise ValueError(
+        raise ConfigError(
+            "actor_rollout_ref.rollout.n",
             f"actor_rollout_ref.rollout.n={n} exceeds algorithm.gcpo.credit.max_group_size="
-            f"{settings.credit.max_group_size}"
+            f"{settings.credit.max_group_size}",
         )
     filter_groups = config.algorithm.get("filter_groups") or {}
     metric = filter_groups.get("metric")
     if filter_groups.get("enable", False) and metric != GCPO_FILTER_METRIC and not settings.filter_all_correct:
-        raise ValueError(
+        raise ConfigError(
+            "algorithm.filter_groups.metric",
             f"algorithm.filter_groups.enable=true with metric={metric!r} drops every group whose rollouts are "
             "all correct, which is where GCPO gives a signal GRPO does not. Use "
             f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} with the GCPO reward function "
             "(recipe/gcpo/reward.py: it drops only groups without a GCPO signal), or set "
-            "algorithm.gcpo.filter_all_correct=true to accept DAPO's filtering."
+            "algorithm.gcpo.filter_all_correct=true to accept DAPO's filtering.",
         )

@@ -15,7 +15,7 @@ from typing import Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipe.gcpo.config import GCPO_FILTER_METRIC, check_known, plain
+from recipe.gcpo.config import GCPO_FILTER_METRIC, ConfigError, check_known, plain
 
 # the recipe's own reward (config/gcpo_trainer.yaml): what runs when a config names no other
 RECIPE_REWARD = ("pkg://recipe.gcpo.reward", "compute_score")
@@ -49,7 +49,7 @@ def check_reward_function(config: DictConfig, written_as: str = "reward.custom_r
     it in, which the messages name (verl's legacy ``custom_reward_function`` is read here after its migration).
 
     Raises:
-        ValueError: a missing file or module, a module that fails to import, a missing or uncallable name, or a
+        ConfigError: a missing file or module, a module that fails to import, a missing or uncallable name, or a
             function that cannot take ``data_source``, ``solution_str``, ``ground_truth`` and ``extra_info``.
     """
     path, name = reward_function(config)
@@ -63,23 +63,24 @@ def check_reward_function(config: DictConfig, written_as: str = "reward.custom_r
         except (ImportError, ValueError):
             found = False
         if not found:
-            raise ValueError(f"{key}={path}: no module {module} is importable here")
+            raise ConfigError(key, f"{key}={path}: no module {module} is importable here")
     elif not os.path.isfile(os.path.expanduser(path)):
-        raise ValueError(
+        raise ConfigError(
+            key,
             f"{key}={path} does not exist (a reward file every node can read: a path on shared storage, "
-            "or pkg://<module>)"
+            "or pkg://<module>)",
         )
     from verl.utils.import_utils import load_extern_object
 
     try:
         function = load_extern_object(module_path=path, object_name=name)
     except AttributeError:
-        raise ValueError(f"{path} defines no {name!r} ({name_key})") from None
+        raise ConfigError(name_key, f"{path} defines no {name!r} ({name_key})") from None
     except Exception as err:
         cause = err.__cause__ or err  # verl wraps an import's error in its own RuntimeError
-        raise ValueError(f"{key}={path} fails to load here: {type(cause).__name__}: {cause}") from None
+        raise ConfigError(key, f"{key}={path} fails to load here: {type(cause).__name__}: {cause}") from None
     if not callable(function):
-        raise ValueError(f"{path}:{name} is not a function ({name_key})")
+        raise ConfigError(name_key, f"{path}:{name} is not a function ({name_key})")
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
@@ -93,9 +94,10 @@ def check_reward_function(config: DictConfig, written_as: str = "reward.custom_r
         }
         missing = [arg for arg in REWARD_FN_ARGS if arg not in takes]
         if missing:
-            raise ValueError(
+            raise ConfigError(
+                name_key,
                 f"{path}:{name}{inspect.signature(function)} cannot take {', '.join(missing)}: verl's "
-                f"reward managers call it with {', '.join(f'{a}=...' for a in REWARD_FN_ARGS)}"
+                f"reward managers call it with {', '.join(f'{a}=...' for a in REWARD_FN_ARGS)}",
             )
     given = set(OmegaConf.select(config, "reward.custom_reward_function.reward_kwargs") or {})
     required = [
@@ -107,9 +109,10 @@ def check_reward_function(config: DictConfig, written_as: str = "reward.custom_r
         and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     ]
     if required:
-        raise ValueError(
+        raise ConfigError(
+            name_key,
             f"{path}:{name} requires {', '.join(required)}, which verl does not pass: give them a default "
-            f"or set {written_as}.reward_kwargs"
+            f"or set {written_as}.reward_kwargs",
         )
 
 
@@ -118,55 +121,65 @@ def check_reward_kwargs(config: DictConfig) -> None:
     manager's own overlong-buffer checks (which verl runs in every reward worker, after the models are up).
 
     Raises:
-        ValueError: a key the reward manager does not read, a manager that reads none, or an overlong buffer
+        ConfigError: a key the reward manager does not read, a manager that reads none, or an overlong buffer
             that is enabled without the values the DAPO manager needs.
     """
     kwargs = plain(OmegaConf.select(config, "reward.reward_kwargs"))
     if not kwargs:
         return
     if not isinstance(kwargs, Mapping):
-        raise ValueError(f"reward.reward_kwargs must be a mapping, got {kwargs!r}")
+        raise ConfigError("reward.reward_kwargs", f"reward.reward_kwargs must be a mapping, got {kwargs!r}")
     manager = config.reward.reward_manager
     if manager.get("source", "register") != "register":
         return  # a reward manager of the user's own (source=importlib) reads what it reads
     accepted = REWARD_KWARGS.get(manager.name)
     if accepted is None:
         readers = ", ".join(sorted(REWARD_KWARGS))
-        raise ValueError(
+        raise ConfigError(
+            "reward.reward_kwargs",
             f"reward.reward_kwargs ({sorted(kwargs)}) is read only by reward.reward_manager.name="
-            f"{readers} in verl 0.9.1: reward_manager.name={manager.name} would ignore it"
+            f"{readers} in verl 0.9.1: reward_manager.name={manager.name} would ignore it",
         )
     check_known("reward.reward_kwargs", kwargs, set(accepted))
     for key, fields in accepted.items():
         value = kwargs.get(key)
         if fields is not None and value is not None:
             if not isinstance(value, Mapping):
-                raise ValueError(f"reward.reward_kwargs.{key} must be a mapping, got {value!r}")
+                raise ConfigError(
+                    f"reward.reward_kwargs.{key}", f"reward.reward_kwargs.{key} must be a mapping, got {value!r}"
+                )
             check_known(f"reward.reward_kwargs.{key}", value, set(fields))
     buffer = kwargs.get("overlong_buffer_cfg") or {}
     if buffer and "enable" not in buffer:  # verl's DAPO manager reads .enable first, in every reward worker
-        raise ValueError(
+        raise ConfigError(
+            "reward.reward_kwargs.overlong_buffer_cfg.enable",
             f"reward.reward_kwargs.overlong_buffer_cfg ({sorted(buffer)}) has no enable: set "
-            "reward.reward_kwargs.overlong_buffer_cfg.enable=true or false (a protocol=<name> sets it)"
+            "reward.reward_kwargs.overlong_buffer_cfg.enable=true or false (a protocol=<name> sets it)",
         )
     if buffer.get("enable"):
         missing = sorted(REWARD_KWARGS["dapo"]["overlong_buffer_cfg"] - set(buffer))
         if missing:
-            raise ValueError(
+            raise ConfigError(
+                "reward.reward_kwargs.overlong_buffer_cfg",
                 f"reward.reward_kwargs.overlong_buffer_cfg.enable=true: the DAPO reward manager also reads "
-                f"{', '.join(f'overlong_buffer_cfg.{key}' for key in missing)}; set them"
+                f"{', '.join(f'overlong_buffer_cfg.{key}' for key in missing)}; set them",
             )
         max_len, length = kwargs.get("max_resp_len"), buffer["len"]
         if max_len is None:
-            raise ValueError(
-                "reward.reward_kwargs.overlong_buffer_cfg.enable=true needs reward.reward_kwargs.max_resp_len"
+            raise ConfigError(
+                "reward.reward_kwargs.max_resp_len",
+                "reward.reward_kwargs.overlong_buffer_cfg.enable=true needs reward.reward_kwargs.max_resp_len",
             )
         if not length or length <= 0:
-            raise ValueError(
-                f"reward.reward_kwargs.overlong_buffer_cfg.len must be > 0 when the buffer is enabled, got {length}"
+            raise ConfigError(
+                "reward.reward_kwargs.overlong_buffer_cfg.len",
+                f"reward.reward_kwargs.overlong_buffer_cfg.len must be > 0 when the buffer is enabled, got {length}",
             )
         if max_len < length:
-            raise ValueError(f"reward.reward_kwargs.max_resp_len={max_len} must be >= overlong_buffer_cfg.len={length}")
+            raise ConfigError(
+                "reward.reward_kwargs.max_resp_len",
+                f"reward.reward_kwargs.max_resp_len={max_len} must be >= overlong_buffer_cfg.len={length}",
+            )
 
 
 # the arguments verl passes a custom reward function only when a reward model serves the run (its router's): like
@@ -185,34 +198,40 @@ def check_custom_reward_kwargs(config: DictConfig) -> None:
     ``**kwargs`` for its own use), and none may replace an argument verl passes.
 
     Raises:
-        ValueError: an unknown or clashing keyword, or a reward function that cannot be loaded to check it.
+        ConfigError: an unknown or clashing keyword, or a reward function that cannot be loaded to check it.
     """
     function_config = OmegaConf.select(config, "reward.custom_reward_function") or {}
     kwargs = plain(function_config.get("reward_kwargs")) or {}
     if not kwargs:
         return
     if not isinstance(kwargs, Mapping):
-        raise ValueError(f"reward.custom_reward_function.reward_kwargs must be a mapping, got {kwargs!r}")
+        raise ConfigError(
+            "reward.custom_reward_function.reward_kwargs",
+            f"reward.custom_reward_function.reward_kwargs must be a mapping, got {kwargs!r}",
+        )
     path, name = function_config.get("path"), function_config.get("name")
     if not path:
-        raise ValueError(
+        raise ConfigError(
+            "reward.custom_reward_function.reward_kwargs",
             "reward.custom_reward_function.reward_kwargs is set but custom_reward_function.path is not: "
-            "verl would ignore them"
+            "verl would ignore them",
         )
     clash = sorted(set(kwargs) & set(REWARD_FN_ARGS + REWARD_FN_ROUTER_ARGS))
     if clash:
-        raise ValueError(
+        raise ConfigError(
+            "reward.custom_reward_function.reward_kwargs",
             f"reward.custom_reward_function.reward_kwargs: {clash} would replace the argument(s) verl "
-            "passes the reward function for each response"
+            "passes the reward function for each response",
         )
     from verl.utils.import_utils import load_extern_object
 
     try:
         function = load_extern_object(module_path=path, object_name=name)
     except Exception as err:
-        raise ValueError(
+        raise ConfigError(
+            "reward.custom_reward_function",
             f"reward.custom_reward_function ({path}, {name}) cannot be loaded here to check its "
-            f"reward_kwargs: {type(err).__name__}: {err}"
+            f"reward_kwargs: {type(err).__name__}: {err}",
         ) from err
     parameters = inspect.signature(function).parameters.values()
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
@@ -233,7 +252,7 @@ def check_filter_signal(config: DictConfig) -> None:
     never names the key cannot report it.
 
     Raises:
-        ValueError: filtering on ``gcpo_signal`` with a reward function that does not report it.
+        ConfigError: filtering on ``gcpo_signal`` with a reward function that does not report it.
     """
     filter_groups = OmegaConf.select(config, "algorithm.filter_groups") or {}
     if not filter_groups.get("enable", False) or filter_groups.get("metric") != GCPO_FILTER_METRIC:
@@ -246,15 +265,17 @@ def check_filter_signal(config: DictConfig) -> None:
         "pkg://recipe.gcpo.reward), or filter on acc (algorithm.filter_groups.metric=acc)"
     )
     if not path:
-        raise ValueError(
+        raise ConfigError(
+            "algorithm.filter_groups.metric",
             f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} is read from the reward, but verl's "
-            f"built-in reward does not report it: {fix}"
+            f"built-in reward does not report it: {fix}",
         )
     source = _reward_source(path)
     if source is not None and GCPO_FILTER_METRIC not in source:
-        raise ValueError(
+        raise ConfigError(
+            "algorithm.filter_groups.metric",
             f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} is read from the reward, but the reward "
-            f"function {path}:{name} never reports {GCPO_FILTER_METRIC!r}: {fix}"
+            f"function {path}:{name} never reports {GCPO_FILTER_METRIC!r}: {fix}",
         )
 
 

@@ -16,12 +16,13 @@ def check_v1_trainer(config: DictConfig) -> None:
     """The config selects verl's V1 trainer, the one this entry point runs.
 
     Raises:
-        ValueError: ``trainer.use_v1=false``.
+        ConfigError: ``trainer.use_v1=false``.
     """
     if not config.trainer.get("use_v1", True):
-        raise ValueError(
+        raise ConfigError(
+            "trainer.use_v1",
             "trainer.use_v1=false selects verl's legacy trainer, which this entry point does not run: "
-            "use verl's own `python -m verl.trainer.main_ppo` for it"
+            "use verl's own `python -m verl.trainer.main_ppo` for it",
         )
 
 
@@ -78,9 +79,9 @@ def check_numeric_keys(config: DictConfig) -> None:
         is_number = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
         if not is_number or value < low or (isinstance(value, float) and value != value):
             bound = f">= {low}" if low > 0 or integer else "> 0"
-            raise ValueError(f"{key} must be {kind} {bound}{' or null' if nullable else ''}, got {value!r}")
+            raise ConfigError(key, f"{key} must be {kind} {bound}{' or null' if nullable else ''}, got {value!r}")
         if not integer and low == 0 and value <= 0:
-            raise ValueError(f"{key} must be {kind} > 0, got {value!r}")
+            raise ConfigError(key, f"{key} must be {kind} > 0, got {value!r}")
 
 
 def check_cluster_shape(config: DictConfig) -> None:
@@ -89,4 +90,4 @@ def check_cluster_shape(config: DictConfig) -> None:
     for key in ("nnodes", "n_gpus_per_node"):
         value = config.trainer[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"trainer.{key} must be an integer >= 1, got {value!r}")
+            raise ConfigError(f"trainer.{key}", f"trainer.{key} must be an integer >= 1, got {value!r}")

@@ -11,7 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from recipe.gcpo import main_gcpo
-from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
+from recipe.gcpo.run_summary import DRY_RUN_MARKER
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.scripts.launch import launcher_overrides
 
@@ -207,9 +207,19 @@ def visible_gpus(monkeypatch, tmp_path):
     return set_count
 
 
-def test_the_machine_is_checked_before_ray_starts_unless_a_cluster_is_joined(visible_gpus, monkeypatch):
-    from recipe.gcpo.preflight.machine import accelerator_problem
+def accelerator_problem(config):
+    """The message (None: none) of the start-up check of this machine's GPUs."""
+    from recipe.gcpo.config import ConfigError
+    from recipe.gcpo.preflight.machine import check_accelerator
 
+    try:
+        check_accelerator(config)
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
+def test_the_machine_is_checked_before_ray_starts_unless_a_cluster_is_joined(visible_gpus, monkeypatch):
     config = compose_gcpo(VALID + ["trainer.n_gpus_per_node=8"])
     visible_gpus(8)
     assert accelerator_problem(config) is None
@@ -244,7 +254,7 @@ def test_the_training_data_loaders_workers_are_stopped_when_training_ends():
     import psutil
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from recipe.gcpo.main_gcpo import stop_dataloader_workers
+    from recipe.gcpo.task_runner import stop_dataloader_workers
 
     loader = StatefulDataLoader(list(range(64)), batch_size=4, num_workers=2)
     trainer = SimpleNamespace(train_dataloader_it=iter(loader))

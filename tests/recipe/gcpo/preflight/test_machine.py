@@ -3,8 +3,9 @@ loggers, the data files; the GPUs and the Ray cluster through the entry point ar
 
 import pytest
 
+from recipe.gcpo.config import ConfigError
 from recipe.gcpo.preflight import machine, validate
-from recipe.gcpo.preflight.machine import model_path_problem
+from recipe.gcpo.preflight.machine import check_model_path
 from tests.recipe.gcpo.conftest import BASE, compose_gcpo
 
 # --- the encoder --------------------------------------------------------------------------------------------
@@ -88,7 +89,12 @@ def _problem(path, monkeypatch, offline=False):
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     if offline:
         monkeypatch.setenv(*offline)
-    return model_path_problem(compose_gcpo([f"actor_rollout_ref.model.path='{path}'"]))
+    try:
+        check_model_path(compose_gcpo([f"actor_rollout_ref.model.path='{path}'"]))
+    except ConfigError as error:
+        assert error.key == "actor_rollout_ref.model.path"
+        return str(error)
+    return None
 
 
 def test_a_hub_id_is_refused_when_the_hub_is_off_with_the_download_command(monkeypatch):
