@@ -228,10 +228,10 @@ def run_hydra_command(command: CommandLine) -> None:
     """
     args = command.args
     if args.multirun or args.experimental_rerun:
-        flag = "--multirun (-m)" if args.multirun else "--experimental-rerun"
+        flag = "--multirun" if args.multirun else "--experimental-rerun"
         raise ConfigError(
-            None,
-            f"{flag} is not supported: the entry point composes, checks and starts one training run per call; "
+            flag,
+            f"{flag}{' (-m)' if args.multirun else ''} is not supported: the entry point composes, checks and starts one training run per call; "
             "start one call per setting (python -m recipe.gcpo.main_gcpo key=value ..., or a launcher with its "
             "overrides)",
         )

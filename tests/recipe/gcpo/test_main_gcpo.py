@@ -683,3 +683,37 @@ def test_under_diver_a_bad_credit_value_is_refused_at_start_up(entry, dry_run):
         entry("algorithm.adv_estimator=diver", "algorithm.gcpo.credit.epsilon=0", dry_run=dry_run),
         "algorithm.gcpo.credit.epsilon must be a finite number > 0.0, got 0",
     )
+
+
+# ---- Hydra's own commands: the composition a run gets, or a refusal in one line ------------------------------
+
+
+def test_cfg_job_shows_a_users_own_config_with_the_recipes_keys(tmp_path):
+    """``--cfg job`` on a config of the user's own used to end in Hydra's report "Key 'gcpo' is not in struct": Hydra
+    composed it without the recipe's keys, which a run of the same command line gets."""
+    folder = _own_config(tmp_path)
+    command = ["--config-path", str(folder), "--config-name", "my_ppo", "--cfg", "job"]
+    proc = _entry_point(*command, "algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.method=mc", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = yaml.safe_load(proc.stdout)  # the config alone: the note is on standard error
+    assert config["algorithm"]["gcpo"]["credit"]["method"] == "mc" and config["trainer"]["project_name"] == "mine"
+    assert "gcpo: your config (my_ppo) has no algorithm.gcpo: the recipe's keys are added" in proc.stderr
+    assert list(tmp_path.iterdir()) == [folder]  # nothing written
+
+
+def test_cfg_with_a_misspelt_key_is_the_same_one_line_as_a_run(entry):
+    _one_line(
+        entry("algorithm.gcpo.credit.methd=mc", "--cfg", "job"),  # a flag after the overrides: argparse reads no more
+        "algorithm.gcpo.credit.methd is not a key of the config: did you mean algorithm.gcpo.credit.method?",
+    )
+
+
+@pytest.mark.parametrize("flag", ["-m", "--multirun"])
+def test_a_multirun_is_refused_in_one_line(entry, flag):
+    """Each job of a sweep would be a training run of its own, in this one process, outside the one composition."""
+    _one_line(
+        entry("algorithm.gcpo.credit.method=mc,loo", flag, dry_run=False),
+        "--multirun (-m) is not supported: the entry point composes, checks and starts one training run per "
+        "call; start one call per setting (python -m recipe.gcpo.main_gcpo key=value ..., or a launcher with its "
+        "overrides)",
+    )
