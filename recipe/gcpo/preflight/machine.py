@@ -252,8 +252,10 @@ def check_data_files(config: DictConfig) -> None:
     """
     missing = missing_data_files(config)
     if missing:
+        train = OmegaConf.select(config, "data.train_files")
+        in_train = missing[0] == train or missing[0] in ([] if isinstance(train, str) else list(train or []))
         raise ConfigError(
-            "data.train_files",
+            "data.train_files" if in_train else "data.val_files",
             f"{missing[0]} does not exist (data.train_files / data.val_files): {missing_data_hint(missing[0])}"
             + (f" ({len(missing) - 1} more missing)" if len(missing) > 1 else ""),
         )

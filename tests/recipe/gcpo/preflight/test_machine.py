@@ -128,3 +128,16 @@ def test_a_path_that_is_not_an_absolute_folder_is_refused_hub_or_not_with_advice
     monkeypatch.chdir(tmp_path)
     assert _problem("./models", monkeypatch).endswith(f"as {tmp_path / 'models'}")
     assert "is not an absolute path" in _problem("../models", monkeypatch)
+
+
+def test_a_missing_data_file_is_refused_naming_the_key_that_lists_it(tmp_path):
+    present = tmp_path / "train.parquet"
+    present.write_text("x")
+    for train, val, key in (
+        (present, tmp_path / "val.parquet", "data.val_files"),
+        (tmp_path / "t.parquet", present, "data.train_files"),
+    ):
+        with pytest.raises(ConfigError, match="does not exist") as refused:
+            machine.check_data_files(compose_gcpo([f"data.train_files={train}", f"data.val_files=[{val}]"]))
+        assert refused.value.key == key
+    machine.check_data_files(compose_gcpo([f"data.train_files={present}", f"data.val_files={present}"]))
