@@ -206,3 +206,37 @@ def test_the_verifier_comparisons_case_counts_in_method_md(shared_data, monkeypa
         int(words_between.replace(",", ""))
         == kinds["several-parts/words-between"] + kinds["several-parts/labelled-parts"]
     )
+
+
+def test_the_start_up_steps_in_training_md_are_the_entry_points_in_its_order():
+    """docs/training.md's numbered start-up list: a step for each stage of main_gcpo.start (accept_run's inlined),
+    in the order the code runs them."""
+    import ast
+
+    section = (ROOT / "docs/training.md").read_text().split("## The entry point", 1)[1].split("\n### ", 1)[0]
+    steps = re.findall(r"^\d+\. \*\*(.+?)\*\*", section, re.M)
+    call_of = {
+        "Compose": "compose",
+        "Adapt": "adapt",
+        "Validate the config": "validate",
+        "Say what will run": "print_startup",
+        "Check this machine": "check_accelerator",
+        "Train": "run_composed",
+    }
+    assert sorted(steps) == sorted(call_of), steps
+    functions = {
+        node.name: node
+        for node in ast.parse((ROOT / "recipe/gcpo/main_gcpo.py").read_text()).body
+        if isinstance(node, ast.FunctionDef)
+    }
+
+    def calls(name):
+        found = sorted(
+            (node.lineno, node.col_offset, node.func.id)
+            for node in ast.walk(functions[name])
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        )
+        return [c for _, _, called in found for c in (calls(called) if called == "accept_run" else [called])]
+
+    order = [called for called in dict.fromkeys(calls("start")) if called in call_of.values()]
+    assert order == [call_of[step] for step in steps]

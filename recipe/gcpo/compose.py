@@ -9,8 +9,9 @@ the user's own folders) so that ``+protocol=<name>`` works there too. An overrid
 :class:`~recipe.gcpo.config.ConfigError` naming the key, with the closest existing key, whichever config it is.
 
 :func:`run_composed` runs a task on that composed config as ``hydra.main`` would (Hydra's run directory, its
-``.hydra/`` record and log, ``HYDRA_FULL_ERROR``) without composing it again. Hydra's other commands (``--help``,
-``--cfg``, ``--info``, ``--multirun``, ...) are Hydra's: :func:`run_hydra_command` hands them over as given.
+``.hydra/`` record and log, ``HYDRA_FULL_ERROR``) without composing it again. Hydra's inspection commands (``--help``,
+``--cfg``, ``--info``, ...) run on the same search path and overrides (:func:`run_hydra_command`); a multirun is
+refused, since each of its jobs would be a training run of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import copy
 import difflib
 import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,7 @@ from typing import Callable, Iterator, Optional
 # does what hydra.main does, split where the checks go (tests/recipe/gcpo/test_main_gcpo.py runs each)
 from hydra._internal.callbacks import Callbacks
 from hydra._internal.hydra import Hydra
-from hydra._internal.utils import _run_hydra, create_automatic_config_search_path, get_args_parser, run_and_report
+from hydra._internal.utils import create_automatic_config_search_path, get_args_parser, run_and_report
 from hydra.core.config_search_path import SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -150,26 +152,34 @@ def hydra_session() -> Iterator[None]:
         GlobalHydra.instance().clear()
 
 
+def _main_hydra(command: CommandLine) -> tuple[Hydra, list[str], list[str]]:
+    """Hydra's instance for ``command`` (inside :func:`hydra_session`), the overrides to compose with (a user's config
+    that lacks the recipe's keys gets them, as ``+gcpo_keys=recipe``) and a line for each thing added."""
+    setbase(None)  # hydra.main(version_base=None): this Hydra's defaults (no chdir into the run directory)
+    overrides, notes = command.overrides, []
+    hydra = Hydra.create_main_hydra2(task_name=TASK_NAME, config_search_path=_search_path(command))
+    if (
+        command.own_config
+        and not any(o.lstrip("+~").startswith(f"{RECIPE_KEYS_GROUP}=") for o in overrides)
+        and not _has_recipe_keys(hydra, command.config_name, overrides)
+    ):
+        overrides = [*overrides, RECIPE_KEYS]
+        notes.append(
+            f"your config ({command.config_name}) has no {RECIPE_BLOCK}: the recipe's keys are added "
+            f"({RECIPE_KEYS}, from {CONFIG_DIR}/{RECIPE_KEYS_GROUP}/recipe.yaml)"
+        )
+    return hydra, overrides, notes
+
+
 def compose(command: CommandLine) -> Composed:
     """The config ``command`` names, composed once (inside :func:`hydra_session`).
 
     Raises:
         ConfigError: an override Hydra cannot parse or apply, or a config it cannot find, in one line.
     """
-    setbase(None)  # hydra.main(version_base=None): this Hydra's defaults (no chdir into the run directory)
-    overrides, notes = command.overrides, []
+    overrides = command.overrides
     try:
-        hydra = Hydra.create_main_hydra2(task_name=TASK_NAME, config_search_path=_search_path(command))
-        if (
-            command.own_config
-            and not any(o.lstrip("+~").startswith(f"{RECIPE_KEYS_GROUP}=") for o in overrides)
-            and not _has_recipe_keys(hydra, command.config_name, overrides)
-        ):
-            overrides = [*overrides, RECIPE_KEYS]
-            notes.append(
-                f"your config ({command.config_name}) has no {RECIPE_BLOCK}: the recipe's keys are added "
-                f"({RECIPE_KEYS}, from {CONFIG_DIR}/{RECIPE_KEYS_GROUP}/recipe.yaml)"
-            )
+        hydra, overrides, notes = _main_hydra(command)
         # from_shell and the log configuration as hydra.main composes
         composition = hydra.compose_config(command.config_name, overrides, run_mode=RunMode.RUN)
     except ConfigError:
@@ -208,12 +218,43 @@ def run_composed(composed: Composed, task: Callable[[], None]) -> None:
     run_and_report(run)
 
 
-def run_hydra_command(command: CommandLine, task: Callable[[DictConfig], None]) -> None:
-    """Hydra's own commands (``--help``, ``--cfg``, ``--info``, ``--multirun``, ...), as ``hydra.main`` runs them on
-    the recipe's config folder; a job they run calls ``task`` with its config."""
-    _run_hydra(
-        args=command.args, args_parser=command.parser, task_function=task, config_path="config", config_name=CONFIG_NAME
-    )
+def run_hydra_command(command: CommandLine) -> None:
+    """Hydra's inspection commands (``--help``, ``--hydra-help``, ``--cfg``, ``--info``, ``--shell-completion``) as
+    ``hydra.main`` runs them, on the composition a run gets: the same search path, and a user's config with the
+    recipe's keys added (said on standard error, so that ``--cfg`` prints only the config). A multirun is refused.
+
+    Raises:
+        ConfigError: ``--multirun`` / ``-m`` or ``--experimental-rerun``, or a composition Hydra cannot make.
+    """
+    args = command.args
+    if args.multirun or args.experimental_rerun:
+        flag = "--multirun" if args.multirun else "--experimental-rerun"
+        raise ConfigError(
+            flag,
+            f"{flag}{' (-m)' if args.multirun else ''} is not supported: the entry point composes, checks and starts one training run per call; "
+            "start one call per setting (python -m recipe.gcpo.main_gcpo key=value ..., or a launcher with its "
+            "overrides)",
+        )
+    overrides = command.overrides
+    try:
+        hydra, overrides, notes = _main_hydra(command)
+        for note in notes:
+            print(f"gcpo: {note}", file=sys.stderr, flush=True)
+        name, args = command.config_name, argparse.Namespace(**{**vars(args), "overrides": overrides})
+        if args.help:
+            hydra.app_help(config_name=name, args_parser=command.parser, args=args)
+        elif args.hydra_help:
+            hydra.hydra_help(config_name=name, args_parser=command.parser, args=args)
+        elif args.cfg:
+            hydra.show_cfg(name, overrides, cfg_type=args.cfg, package=args.package, resolve=args.resolve)
+        elif args.info:
+            hydra.show_info(args.info, config_name=name, overrides=overrides)
+        else:
+            hydra.shell_completion(config_name=name, overrides=overrides)
+    except ConfigError:
+        raise
+    except Exception as error:  # as in compose(): the command line's or the config files'
+        raise composition_error(error, overrides) from error
 
 
 # ---- one line for a composition that failed ------------------------------------------------------------------

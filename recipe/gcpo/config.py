@@ -48,7 +48,7 @@ MC_GRPO_ESTIMATOR = "mc_grpo"
 # estimators whose inputs only the GCPO trainer computes (embeddings, or the response texts for DIVER)
 TRAINER_ESTIMATORS = (*EMBEDDING_ESTIMATORS, DIVER_ESTIMATOR)
 # every estimator recipe.gcpo.register registers in verl's registry (the driver checks a name against these and
-# verl's own without importing the trainer; tests/recipe/gcpo/test_preflight.py compares them with the registry)
+# verl's own without importing the trainer; tests/recipe/gcpo/preflight/test_verl_keys.py compares them with the registry)
 RECIPE_ESTIMATORS = (*TRAINER_ESTIMATORS, COPO_ESTIMATOR, MC_GRPO_ESTIMATOR)
 # reward_extra_info key written by recipe.gcpo.reward: constant within a group exactly when GCPO has no signal
 GCPO_FILTER_METRIC = "gcpo_signal"
@@ -78,13 +78,13 @@ def check_known(key_path: str, block: Mapping, allowed: set[str]) -> None:
     """Refuse keys of ``block`` outside ``allowed``, naming the closest known one.
 
     Raises:
-        ValueError: ``<key_path>: unknown key(s) [...] (did you mean ...?); known: [...]``.
+        ConfigError: ``<key_path>: unknown key(s) [...] (did you mean ...?); known: [...]``.
     """
     unknown = sorted(set(block) - allowed)
     if unknown:
         close = [match for key in unknown for match in difflib.get_close_matches(key, sorted(allowed), n=1)]
         hint = f" (did you mean {', '.join(repr(m) for m in close)}?)" if close else ""
-        raise ValueError(f"{key_path}: unknown key(s) {unknown}{hint}; known: {sorted(allowed)}")
+        raise ConfigError(key_path, f"{key_path}: unknown key(s) {unknown}{hint}; known: {sorted(allowed)}")
 
 
 def build_section(cls: type[Section], values: Optional[Mapping[str, Any]], key_path: str) -> Section:
@@ -94,18 +94,18 @@ def build_section(cls: type[Section], values: Optional[Mapping[str, Any]], key_p
     key path plus the field's problem, as the dataclass wrote it.
 
     Raises:
-        ValueError: ``<key_path>.<field> must be ...``, an unknown key, or a block that is not a mapping.
+        ConfigError: ``<key_path>.<field> must be ...``, an unknown key, or a block that is not a mapping.
     """
     values = plain(values)
     if values is None:
         values = {}
     if not isinstance(values, Mapping):
-        raise ValueError(f"{key_path} must be a mapping, got {values!r}")
+        raise ConfigError(key_path, f"{key_path} must be a mapping, got {values!r}")
     check_known(key_path, values, {f.name for f in dataclasses.fields(cls)})
     try:
         return cls(**values)
     except FieldError as err:
-        raise ValueError(f"{key_path}.{err.field} {err.problem}") from None
+        raise ConfigError(f"{key_path}.{err.field}", f"{key_path}.{err.field} {err.problem}") from None
 
 
 def algorithm_block(algorithm: Any, name: str) -> Optional[Mapping[str, Any]]:
@@ -210,11 +210,14 @@ class GCPOSettings:
         """Parse ``algorithm.gcpo`` (absent: defaults), with the keys ``estimator`` fixes applied."""
         block = algorithm_block(algorithm, "gcpo") or {}
         if not isinstance(block, Mapping):
-            raise ValueError(f"algorithm.gcpo must be a mapping, got {block!r}")
+            raise ConfigError("algorithm.gcpo", f"algorithm.gcpo must be a mapping, got {block!r}")
         check_known("algorithm.gcpo", block, GCPO_KEYS)
         filter_all_correct = block.get("filter_all_correct", False)
         if not isinstance(filter_all_correct, bool):
-            raise ValueError(f"algorithm.gcpo.filter_all_correct must be true or false, got {filter_all_correct!r}")
+            raise ConfigError(
+                "algorithm.gcpo.filter_all_correct",
+                f"algorithm.gcpo.filter_all_correct must be true or false, got {filter_all_correct!r}",
+            )
         return cls(
             encoder=build_section(EncoderConfig, block.get("encoder"), "algorithm.gcpo.encoder"),
             credit=credit_config(algorithm, block.get("credit"), EMBEDDING_ESTIMATORS[estimator]),
@@ -229,9 +232,12 @@ def credit_config(algorithm: Any, block: Optional[Mapping[str, Any]], fixed: Map
     keys an estimator fixes (``fixed``) applied over the user's."""
     credit = plain(block) or {}
     if not isinstance(credit, Mapping):
-        raise ValueError(f"algorithm.gcpo.credit must be a mapping, got {credit!r}")
+        raise ConfigError("algorithm.gcpo.credit", f"algorithm.gcpo.credit must be a mapping, got {credit!r}")
     if "norm_by_std" in credit:
-        raise ValueError("algorithm.gcpo.credit.norm_by_std is not a key: use verl's algorithm.norm_adv_by_std_in_grpo")
+        raise ConfigError(
+            "algorithm.gcpo.credit.norm_by_std",
+            "algorithm.gcpo.credit.norm_by_std is not a key: use verl's algorithm.norm_adv_by_std_in_grpo",
+        )
     # the user's keys: every field but norm_by_std, which is verl's switch
     check_known("algorithm.gcpo.credit", credit, {f.name for f in dataclasses.fields(CreditConfig)} - {"norm_by_std"})
     credit = {**credit, "norm_by_std": bool(algorithm.get("norm_adv_by_std_in_grpo", True))}
@@ -297,3 +303,41 @@ def recipe_trainer_message(need: TrainerNeed, found: str) -> str:
         f"(or a launcher in scripts/), which runs the recipe's trainer as verl's V1 sync trainer (trainer.use_v1="
         f"true, trainer.v1.trainer_mode={SYNC_TRAINER_MODE}: verl's defaults){need.instead} (found: {found})."
     )
+
+
+# ---- start-up checks every estimator or loss of its kind shares (the baselines' modules and recipe.gcpo.preflight)
+
+
+def check_rollout_groups(config: DictConfig, estimator: str) -> None:
+    """An estimator that compares the rollouts of a prompt has at least two, one output each.
+
+    Raises:
+        ConfigError: ``rollout.n`` < 2, or a multi-turn agent loop (several outputs under one rollout).
+    """
+    n = config.actor_rollout_ref.rollout.n
+    if n < 2:
+        raise ConfigError(
+            "actor_rollout_ref.rollout.n",
+            f"{estimator} credits rollouts within a group: actor_rollout_ref.rollout.n must be >= 2, got {n}",
+        )
+    if OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable"):
+        raise ConfigError(
+            "actor_rollout_ref.rollout.multi_turn.enable",
+            f"algorithm.adv_estimator={estimator} credits one output per rollout; multi-turn agent loops "
+            "(actor_rollout_ref.rollout.multi_turn.enable=true) put several outputs under one rollout and "
+            "are not supported",
+        )
+
+
+def check_actor_loss(config: DictConfig, selected: str, what: str) -> None:
+    """A setting that gives the actor workers their loss (``set_loss_fn``) is not replaced by distillation's.
+
+    Raises:
+        ConfigError: ``distillation.enabled=true``.
+    """
+    if OmegaConf.select(config, "distillation.enabled"):
+        raise ConfigError(
+            "distillation.enabled",
+            f"{selected} gives the actor {what}; with distillation.enabled=true the actor runs the "
+            "distillation loss instead: use one or the other",
+        )

@@ -1,5 +1,5 @@
 """What start-up says will run, a line each, printed by the entry point once the config passed
-:mod:`recipe.gcpo.preflight`'s checks (and by a dry run, before the config): the estimator (with GCPO's credit and
+:mod:`recipe.gcpo.preflight`'s checks (and by a dry run, before the config it prints): the estimator (with GCPO's credit and
 encoder), the reward (manager, function, overlong shaping), the scale, the protocol whose trainer settings the run
 takes, and the credit actor's GPU memory computed from the encoder's files, with a warning when vLLM's share plus it
 leaves too little of the GPU.
@@ -10,11 +10,40 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipe.gcpo.preflight import DATA_SOURCE_DISPATCH, RECIPE_REWARD, RECIPE_REWARD_WHAT, reward_function
+from recipe.gcpo.preflight.machine import missing_data_files, missing_data_hint
+from recipe.gcpo.preflight.reward import DATA_SOURCE_DISPATCH, RECIPE_REWARD, RECIPE_REWARD_WHAT, reward_function
+
+DRY_RUN_MARKER = "# composed config (dry run)"
+DRY_RUN_DONE = "# dry run ({estimator}): the config composes and validates; nothing was started."
+
+
+def print_startup(
+    config: DictConfig, settings: Any, choices: Mapping[str, Optional[str]], notes: Sequence[str] = ()
+) -> None:
+    """The start-up lines (``gcpo: ...``) of an accepted config: ``notes`` (what the composition and the migration of
+    legacy keys did), what will run, the protocol (``choices``: the config's group choices) and, for an estimator
+    that embeds (``settings``: its GCPO settings, else None), the credit actor's GPU memory beside vLLM's share."""
+    lines = [*notes, *startup_lines(config, settings), protocol_line(choices)]
+    if settings is not None:
+        lines += memory_lines(settings, config, *local_gpu())
+    for line in lines:
+        print(f"gcpo: {line}", flush=True)
+
+
+def print_dry_run(config: DictConfig, entry_point: Path) -> None:
+    """What a dry run prints after the start-up lines: the entry point's file (an installed copy of the recipe and a
+    checkout on the path can differ), the composed config, the data files that are not here, and that nothing was
+    started."""
+    print(f"# entry point: {entry_point.resolve()}")
+    print(DRY_RUN_MARKER)
+    print(OmegaConf.to_yaml(config, resolve=True))
+    for path in missing_data_files(config):
+        print(f"# warning: {path} does not exist here ({missing_data_hint(path)})")
+    print(DRY_RUN_DONE.format(estimator=f"adv_estimator={config.algorithm.adv_estimator}"))
 
 
 def describe_reward(config: DictConfig) -> str:

@@ -43,7 +43,7 @@ READ_ELSEWHERE = {
     "unknown keys",
     "algorithm.mc_grpo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.mc_grpo.MCGRPOSettings",
     "reward.reward_kwargs.": "read from the raw config by verl's DAPO reward manager; the entry point checks the names "
-    "against what it reads (recipe.gcpo.preflight.check_reward_kwargs)",
+    "against what it reads (recipe.gcpo.preflight.reward.check_reward_kwargs)",
     "ray_kwargs.ray_init.": "passed whole to ray.init(**ray_kwargs.ray_init) by verl's run_ppo",
 }
 # the recipe's Hydra config groups: an override of one chooses a file (whose keys are checked by

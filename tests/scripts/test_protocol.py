@@ -16,8 +16,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
 from recipe.gcpo.preflight import validate
+from recipe.gcpo.run_summary import DRY_RUN_MARKER
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
+from recipe.gcpo.run_summary import DRY_RUN_MARKER
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.special_e2e.smoke.run import RunDir
 

@@ -30,13 +30,13 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from gcpo_core.baselines.copo import COPO_GATES, copo_advantages, copo_terms
 from gcpo_core.credit.config import FieldError
 from gcpo_core.credit.grouping import layout_groups
-from recipe.gcpo.config import COPO_ESTIMATOR, algorithm_block, build_section
+from recipe.gcpo.config import COPO_ESTIMATOR, ConfigError, algorithm_block, build_section, check_actor_loss
 from recipe.gcpo.estimator import grouped_outcome_advantage
 
 BLENDS = ("loss", "advantage")
@@ -87,6 +87,29 @@ def copo_loss_settings(config: DictConfig) -> Optional[CopoSettings]:
     if config.algorithm.adv_estimator != COPO_ESTIMATOR or settings.blend != "loss":
         return None
     return settings
+
+
+def check_copo(config: DictConfig) -> None:
+    """Start-up checks of COPO's loss blend (``algorithm.adv_estimator=copo``, ``algorithm.copo.blend=loss``).
+
+    Raises:
+        ConfigError: distillation, a policy loss other than verl's ``vanilla`` PPO-clip (the blend relies on its
+            homogeneity), or Div-R1 (each replaces the actor's loss).
+    """
+    check_actor_loss(config, "algorithm.copo.blend=loss", "COPO's blended loss")
+    loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
+    if loss_mode != "vanilla":
+        raise ConfigError(
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+            f"algorithm.copo.blend=loss blends two PPO-clip losses (verl's 'vanilla' policy loss); "
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} is not supported with it",
+        )
+    if OmegaConf.select(config, "algorithm.div_r1.enable"):
+        raise ConfigError(
+            "algorithm.div_r1.enable",
+            "algorithm.copo.blend=loss and algorithm.div_r1.enable=true each replace the actor's loss: "
+            "use one or the other",
+        )
 
 
 @register_adv_est(COPO_ESTIMATOR)

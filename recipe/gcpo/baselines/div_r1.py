@@ -28,7 +28,7 @@ from omegaconf import DictConfig
 
 from gcpo_core.baselines.div_r1 import SAMPLE_SETS, diversity_rows, sampled_token_entropy
 from gcpo_core.credit.config import FieldError
-from recipe.gcpo.config import algorithm_block, build_section
+from recipe.gcpo.config import ConfigError, algorithm_block, build_section, check_actor_loss
 
 ENTROPY_ESTIMATES = ("sampled", "exact")
 # verl's agg_loss modes (verl/trainer/ppo/core_algos.py)
@@ -82,6 +82,23 @@ def div_r1_settings(config: DictConfig) -> Optional[DivR1Settings]:
     """``algorithm.div_r1`` (always parsed, so a typo fails even when Div-R1 is off) when enabled, else None."""
     settings = build_section(DivR1Settings, algorithm_block(config.algorithm, "div_r1"), "algorithm.div_r1")
     return settings if settings.enable else None
+
+
+def check_div_r1(config: DictConfig, settings: DivR1Settings) -> None:
+    """Start-up checks of Div-R1's actor loss (``algorithm.div_r1.enable=true``).
+
+    Raises:
+        ConfigError: distillation (which replaces the actor loss), or ``entropy=exact`` without the actor computing
+            entropies.
+    """
+    check_actor_loss(config, "algorithm.div_r1.enable=true", "the Div-R1 loss")
+    actor = config.actor_rollout_ref.actor
+    if settings.entropy == "exact" and not (actor.get("calculate_entropy", False) or actor.get("entropy_coeff", 0)):
+        raise ConfigError(
+            "algorithm.div_r1.entropy",
+            "algorithm.div_r1.entropy=exact uses the entropies verl's actor computes only when asked: set "
+            "actor_rollout_ref.actor.calculate_entropy=true (or use entropy=sampled, the paper's estimate)",
+        )
 
 
 def div_r1_term(

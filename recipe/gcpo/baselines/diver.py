@@ -21,7 +21,13 @@ from verl.trainer.ppo.core_algos import register_adv_est
 
 from gcpo_core.baselines.diver import DiverConfig, diver_bonus
 from gcpo_core.credit.config import CreditConfig
-from recipe.gcpo.config import DIVER_ESTIMATOR, algorithm_block, build_section, credit_config
+from recipe.gcpo.config import (
+    DIVER_ESTIMATOR,
+    algorithm_block,
+    build_section,
+    check_rollout_groups,
+    credit_config,
+)
 from recipe.gcpo.estimator import StepCredit, compute_gcpo_outcome_advantage
 
 register_adv_est(DIVER_ESTIMATOR)(compute_gcpo_outcome_advantage)
@@ -40,6 +46,15 @@ def diver_normalisation(algorithm: DictConfig) -> CreditConfig:
     ``norm_adv_by_std_in_grpo``."""
     gcpo = algorithm_block(algorithm, "gcpo") or {}
     return dataclasses.replace(credit_config(algorithm, gcpo.get("credit"), {}), all_correct_scale="group")
+
+
+def check_diver(config: DictConfig) -> None:
+    """Start-up check of DIVER (``algorithm.adv_estimator=diver``): its bonus compares the rollouts of a prompt.
+
+    Raises:
+        ConfigError: fewer than two rollouts a prompt, or a multi-turn agent loop.
+    """
+    check_rollout_groups(config, DIVER_ESTIMATOR)
 
 
 def diver_credit(

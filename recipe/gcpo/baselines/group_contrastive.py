@@ -10,19 +10,20 @@ written by ``scripts/prepare_data.py`` for sets that have one, e.g. MATH; DAPO-M
 from __future__ import annotations
 
 import copy
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import transfer_queue as tq
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.padding_utils import build_padding_position_ids
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from gcpo_core.credit.config import FieldError
-from recipe.gcpo.config import algorithm_block, build_section
+from recipe.gcpo.config import ConfigError, algorithm_block, build_section
 
 # per-token fields rebuilt for the injected response; any other per-token field cannot be made up
 _REBUILT = {
@@ -172,3 +173,30 @@ def solution_coverage(path: str, solution_key: str = "solution", rows: int = 200
         for r in table
     ]
     return float(np.mean(has))
+
+
+def check_group_contrastive(config: DictConfig, settings: GroupContrastiveSettings) -> None:
+    """Start-up checks of Group Contrastive PO's reference injection (``algorithm.group_contrastive.enable``).
+
+    Raises:
+        ConfigError: rollout correction (the references have no rollout log-probs), or a local training file
+            without reference solutions.
+    """
+    correction = config.algorithm.get("rollout_correction") or {}
+    if correction.get("rollout_is") or correction.get("rollout_rs") or correction.get("bypass_mode"):
+        raise ConfigError(
+            "algorithm.rollout_correction",
+            "algorithm.group_contrastive injects reference solutions that were never sampled, so they "
+            "have no rollout log-probs: set algorithm.rollout_correction.rollout_is=null, rollout_rs=null "
+            "and bypass_mode=false (bypass mode would use them as the old log-probs)",
+        )
+    train_files = OmegaConf.select(config, "data.train_files")
+    for path in [train_files] if isinstance(train_files, str) else list(train_files or []):
+        path = os.path.expanduser(str(path))
+        if path.endswith(".parquet") and os.path.isfile(path) and solution_coverage(path, settings.solution_key) == 0:
+            raise ConfigError(
+                "data.train_files",
+                f"algorithm.group_contrastive needs reference solutions, but {path} has no "
+                f"extra_info.{settings.solution_key} (DAPO-Math-17K has none; prepare a set that does, "
+                "e.g. `scripts/prepare_data.py --datasets math`)",
+            )

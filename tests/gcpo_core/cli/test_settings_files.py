@@ -20,6 +20,22 @@ def test_the_default_settings_file_is_the_engines_defaults():
     assert EncoderConfig(**settings["encoder"]) == EncoderConfig()
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml") if p.name != "credit_default.yaml"))
+def test_a_settings_file_writes_only_what_differs_from_the_defaults(name):
+    """credit_default.yaml is the engine's defaults written out (checked above) and config/gcpo_keys/recipe.yaml the
+    recipe's (tests/recipe/gcpo/test_config.py); every other file sets only what it changes, so that a changed
+    default reaches it instead of leaving a stale copy that trains differently."""
+    settings = yaml.safe_load((CONFIGS / name).read_text())
+    defaults = {"credit": CreditConfig(), "encoder": EncoderConfig()}
+    copies = [
+        f"{block}.{key}: {value!r}"
+        for block, values in settings.items()
+        for key, value in values.items()
+        if getattr(defaults[block], key) == value
+    ]
+    assert not copies, f"{name} repeats the defaults: {copies}"
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
 def test_every_settings_file_is_valid(name):
     settings = yaml.safe_load((CONFIGS / name).read_text())

@@ -1,5 +1,5 @@
 """The recipe's config layer (recipe/gcpo/config.py): its blocks parsed once, with the full key path in every
-message; the start-up checks of the parsed blocks are tests/recipe/gcpo/test_preflight.py's."""
+message; the start-up checks of the parsed blocks are tests/recipe/gcpo/preflight/'s."""
 
 import pickle
 
@@ -7,8 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from gcpo_core.credit.config import CreditConfig, FieldError
-from recipe.gcpo import preflight
 from recipe.gcpo.config import GCPOSettings, TrainerNeed, build_section, gcpo_settings, recipe_trainer_message
+from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 
@@ -71,7 +71,7 @@ def test_the_builders_name_the_key_path_from_the_field_error():
     with pytest.raises(ValueError, match=r"^a\.b: unknown key\(s\) \['methd'\] \(did you mean 'method'\?\)"):
         build_section(CreditConfig, {"methd": "mc"}, "a.b")
     with pytest.raises(ValueError, match=r"^algorithm\.mc_grpo\.mad_zero must be one of"):  # once, not twice
-        preflight.check_recipe(compose_gcpo(["algorithm.adv_estimator=grpo", "algorithm.mc_grpo.mad_zero=mean"]))
+        check_recipe(compose_gcpo(["algorithm.adv_estimator=grpo", "algorithm.mc_grpo.mad_zero=mean"]))
     copy = pickle.loads(pickle.dumps(error.value))  # crosses Ray with its parts
     assert (copy.field, copy.problem, str(copy)) == (error.value.field, error.value.problem, str(error.value))
 

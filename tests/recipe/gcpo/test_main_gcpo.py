@@ -11,7 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from recipe.gcpo import main_gcpo
-from recipe.gcpo.main_gcpo import DRY_RUN_MARKER
+from recipe.gcpo.run_summary import DRY_RUN_MARKER
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.scripts.launch import launcher_overrides
 
@@ -195,21 +195,31 @@ def visible_gpus(monkeypatch, tmp_path):
     """Set how many GPUs this machine shows; no Ray cluster to join unless a test sets RAY_ADDRESS."""
     from types import SimpleNamespace
 
-    import recipe.gcpo.preflight as preflight
+    import recipe.gcpo.preflight.machine as machine
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # where Ray looks for a cluster `ray start`ed on this machine
 
     def set_count(count):
-        monkeypatch.setattr(preflight, "is_device_available", lambda: count > 0)
-        monkeypatch.setattr(preflight, "get_torch_device", lambda: SimpleNamespace(device_count=lambda: count))
+        monkeypatch.setattr(machine, "is_device_available", lambda: count > 0)
+        monkeypatch.setattr(machine, "get_torch_device", lambda: SimpleNamespace(device_count=lambda: count))
 
     return set_count
 
 
-def test_the_machine_is_checked_before_ray_starts_unless_a_cluster_is_joined(visible_gpus, monkeypatch):
-    from recipe.gcpo.preflight import accelerator_problem
+def accelerator_problem(config):
+    """The message (None: none) of the start-up check of this machine's GPUs."""
+    from recipe.gcpo.config import ConfigError
+    from recipe.gcpo.preflight.machine import check_accelerator
 
+    try:
+        check_accelerator(config)
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
+def test_the_machine_is_checked_before_ray_starts_unless_a_cluster_is_joined(visible_gpus, monkeypatch):
     config = compose_gcpo(VALID + ["trainer.n_gpus_per_node=8"])
     visible_gpus(8)
     assert accelerator_problem(config) is None
@@ -244,7 +254,7 @@ def test_the_training_data_loaders_workers_are_stopped_when_training_ends():
     import psutil
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from recipe.gcpo.main_gcpo import stop_dataloader_workers
+    from recipe.gcpo.task_runner import stop_dataloader_workers
 
     loader = StatefulDataLoader(list(range(64)), batch_size=4, num_workers=2)
     trainer = SimpleNamespace(train_dataloader_it=iter(loader))
@@ -672,4 +682,38 @@ def test_under_diver_a_bad_credit_value_is_refused_at_start_up(entry, dry_run):
     _one_line(
         entry("algorithm.adv_estimator=diver", "algorithm.gcpo.credit.epsilon=0", dry_run=dry_run),
         "algorithm.gcpo.credit.epsilon must be a finite number > 0.0, got 0",
+    )
+
+
+# ---- Hydra's own commands: the composition a run gets, or a refusal in one line ------------------------------
+
+
+def test_cfg_job_shows_a_users_own_config_with_the_recipes_keys(tmp_path):
+    """``--cfg job`` on a config of the user's own used to end in Hydra's report "Key 'gcpo' is not in struct": Hydra
+    composed it without the recipe's keys, which a run of the same command line gets."""
+    folder = _own_config(tmp_path)
+    command = ["--config-path", str(folder), "--config-name", "my_ppo", "--cfg", "job"]
+    proc = _entry_point(*command, "algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.method=mc", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = yaml.safe_load(proc.stdout)  # the config alone: the note is on standard error
+    assert config["algorithm"]["gcpo"]["credit"]["method"] == "mc" and config["trainer"]["project_name"] == "mine"
+    assert "gcpo: your config (my_ppo) has no algorithm.gcpo: the recipe's keys are added" in proc.stderr
+    assert list(tmp_path.iterdir()) == [folder]  # nothing written
+
+
+def test_cfg_with_a_misspelt_key_is_the_same_one_line_as_a_run(entry):
+    _one_line(
+        entry("algorithm.gcpo.credit.methd=mc", "--cfg", "job"),  # a flag after the overrides: argparse reads no more
+        "algorithm.gcpo.credit.methd is not a key of the config: did you mean algorithm.gcpo.credit.method?",
+    )
+
+
+@pytest.mark.parametrize("flag", ["-m", "--multirun"])
+def test_a_multirun_is_refused_in_one_line(entry, flag):
+    """Each job of a sweep would be a training run of its own, in this one process, outside the one composition."""
+    _one_line(
+        entry("algorithm.gcpo.credit.method=mc,loo", flag, dry_run=False),
+        "--multirun (-m) is not supported: the entry point composes, checks and starts one training run per "
+        "call; start one call per setting (python -m recipe.gcpo.main_gcpo key=value ..., or a launcher with its "
+        "overrides)",
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from recipe.gcpo.main_gcpo import validate
+from recipe.gcpo.preflight import validate
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.scripts.launch import launcher_overrides
 from tests.special_e2e import ROOT

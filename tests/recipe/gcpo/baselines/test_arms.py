@@ -22,7 +22,7 @@ from gcpo_core.credit.advantages import group_normalize
 from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.baselines.div_r1 import div_r1_loss
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
-from recipe.gcpo.preflight import check_recipe
+from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 GROUP_SIZE = 4

@@ -19,7 +19,8 @@ from recipe.gcpo.baselines.copo import (
     provide_copo,
     step_copo,
 )
-from recipe.gcpo.preflight import check_recipe, validate
+from recipe.gcpo.preflight import validate
+from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from tests.recipe.gcpo.baselines.test_div_r1 import (
     DYNAMIC_BSZ,
     PROMPT_LENS,

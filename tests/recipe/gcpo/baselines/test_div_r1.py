@@ -12,7 +12,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.losses import ppo_loss
 
 from recipe.gcpo.baselines.div_r1 import DivR1Settings, div_r1_loss, div_r1_loss_fn, div_r1_settings, div_r1_term
-from recipe.gcpo.preflight import check_recipe
+from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 DYNAMIC_BSZ = [

@@ -16,7 +16,7 @@ from gcpo_core.baselines.mc_grpo import median_centred_advantages
 from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.config import GCPOSettings
 from recipe.gcpo.estimator import compute_gcpo_outcome_advantage
-from recipe.gcpo.preflight import check_recipe
+from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo, outcome_batch
 
 # COPO's advantage-level reading (its loss blend needs the trainer: tests/recipe/gcpo/baselines/test_copo.py)
@@ -137,7 +137,7 @@ def test_dra_grpo_normalises_every_group_by_its_own_std_with_the_official_epsilo
 
 
 def test_mc_grpo_reads_its_settings_from_the_algorithm_config_and_refuses_bad_ones():
-    from recipe.gcpo.main_gcpo import validate
+    from recipe.gcpo.preflight import validate
 
     uids = ["a"] * 9
     rewards = [1, -1, 1, 1, -1, 1, 1, -1, 1]  # binary, G + 1 = 9: MAD = 0

@@ -1,0 +1,53 @@
+"""Every start-up check of a whole config, run by the entry point before Ray or a GPU is touched: what would
+otherwise fail minutes into a cluster start-up (or not fail at all). One module a concern:
+
+* :mod:`~recipe.gcpo.preflight.recipe_blocks`: the recipe's blocks, parsed once, and the trainer they need (each
+  baseline's own checks are in its module under ``recipe/gcpo/baselines/``);
+* :mod:`~recipe.gcpo.preflight.legacy_reward` and :mod:`~recipe.gcpo.preflight.reward`: verl's legacy reward keys
+  moved into ``reward.*``, then the reward function and the keyword arguments verl passes it;
+* :mod:`~recipe.gcpo.preflight.verl_keys`: verl's keys that verl reads late (the estimator) or untyped (numbers);
+* :mod:`~recipe.gcpo.preflight.machine`: this machine (GPUs or the Ray cluster, the weights, loggers, data files).
+
+:func:`validate` runs the config's checks in order, the dry run's as a run's. What start-up prints about what will
+run is :mod:`recipe.gcpo.run_summary`'s.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import validate_config
+
+from recipe.gcpo.preflight.machine import check_encoder, check_loggers
+from recipe.gcpo.preflight.recipe_blocks import check_recipe
+from recipe.gcpo.preflight.reward import (
+    check_custom_reward_kwargs,
+    check_filter_signal,
+    check_reward_function,
+    check_reward_kwargs,
+)
+from recipe.gcpo.preflight.verl_keys import check_cluster_shape, check_estimator, check_numeric_keys, check_v1_trainer
+from recipe.gcpo.settings import RecipeSettings
+
+
+def validate(config: DictConfig) -> RecipeSettings:
+    """Every start-up check of the config: the recipe's, the reward's, the encoder's, the loggers', the numbers',
+    then verl's own; returns the recipe's settings, parsed once.
+
+    Raises:
+        ConfigError: the first check that fails, in one line naming the key.
+    """
+    check_v1_trainer(config)
+    check_estimator(config)
+    settings = check_recipe(config)
+    check_reward_kwargs(config)
+    check_reward_function(config)
+    check_custom_reward_kwargs(config)
+    check_filter_signal(config)
+    if settings.gcpo is not None:  # an estimator that embeds the responses
+        check_encoder(settings.gcpo.encoder.model)
+    check_loggers(config)
+    check_numeric_keys(config)
+    check_cluster_shape(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    return settings

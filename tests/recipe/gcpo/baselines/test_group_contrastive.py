@@ -1,0 +1,42 @@
+"""Group Contrastive PO's start-up checks (recipe/gcpo/baselines/group_contrastive.py: check_group_contrastive), run
+by the recipe's checks of a whole config."""
+
+import pytest
+
+from recipe.gcpo.preflight.recipe_blocks import check_recipe
+from tests.recipe.gcpo.conftest import compose_gcpo
+
+
+def _group_contrastive(config):
+    return check_recipe(config).group_contrastive
+
+
+def test_group_contrastive_needs_solutions_and_no_rollout_correction(tmp_path):
+    import pandas as pd
+
+    base = ["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true"]
+    assert _group_contrastive(compose_gcpo(base)).enable  # remote / absent files are not read
+    with pytest.raises(ValueError, match="set algorithm.rollout_correction.rollout_is=null"):
+        _group_contrastive(compose_gcpo(base + ["algorithm.rollout_correction.rollout_is=token"]))
+    no_solution = tmp_path / "train.parquet"
+    pd.DataFrame([{"extra_info": {"index": 0, "problem": "p"}}]).to_parquet(no_solution)
+    with pytest.raises(ValueError, match="has no extra_info.solution"):
+        _group_contrastive(compose_gcpo(base + [f"data.train_files={no_solution}"]))
+    with_solution = tmp_path / "train_math.parquet"
+    pd.DataFrame([{"extra_info": {"index": 0, "problem": "p", "solution": "s"}}]).to_parquet(with_solution)
+    assert _group_contrastive(compose_gcpo(base + [f"data.train_files={with_solution}"])).enable
+    with pytest.raises(ValueError, match="algorithm.group_contrastive.enable must be true or false"):
+        _group_contrastive(compose_gcpo(["algorithm.group_contrastive.enable=maybe"]))
+
+
+def test_bypass_mode_is_refused_with_reference_injection():
+    with pytest.raises(ValueError, match="bypass_mode=false"):
+        _group_contrastive(
+            compose_gcpo(
+                [
+                    "algorithm.adv_estimator=grpo",
+                    "algorithm.group_contrastive.enable=true",
+                    "algorithm.rollout_correction.bypass_mode=true",
+                ]
+            )
+        )
