@@ -88,8 +88,10 @@ def startup_lines(config: DictConfig, settings: Any = None) -> list[str]:
                 f"{credit.permutations} permutations"
             )
         )
+        # leave-one-out (gcpo_loo's ablation, DQO's bonus) is not an estimate of the Shapley value: named as what it is
+        kind = "leave-one-out credit" if credit.method == "loo" else "Shapley credit"
         estimator = (
-            f"estimator: algorithm.adv_estimator={algorithm.adv_estimator}: Shapley credit of each group's "
+            f"estimator: algorithm.adv_estimator={algorithm.adv_estimator}: {kind} of each group's "
             f"log-det team value (method {method}; quality {credit.quality}; advantage {credit.advantage}; "
             f"all-correct groups scaled by {credit.all_correct_scale}); encoder {encoder.model} "
             f"({encoder.dtype}, device {encoder.device}); credit actors: {actor.shards} shard(s) of "

@@ -89,5 +89,7 @@ def test_every_arm_composes_and_validates_through_the_real_entry_point(arm, tmp_
     if arm != "grpo":
         scale = "batch" if arm == "gcpo_batch" else "group"
         assert f"all_correct_scale: {scale}" in proc.stdout
-    if arm in ("gcpo_loo", "dqo"):
-        assert "(method loo;" in proc.stdout
+    if arm in ("gcpo_loo", "dqo"):  # named as what it is: leave-one-out, not Shapley
+        assert "leave-one-out credit of each group's log-det team value (method loo;" in proc.stdout
+    elif arm != "grpo":
+        assert "Shapley credit of each group's log-det team value (method auto" in proc.stdout
