@@ -263,15 +263,53 @@ def _ignored_shutdown_tracebacks(lines: Sequence[str]) -> set[int]:
     return ignored
 
 
+# verl's last line of a finished fit: what follows is the run's teardown
+FIT_FINISHED = "'Final validation metrics"
+_VLLM_LOG_PREFIX = re.compile(r"^(?:ERROR|WARNING|INFO) \d\d-\d\d [\d:]+ \[[\w.]+:\d+\] ")
+ENGINE_DEAD = "vllm.v1.engine.exceptions.EngineDeadError"
+ENGINE_SHUTDOWN = "[shutdown] MPClient: engine core exited unexpectedly"
+
+
+def _ignored_engine_teardown(lines: Sequence[str]) -> set[int]:
+    """Indices of the lines vLLM's HTTP server prints when Ray stops its engine-core process before the server at
+    the end of a finished run (CPU smoke, 2026-11-27): its own ``[shutdown]`` notice, then the output handler's
+    ``EngineDeadError`` traceback. Only after verl's fit has finished (``FIT_FINISHED``), only in a process that
+    printed the notice first, and only a traceback that ends in ``EngineDeadError``: anything else stays a failure."""
+    finished = next((i for i, raw in enumerate(lines) if FIT_FINISHED in raw), None)
+    if finished is None:
+        return set()
+    ignored: set[int] = set()
+    by_process: dict[str, list[tuple[int, str]]] = {}
+    for index in range(finished + 1, len(lines)):
+        line = _REPEATED.sub("", _ANSI.sub("", lines[index]))
+        match = _PROCESS_PREFIX.match(line)
+        prefix = match.group(1).strip() if match else ""
+        text = line[match.end() :] if match else line
+        by_process.setdefault(prefix, []).append((index, _VLLM_LOG_PREFIX.sub("", text.strip())))
+    for entries in by_process.values():
+        notice = next((k for k, (_, text) in enumerate(entries) if text.startswith(ENGINE_SHUTDOWN)), None)
+        if notice is None:
+            continue
+        ignored.add(entries[notice][0])
+        for k in range(notice + 1, len(entries)):
+            if "Traceback (most recent call last)" not in entries[k][1]:
+                continue
+            end = next((j for j in range(k + 1, len(entries)) if _EXCEPTION_LINE.match(entries[j][1])), None)
+            if end is not None and entries[end][1].startswith(ENGINE_DEAD):
+                ignored.add(entries[k][0])
+    return ignored
+
+
 def check_clean_log(log: str | os.PathLike, markers: Sequence[str] = UNCLEAN_MARKERS) -> Check:
     """No line with one of ``markers`` (a traceback, a killed worker, ...) anywhere in the run's output, except a
     traceback Python ignored because Ray's SIGTERM stopped an actor during shutdown
-    (:func:`_ignored_shutdown_tracebacks`)."""
+    (:func:`_ignored_shutdown_tracebacks`) and vLLM's engine-core teardown after a finished fit
+    (:func:`_ignored_engine_teardown`)."""
     try:
         lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as err:
         return Check("clean output", False, str(err))
-    benign = _ignored_shutdown_tracebacks(lines)
+    benign = _ignored_shutdown_tracebacks(lines) | _ignored_engine_teardown(lines)
     bad = [
         line.strip()[:160]
         for i, line in enumerate(lines)

@@ -317,6 +317,45 @@ def test_a_traceback_python_ignored_at_shutdown_after_rays_sigterm_is_not_a_fail
     assert not checks.check_clean_log(log).ok
 
 
+# what the GRPO side of a CPU smoke printed after its fit finished (2026-11-27): Ray stopped vLLM's engine-core
+# process before its HTTP server, whose output handler then reported the engine dead
+ENGINE_TEARDOWN = """\
+\x1b[36m(GCPOTaskRunner pid=27470)\x1b[0m 'Final validation metrics: None'
+\x1b[36m(vLLMHttpServer pid=27831)\x1b[0m WARNING 11-27 01:18:00 [core_client.py:702] [shutdown] MPClient: engine core \
+exited unexpectedly; starting cleanup
+\x1b[36m(vLLMHttpServer pid=27831)\x1b[0m ERROR 11-27 01:18:00 [async_llm.py:704] AsyncLLM output_handler failed.
+\x1b[36m(vLLMHttpServer pid=27831)\x1b[0m ERROR 11-27 01:18:00 [async_llm.py:704] Traceback (most recent call last):
+\x1b[36m(vLLMHttpServer pid=27831)\x1b[0m ERROR 11-27 01:18:00 [async_llm.py:704]   File "vllm/v1/engine/async_llm.py", \
+line 660, in output_handler
+\x1b[36m(SimpleStorageUnit pid=27566)\x1b[0m 2026-11-27 01:17:59,098 - WARNING - transfer_queue.utils.common - threads
+\x1b[36m(vLLMHttpServer pid=27831)\x1b[0m ERROR 11-27 01:18:00 [async_llm.py:704]     raise self._format_exception(outputs)
+\x1b[36m(vLLMHttpServer pid=27831)\x1b[0m ERROR 11-27 01:18:00 [async_llm.py:704] vllm.v1.engine.exceptions.EngineDeadError: \
+EngineCore encountered an issue. See stack trace (above) for the root cause.
+"""
+
+
+def test_vllms_engine_teardown_after_a_finished_fit_is_not_a_failure_and_nothing_else_is(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text(ENGINE_TEARDOWN)
+    assert checks.check_clean_log(log).ok
+    assert checks.check_clean_log(log, markers=checks.UNCLEAN_JOB_MARKERS).ok  # the Slurm job's markers too
+    # before the fit finished the engine's death is a failure
+    log.write_text(ENGINE_TEARDOWN.replace("'Final validation metrics: None'", "step:2 - done"))
+    assert not checks.check_clean_log(log).ok
+    # another exception after the notice, or the traceback without vLLM's own shutdown notice, too
+    log.write_text(ENGINE_TEARDOWN.replace("vllm.v1.engine.exceptions.EngineDeadError:", "RuntimeError:"))
+    assert not checks.check_clean_log(log).ok
+    log.write_text(ENGINE_TEARDOWN.replace("[shutdown] MPClient", "MPClient"))
+    assert not checks.check_clean_log(log).ok
+    # a traceback of another process after the finish stays a failure
+    other = (
+        "\x1b[36m(WorkerDict pid=1)\x1b[0m Traceback (most recent call last):\n\x1b[36m(WorkerDict pid=1)\x1b[0m "
+        + ("vllm.v1.engine.exceptions.EngineDeadError: x\n")
+    )
+    log.write_text(ENGINE_TEARDOWN + other)
+    assert not checks.check_clean_log(log).ok
+
+
 def test_the_check_command_fails_a_run_that_printed_a_traceback(tmp_path, monkeypatch, minilm, capsys):
     run = synthetic_run(tmp_path, monkeypatch, minilm)
     (run.root / "log_run1.txt").write_text("fine\n")
