@@ -15,7 +15,8 @@ The start row (step 0) is left out: its runs share starts, so they are not indep
 is accuracy again (unbiased pass@1 is the share correct) and would count each accuracy cell twice.
 
 The verdict is the criterion ``docs/miniature.md`` fixed before its reproduction ran: at most
-``MAX_CELLS_OUTSIDE`` cells outside the reproduction interval, and none of the headline cells (``headline_cells``: each arm both ran minus GRPO in distinct
+``allowed_outside(cells)`` cells outside the reproduction interval (3 of the 2026-11-25 reference's 35), and none
+of the headline cells (``headline_cells``: each arm both ran minus GRPO in distinct
 correct answers and answer entropy). A reproduction also
 adds data: ``pool`` averages each (arm, seed)'s runs, for paired tests over both experiments.
 """
@@ -44,7 +45,20 @@ def headline_cells(reference: Mapping[str, Mapping[int, dict]], baseline: str = 
     return tuple((f"{arm} − {baseline}", key) for arm in sorted(reference) if arm != baseline for key in HEADLINE_KEYS)
 
 
-MAX_CELLS_OUTSIDE = 3
+# The share of reproductions of an unchanged run that may fail on the count of cells outside alone: 3 of 35 cells
+# (the 2026-11-25 criterion) is the fewest with P(4 or more of 35 outside) = 9.6 % <= 10 %.
+CHANCE_OF_FAILING_BY_COUNT = 0.10
+
+
+def allowed_outside(cells: int, confidence: float = 0.95, chance: float = CHANCE_OF_FAILING_BY_COUNT) -> int:
+    """The most cells of ``cells`` that may lie outside their ``confidence`` reproduction interval: the fewest ``k``
+    with P(more than k outside) <= ``chance`` when nothing has changed (independent cells, each outside with
+    probability ``1 - confidence``). 3 for the 35 cells of a 3-arm table, 4 for the 49 of the ablation's 4 arms."""
+    if cells < 0 or not 0 < confidence < 1 or not 0 < chance < 1:
+        raise ValueError(
+            f"allowed_outside needs cells >= 0 and confidence, chance in (0, 1), got {cells}, {confidence}, {chance}"
+        )
+    return int(stats.binom.isf(chance, cells, 1 - confidence))
 
 
 def load_results(path: Path) -> dict[str, dict[int, dict]]:
@@ -232,10 +246,13 @@ def summary_line(summary: Mapping) -> str:
     )
 
 
-def verdict(summary: Mapping, headline: Iterable[tuple[str, str]], max_outside: int = MAX_CELLS_OUTSIDE) -> str:
+def verdict(summary: Mapping, headline: Iterable[tuple[str, str]], max_outside: Optional[int] = None) -> str:
     """Does the run reproduce the reference under the documented criterion (``compare``'s summary: the cells judged
-    and those outside the reproduction interval)? Undecided unless every headline cell was judged."""
+    and those outside the reproduction interval; at most ``max_outside`` of them, by default ``allowed_outside``
+    of the cells judged)? Undecided unless every headline cell was judged."""
     headline = list(headline)
+    if max_outside is None:
+        max_outside = allowed_outside(summary["cells"], summary["confidence"])
     if not headline:
         return "Reproduction: not judged, the reference and the runs share no arm to compare with GRPO."
     missing = [" ".join(c) for c in headline if c not in summary["judged"]]

@@ -2,9 +2,11 @@ import json
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from experiments.miniature.report import paired_tests
 from experiments.miniature.reproduce import (
+    allowed_outside,
     compare,
     expected_share_within_sd,
     headline_cells,
@@ -113,6 +115,44 @@ def test_the_verdict_applies_the_documented_criterion():
     assert alone["verdict"] == (
         "Reproduction: not judged, the reference and the runs share no arm to compare with GRPO."
     )
+
+
+def test_the_cells_allowed_outside_are_the_fewest_an_unchanged_run_exceeds_at_most_one_time_in_ten():
+    # the 2026-11-25 criterion, 3 of 35, is this rule's; the ablation's 4 arms have 49 cells
+    assert allowed_outside(35) == 3 and allowed_outside(49) == 4 and allowed_outside(0) == 0
+    for cells in range(1, 80):
+        k = allowed_outside(cells)
+        assert stats.binom.sf(k, cells, 0.05) <= 0.10 < (stats.binom.sf(k - 1, cells, 0.05) if k else 1.0)
+    for bad in ((-1,), (35, 1.0), (35, 0.95, 0.0)):
+        with pytest.raises(ValueError, match="allowed_outside needs"):
+            allowed_outside(*bad)
+
+
+def _shifted(runs, shift):
+    """``runs`` with ``shift`` ``{(arm, key): delta}`` added to those cells of every seed and evaluation."""
+    return {
+        arm: {
+            seed: {
+                **run,
+                "evals": {t: {k: v + shift.get((arm, k), 0.0) for k, v in e.items()} for t, e in run["evals"].items()},
+            }
+            for seed, run in seeds.items()
+        }
+        for arm, seeds in runs.items()
+    }
+
+
+def test_a_four_arm_reference_allows_four_of_its_49_cells_outside():
+    reference = _three_arms()
+    reference["gcpo_loo"] = _shifted({"gcpo_loo": reference["gcpo_group"]}, {})["gcpo_loo"]
+    _, same = compare(reference, reference)
+    assert same["cells"] == 49 and "at most 4 allowed" in same["verdict"] and "(of 6:" in same["verdict"]
+    # one arm's pass@4 and coverage: the arm's two cells and its two differences from GRPO
+    shift = {("gcpo_loo", "pass@4"): 5.0, ("gcpo_loo", "coverage"): 5.0}
+    _, summary = compare(reference, _shifted(reference, shift))
+    assert len(summary["outside"]) == 4 and summary["verdict"].startswith("Reproduction: holds: 4 of 49")
+    _, summary = compare(reference, _shifted(reference, {**shift, ("gcpo_loo", "accuracy"): 5.0}))
+    assert len(summary["outside"]) == 6 and summary["verdict"].startswith("Reproduction: fails: 6 of 49")
 
 
 def test_pooling_averages_each_arm_and_seed_over_the_experiments_that_ran_it():
