@@ -108,12 +108,17 @@ def compare(out: Path, reference: Path, step: int | None = None) -> str:
     ``out/reproduction.md``."""
     from experiments.miniature.report import collect, paired_tests
     from experiments.miniature.reproduce import compare as compare_runs
-    from experiments.miniature.reproduce import load_results, pool
+    from experiments.miniature.reproduce import load_results, pool, pooling_refusal
 
     ref, runs = load_results(reference), collect(out)
     text, summary = compare_runs(ref, runs, step=step)
     text = f"Against {reference}:\n\n{text}"
-    if "grpo" in ref or "grpo" in runs:
+    refusal = pooling_refusal(ref, runs)
+    if refusal is not None:
+        text += (
+            f"\n\nNot pooled with the reference: {refusal}; two experiments are paired only from the same warm starts."
+        )
+    elif "grpo" in ref or "grpo" in runs:
         pooled = pool(ref, runs, step=summary["step"])
         text += (
             "\n\nBoth experiments together (each arm and seed the mean of its runs in either), "

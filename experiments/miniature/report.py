@@ -113,6 +113,7 @@ def collect(out: Path) -> dict[str, dict[int, dict]]:
         runs[record["arm"]][int(record["seed"])] = run_summary(done.parent) | {
             "wall_s": record["wall_s"],
             "warm_seed": record.get("warm_seed"),
+            "warm_start_sha256": record.get("warm_start_sha256"),
             "spec": record.get("spec"),
         }
     return dict(runs)

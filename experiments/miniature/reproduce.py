@@ -270,6 +270,31 @@ def verdict(summary: Mapping, headline: Iterable[tuple[str, str]], max_outside: 
     )
 
 
+def pooling_refusal(*sides: Mapping[str, Mapping[int, dict]]) -> Optional[str]:
+    """Why the runs of ``sides`` may not be paired seed by seed over the experiments (None if they may): every seed
+    that more than one side ran must have trained from the same warm-start weights there, recorded on each run
+    (``warm_start_sha256``: the same seed builds other weights on another CPU model)."""
+    hashes: dict[int, list[set]] = {}
+    for side in sides:
+        by_seed: dict[int, set] = {}
+        for seeds in side.values():
+            for seed, run in seeds.items():
+                by_seed.setdefault(seed, set()).add(run.get("warm_start_sha256"))
+        for seed, found in by_seed.items():
+            hashes.setdefault(seed, []).append(found)
+    for seed, found in sorted(hashes.items()):
+        if len(found) < 2:
+            continue
+        every = set().union(*found)
+        if None in every:
+            return f"seed {seed}'s warm-start weights are not recorded on every run (warm_start_sha256)"
+        if len(every) > 1:
+            return (
+                f"seed {seed} trained from other warm-start weights (sha256 {', '.join(sorted(h[:12] for h in every))})"
+            )
+    return None
+
+
 def pool(*sides: Mapping[str, Mapping[int, dict]], step: int) -> dict[str, dict[int, dict]]:
     """Each (arm, seed)'s evaluation at ``step`` averaged over the sides that ran it, as ``collect`` shapes runs
     (``runs`` counts them), so that ``report.paired_tests`` pairs the starts over several experiments."""

@@ -8,6 +8,7 @@ it stopped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -39,6 +40,17 @@ def run_dir(out: Path, arm: str, seed: int) -> Path:
 def policy_dir(out: Path, warm_seed: int) -> Path:
     """Where warm start ``warm_seed`` is saved."""
     return out / f"policy-warm{warm_seed}"
+
+
+def warm_start_sha256(policy: Path) -> Optional[str]:
+    """SHA-256 of a warm start's weights (``model.safetensors``), None where there are none. The same seed builds
+    other weights on another CPU model (``docs/miniature.md``), so runs of two experiments are paired seed by seed
+    only when this matches."""
+    weights = Path(policy) / "model.safetensors"
+    if not weights.is_file():
+        return None
+    with weights.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def train(
@@ -110,6 +122,7 @@ def train(
         "arm": arm,
         "seed": seed,
         "warm_seed": warm_seed,
+        "warm_start_sha256": warm_start_sha256(policy_dir(out, warm_seed)),
         "wall_s": round(wall, 1),
         "spec": spec.__dict__,
         "overrides": list(extra),

@@ -38,7 +38,7 @@ def test_a_collapsed_policy_scores_as_accurate_but_not_diverse():
     )
 
 
-def _write_run(root, arm, seed, outputs_by_step, step_s=3.0):
+def _write_run(root, arm, seed, outputs_by_step, step_s=3.0, warm_start_sha256=None):
     folder = root / "runs" / f"{arm}-seed{seed}"
     (folder / "heldout").mkdir(parents=True)
     for step, outputs in outputs_by_step.items():
@@ -52,7 +52,10 @@ def _write_run(root, arm, seed, outputs_by_step, step_s=3.0):
         {"step": s, "data": {"timing_s/step": 99.0 if s == 1 else step_s, "actor/entropy": 1.0 / s}} for s in (1, 2, 3)
     ]
     (folder / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in metrics) + "\n")
-    (folder / "done.json").write_text(json.dumps({"arm": arm, "seed": seed, "wall_s": 100.0}))
+    done = {"arm": arm, "seed": seed, "wall_s": 100.0}
+    if warm_start_sha256 is not None:
+        done["warm_start_sha256"] = warm_start_sha256
+    (folder / "done.json").write_text(json.dumps(done))
 
 
 def test_the_table_is_mean_and_sd_over_seeds_at_the_last_shared_evaluation(tmp_path):

@@ -1,4 +1,5 @@
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from experiments.miniature.reproduce import (
     headline_cells,
     load_results,
     pool,
+    pooling_refusal,
     reproduction_interval,
     table_cells,
 )
@@ -155,6 +157,28 @@ def test_a_four_arm_reference_allows_four_of_its_49_cells_outside():
     assert len(summary["outside"]) == 6 and summary["verdict"].startswith("Reproduction: fails: 6 of 49")
 
 
+def test_two_experiments_are_pooled_only_where_each_shared_seed_trained_from_the_same_recorded_weights():
+    def runs(hashes):
+        shaped = collected_runs({"grpo": {s: 3.0 for s in hashes}, "gcpo_group": {s: 4.0 for s in hashes}})
+        for seeds in shaped.values():
+            for seed, run in seeds.items():
+                run["warm_start_sha256"] = hashes[seed]
+        return shaped
+
+    same = runs({1: "a" * 64, 2: "b" * 64})
+    assert pooling_refusal(same, runs({1: "a" * 64, 2: "b" * 64, 3: "c" * 64})) is None  # seed 3 on one side only
+    assert pooling_refusal(same, runs({2: "c" * 64})) == (
+        "seed 2 trained from other warm-start weights (sha256 bbbbbbbbbbbb, cccccccccccc)"
+    )
+    assert pooling_refusal(same, runs({1: None})) == (
+        "seed 1's warm-start weights are not recorded on every run (warm_start_sha256)"
+    )
+    mixed = runs({1: "a" * 64})
+    mixed["gcpo_group"][1]["warm_start_sha256"] = "d" * 64  # one side's arms from two starts of one seed
+    assert "seed 1 trained from other warm-start weights" in pooling_refusal(same, mixed)
+    assert pooling_refusal(same) is None
+
+
 def test_pooling_averages_each_arm_and_seed_over_the_experiments_that_ran_it():
     first = collected_runs({"grpo": {1: 3.0, 2: 4.0}, "gcpo_batch": {1: 5.0, 2: 6.0}})
     second = collected_runs({"grpo": {1: 5.0, 3: 4.0}, "gcpo_batch": {1: 6.0, 3: 7.0}})
@@ -226,7 +250,8 @@ def test_the_compare_command_writes_its_verdict_and_refuses_bad_input(tmp_path, 
 
     start = {"animal": ["tiger", "apple"], "fruit": ["apple", "tiger"]}
     for seed, answers in enumerate([["tiger", "tiger"], ["tiger", "lion"], ["lion", "wolf"]], start=1):
-        _write_run(tmp_path, "grpo", seed, {0: start, 3: {"animal": answers, "fruit": ["apple", "apple"]}})
+        outputs = {0: start, 3: {"animal": answers, "fruit": ["apple", "apple"]}}
+        _write_run(tmp_path, "grpo", seed, outputs, warm_start_sha256=f"{seed:064x}")
     assert main(["report", "--out", str(tmp_path), "--figures", str(tmp_path / "figures")]) == 0
     capsys.readouterr()
     assert main(["compare", "--out", str(tmp_path), "--reference", str(tmp_path / "results.json")]) == 0
@@ -235,5 +260,17 @@ def test_the_compare_command_writes_its_verdict_and_refuses_bad_input(tmp_path, 
     assert "| grpo | distinct_correct | +1.333 ± 0.289 (3) | +1.333 (3) | yes |" in written  # 1, 1.5, 1.5
     assert "Reproduction: not judged, the reference and the runs share no arm" in written  # GRPO alone
     assert "Both experiments together" in written and "| arm − grpo (step 3) | metric |" in written
+    # runs from other warm-start weights than the reference's seed (another CPU model) are compared, not pooled
+    other = tmp_path / "other"
+    shutil.copytree(tmp_path / "runs", other / "runs")
+    done = other / "runs" / "grpo-seed2" / "done.json"
+    done.write_text(json.dumps(json.loads(done.read_text()) | {"warm_start_sha256": "f" * 64}))
+    assert main(["compare", "--out", str(other), "--reference", str(tmp_path / "results.json")]) == 0
+    written = (other / "reproduction.md").read_text()
+    assert "Both experiments together" not in written and "| grpo | distinct_correct |" in written
+    assert (
+        "Not pooled with the reference: seed 2 trained from other warm-start weights (sha256 000000000000, "
+        "ffffffffffff); two experiments are paired only from the same warm starts." in written
+    )
     assert main(["compare", "--out", str(tmp_path), "--reference", str(tmp_path / "absent.json")]) == 2
     assert "cannot compare: cannot read the reference results" in capsys.readouterr().err

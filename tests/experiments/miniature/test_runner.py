@@ -1,3 +1,4 @@
+import hashlib
 import json
 import os
 import stat
@@ -59,6 +60,12 @@ def test_a_run_goes_through_main_gcpo_on_the_cpu_platform_and_is_kept_once_done(
     assert not (tmp_path / "args.txt").exists()  # kept, not run again
     again = train("gcpo_group", 2, RunSpec(steps=3, eval_every=3), out, 60, python=str(fake_python), warm_seed=5)
     assert (tmp_path / "args.txt").exists() and again["warm_seed"] == 5  # from another start: trained again
+    # which weights a run trained from: unknown without them, else their SHA-256 (pairs runs across experiments)
+    assert record["warm_start_sha256"] is None and again["warm_start_sha256"] is None
+    policy_dir(out, 6).mkdir(parents=True)
+    (policy_dir(out, 6) / "model.safetensors").write_bytes(b"weights")
+    third = train("gcpo_group", 2, RunSpec(steps=3, eval_every=3), out, 60, python=str(fake_python), warm_seed=6)
+    assert third["warm_start_sha256"] == hashlib.sha256(b"weights").hexdigest()
 
 
 def test_a_failed_or_stopped_run_is_an_error_and_starts_over_next_time(tmp_path, fake_python, monkeypatch):
