@@ -234,19 +234,25 @@ _PROCESS_PREFIX = re.compile(r"^((?:\([^()]*pid=\d+[^()]*\)\s*)+)")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exit|Exception|Interrupt)\b")
 
 
+def _lines_by_process(lines: Sequence[str], start: int = 0) -> dict[str, list[tuple[int, str]]]:
+    """``lines[start:]`` followed per process: Ray prefixes each line with its actor and pid and interleaves them;
+    each process's (index, text without colours, prefix and Ray's "[repeated]" note), in order."""
+    by_process: dict[str, list[tuple[int, str]]] = {}
+    for index in range(start, len(lines)):
+        line = _REPEATED.sub("", _ANSI.sub("", lines[index]))
+        match = _PROCESS_PREFIX.match(line)
+        prefix = match.group(1).strip() if match else ""
+        by_process.setdefault(prefix, []).append((index, line[match.end() :] if match else line))
+    return by_process
+
+
 def _ignored_shutdown_tracebacks(lines: Sequence[str]) -> set[int]:
     """Indices of the traceback lines that Python itself reports as ignored ("Exception ignored in: ...", from a
     ``__del__``) where the exception is the ``SystemExit`` Ray's SIGTERM handler raises in an actor that is being
     stopped at the end of a run (TransferQueue's storage units, closing a ZMQ socket): shutdown noise, not a
-    failure. Lines are followed per process (Ray prefixes each with its actor and pid, and interleaves them)."""
-    by_process: dict[str, list[tuple[int, str]]] = {}
-    for index, raw in enumerate(lines):
-        line = _REPEATED.sub("", _ANSI.sub("", raw))
-        match = _PROCESS_PREFIX.match(line)
-        prefix = match.group(1).strip() if match else ""
-        by_process.setdefault(prefix, []).append((index, line[match.end() :] if match else line))
+    failure. Lines are followed per process (:func:`_lines_by_process`)."""
     ignored = set()
-    for entries in by_process.values():
+    for entries in _lines_by_process(lines).values():
         for k in range(1, len(entries)):
             index, text = entries[k]
             if "Traceback (most recent call last)" not in text or not entries[k - 1][1].startswith(
@@ -279,14 +285,8 @@ def _ignored_engine_teardown(lines: Sequence[str]) -> set[int]:
     if finished is None:
         return set()
     ignored: set[int] = set()
-    by_process: dict[str, list[tuple[int, str]]] = {}
-    for index in range(finished + 1, len(lines)):
-        line = _REPEATED.sub("", _ANSI.sub("", lines[index]))
-        match = _PROCESS_PREFIX.match(line)
-        prefix = match.group(1).strip() if match else ""
-        text = line[match.end() :] if match else line
-        by_process.setdefault(prefix, []).append((index, _VLLM_LOG_PREFIX.sub("", text.strip())))
-    for entries in by_process.values():
+    for raw_entries in _lines_by_process(lines, start=finished + 1).values():
+        entries = [(index, _VLLM_LOG_PREFIX.sub("", text.strip())) for index, text in raw_entries]
         notice = next((k for k, (_, text) in enumerate(entries) if text.startswith(ENGINE_SHUTDOWN)), None)
         if notice is None:
             continue

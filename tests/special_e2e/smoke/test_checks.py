@@ -303,18 +303,20 @@ SHUTDOWN_NOISE = """\
 """
 
 
-def test_a_traceback_python_ignored_at_shutdown_after_rays_sigterm_is_not_a_failure(tmp_path):
+def _clean(tmp_path, text, **kwargs):
+    """Does a run whose output is ``text`` pass the clean-output check?"""
     log = tmp_path / "log.txt"
-    log.write_text(SHUTDOWN_NOISE)
-    assert checks.check_clean_log(log).ok
+    log.write_text(text)
+    return checks.check_clean_log(log, **kwargs).ok
+
+
+def test_a_traceback_python_ignored_at_shutdown_after_rays_sigterm_is_not_a_failure(tmp_path):
+    assert _clean(tmp_path, SHUTDOWN_NOISE)
     # any other exception in the same place is a failure
-    log.write_text(SHUTDOWN_NOISE.replace("SystemExit: 1 [repeated", "RuntimeError: boom [repeated"))
-    assert not checks.check_clean_log(log).ok
+    assert not _clean(tmp_path, SHUTDOWN_NOISE.replace("SystemExit: 1 [repeated", "RuntimeError: boom [repeated"))
     # a SystemExit that Ray's SIGTERM handler did not raise, or one Python did not ignore, too
-    log.write_text(SHUTDOWN_NOISE.replace("in sigterm_handler [repeated", "in run [repeated"))
-    assert not checks.check_clean_log(log).ok
-    log.write_text(SHUTDOWN_NOISE.replace("Exception ignored in: <function Socket.__del__ at", "Oops at"))
-    assert not checks.check_clean_log(log).ok
+    assert not _clean(tmp_path, SHUTDOWN_NOISE.replace("in sigterm_handler [repeated", "in run [repeated"))
+    assert not _clean(tmp_path, SHUTDOWN_NOISE.replace("Exception ignored in: <function Socket.__del__ at", "Oops at"))
 
 
 # what the GRPO side of a CPU smoke printed after its fit finished (2026-11-27): Ray stopped vLLM's engine-core
@@ -335,25 +337,19 @@ EngineCore encountered an issue. See stack trace (above) for the root cause.
 
 
 def test_vllms_engine_teardown_after_a_finished_fit_is_not_a_failure_and_nothing_else_is(tmp_path):
-    log = tmp_path / "log.txt"
-    log.write_text(ENGINE_TEARDOWN)
-    assert checks.check_clean_log(log).ok
-    assert checks.check_clean_log(log, markers=checks.UNCLEAN_JOB_MARKERS).ok  # the Slurm job's markers too
+    assert _clean(tmp_path, ENGINE_TEARDOWN)
+    assert _clean(tmp_path, ENGINE_TEARDOWN, markers=checks.UNCLEAN_JOB_MARKERS)  # the Slurm job's markers too
     # before the fit finished the engine's death is a failure
-    log.write_text(ENGINE_TEARDOWN.replace("'Final validation metrics: None'", "step:2 - done"))
-    assert not checks.check_clean_log(log).ok
+    assert not _clean(tmp_path, ENGINE_TEARDOWN.replace("'Final validation metrics: None'", "step:2 - done"))
     # another exception after the notice, or the traceback without vLLM's own shutdown notice, too
-    log.write_text(ENGINE_TEARDOWN.replace("vllm.v1.engine.exceptions.EngineDeadError:", "RuntimeError:"))
-    assert not checks.check_clean_log(log).ok
-    log.write_text(ENGINE_TEARDOWN.replace("[shutdown] MPClient", "MPClient"))
-    assert not checks.check_clean_log(log).ok
+    assert not _clean(tmp_path, ENGINE_TEARDOWN.replace("vllm.v1.engine.exceptions.EngineDeadError:", "RuntimeError:"))
+    assert not _clean(tmp_path, ENGINE_TEARDOWN.replace("[shutdown] MPClient", "MPClient"))
     # a traceback of another process after the finish stays a failure
     other = (
         "\x1b[36m(WorkerDict pid=1)\x1b[0m Traceback (most recent call last):\n\x1b[36m(WorkerDict pid=1)\x1b[0m "
         + ("vllm.v1.engine.exceptions.EngineDeadError: x\n")
     )
-    log.write_text(ENGINE_TEARDOWN + other)
-    assert not checks.check_clean_log(log).ok
+    assert not _clean(tmp_path, ENGINE_TEARDOWN + other)
 
 
 def test_the_check_command_fails_a_run_that_printed_a_traceback(tmp_path, monkeypatch, minilm, capsys):
