@@ -24,7 +24,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, NoReturn, Optional
 
 # Hydra 1.3's own pieces of hydra.main (its parser, search path, loader, run_job and error report): the entry point
 # does what hydra.main does, split where the checks go (tests/recipe/gcpo/test_main_gcpo.py runs each)
@@ -84,8 +84,18 @@ class CommandLine:
 
 
 def parse_command_line(argv: list[str]) -> CommandLine:
-    """``argv`` (without the program) parsed by Hydra's own parser, as ``hydra.main`` parses ``sys.argv``."""
+    """``argv`` (without the program) parsed by Hydra's own parser, as ``hydra.main`` parses ``sys.argv``.
+
+    Raises:
+        ConfigError: what argparse refuses (an unknown flag, a flag after the overrides, a bad choice), in one
+            line instead of argparse's usage block.
+    """
     parser = get_args_parser()
+
+    def refuse(message: str) -> NoReturn:
+        raise ConfigError(None, f"{message} (flags go before the key=value overrides; --help lists them)")
+
+    parser.error = refuse  # type: ignore[method-assign]
     return CommandLine(parser.parse_args(argv), parser)
 
 
@@ -246,6 +256,12 @@ def run_hydra_command(command: CommandLine) -> None:
         elif args.hydra_help:
             hydra.hydra_help(config_name=name, args_parser=command.parser, args=args)
         elif args.cfg:
+            if (
+                args.package
+                and OmegaConf.select(hydra.compose_config(name, overrides, RunMode.RUN), args.package) is None
+            ):
+                # Hydra would print its own line and exit 1
+                raise ConfigError("--package", f"--package {args.package}: no such block in the config")
             hydra.show_cfg(name, overrides, cfg_type=args.cfg, package=args.package, resolve=args.resolve)
         elif args.info:
             hydra.show_info(args.info, config_name=name, overrides=overrides)
@@ -282,6 +298,8 @@ def unknown_key_message(key: str, cause) -> str:
     parent = cause.parent_node
     known = [str(k) for k in parent.keys()] if isinstance(parent, DictConfig) else []
     match = difflib.get_close_matches(missing[-1], known, n=1, cutoff=0.6)
+    if len(missing) > len(key.split(".")):  # the key is inside the value ('a.b={c: 1}'): name it whole
+        key = ".".join(missing)
     if match:
         parts = key.split(".")
         parts[len(missing) - 1] = match[0]

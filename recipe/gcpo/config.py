@@ -220,7 +220,7 @@ class GCPOSettings:
             )
         return cls(
             encoder=build_section(EncoderConfig, block.get("encoder"), "algorithm.gcpo.encoder"),
-            credit=credit_config(algorithm, block.get("credit"), EMBEDDING_ESTIMATORS[estimator]),
+            credit=credit_config(algorithm, block.get("credit"), EMBEDDING_ESTIMATORS.get(estimator, {})),
             actor=build_section(CreditActorOptions, block.get("actor"), "algorithm.gcpo.actor"),
             filter_all_correct=filter_all_correct,
             dump=build_section(DumpSettings, block.get("dump"), "algorithm.gcpo.dump"),
@@ -240,17 +240,32 @@ def credit_config(algorithm: Any, block: Optional[Mapping[str, Any]], fixed: Map
         )
     # the user's keys: every field but norm_by_std, which is verl's switch
     check_known("algorithm.gcpo.credit", credit, {f.name for f in dataclasses.fields(CreditConfig)} - {"norm_by_std"})
-    credit = {**credit, "norm_by_std": bool(algorithm.get("norm_adv_by_std_in_grpo", True))}
+    norm_by_std = algorithm.get("norm_adv_by_std_in_grpo", True)
+    if not isinstance(norm_by_std, bool):  # bool("false") is True
+        raise ConfigError(
+            "algorithm.norm_adv_by_std_in_grpo",
+            f"algorithm.norm_adv_by_std_in_grpo must be true or false, got {norm_by_std!r}",
+        )
+    defaults = {f.name: f.default for f in dataclasses.fields(CreditConfig)}
+    for key, value in fixed.items():  # a value of the user's the estimator would replace: refused, not dropped
+        if credit.get(key, value) not in (value, defaults.get(key)):
+            estimator = algorithm.get("adv_estimator")
+            raise ConfigError(
+                f"algorithm.gcpo.credit.{key}",
+                f"algorithm.gcpo.credit.{key}={credit[key]!r}: algorithm.adv_estimator={estimator} fixes it to "
+                f"{value!r}; leave it out",
+            )
+    credit = {**credit, "norm_by_std": norm_by_std}
     credit.update(fixed)
     return build_section(CreditConfig, credit, "algorithm.gcpo.credit")
 
 
 def gcpo_settings(config: DictConfig) -> Optional[GCPOSettings]:
-    """The GCPO settings of a full config whose estimator embeds the responses; None for any other estimator."""
+    """The GCPO settings of a full config whose estimator embeds the responses; None for any other estimator, whose
+    ``algorithm.gcpo`` block is still parsed (a bad value there fails under every estimator, as a typo does)."""
     estimator = config.algorithm.adv_estimator
-    if estimator not in EMBEDDING_ESTIMATORS:
-        return None
-    return GCPOSettings.from_algorithm_config(config.algorithm, estimator)
+    settings = GCPOSettings.from_algorithm_config(config.algorithm, estimator)
+    return settings if estimator in EMBEDDING_ESTIMATORS else None
 
 
 class TrainerNeed(NamedTuple):

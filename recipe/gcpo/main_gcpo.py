@@ -50,6 +50,7 @@ from recipe.gcpo.config import ConfigError
 from recipe.gcpo.preflight import validate
 from recipe.gcpo.preflight.legacy_reward import migrate_legacy_reward
 from recipe.gcpo.preflight.machine import check_accelerator, check_data_files, check_model_path
+from recipe.gcpo.preflight.schema import check_resolves, check_schema
 from recipe.gcpo.run_summary import print_dry_run, print_startup
 from recipe.gcpo.task_runner import GCPOTaskRunner
 
@@ -85,6 +86,7 @@ def accept_run(config: DictConfig, choices: Mapping[str, Optional[str]], notes: 
     Raises:
         ConfigError: the first check that fails (verl's own checks raise their own types).
     """
+    check_schema(check_resolves(config))  # before anything reads a value or moves a key
     migrated = adapt(config)
     settings = validate(config)
     print_startup(config, settings.gcpo, choices, [*notes, *migrated])
@@ -112,9 +114,9 @@ def start(argv: list[str]) -> None:
     """The entry point: compose the config once, check it (and this machine), then train on it in Hydra's run
     directory, made only once every check passed (a refused run writes nothing); a dry run stops after the checks
     and makes no run directory. The one place a refusal becomes its line (:func:`fail`)."""
-    command = parse_command_line(argv)
     with hydra_session():
         try:
+            command = parse_command_line(argv)
             if command.hydra_command:  # --help, --cfg, --info ... on the same composition; a multirun is refused
                 run_hydra_command(command)
                 return

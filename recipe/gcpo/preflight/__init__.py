@@ -14,11 +14,14 @@ run is :mod:`recipe.gcpo.run_summary`'s.
 
 from __future__ import annotations
 
+import warnings
+
 from omegaconf import DictConfig
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
-from recipe.gcpo.preflight.machine import check_encoder, check_loggers
+from recipe.gcpo.config import ConfigError
+from recipe.gcpo.preflight.machine import check_data_config, check_encoder, check_loggers
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from recipe.gcpo.preflight.reward import (
     check_custom_reward_kwargs,
@@ -26,19 +29,26 @@ from recipe.gcpo.preflight.reward import (
     check_reward_function,
     check_reward_kwargs,
 )
-from recipe.gcpo.preflight.verl_keys import check_cluster_shape, check_estimator, check_numeric_keys, check_v1_trainer
+from recipe.gcpo.preflight.schema import check_resolves, check_schema, check_verl_dataclasses
+from recipe.gcpo.preflight.verl_keys import check_batch_geometry, check_estimator, check_v1_trainer, check_values
 from recipe.gcpo.settings import RecipeSettings
 
 
 def validate(config: DictConfig) -> RecipeSettings:
-    """Every start-up check of the config: the recipe's, the reward's, the encoder's, the loggers', the numbers',
-    then verl's own; returns the recipe's settings, parsed once.
+    """Every start-up check of the config: its values resolve, then verl's
+    keys and values (its schema, the rule tables, the batch's geometry), the recipe's, the reward's, the encoder's,
+    the loggers', the data files', then verl's own (its config dataclasses, its ``validate_config``); returns the
+    recipe's settings, parsed once.
 
     Raises:
         ConfigError: the first check that fails, in one line naming the key.
     """
+    resolved = check_resolves(config)
     check_v1_trainer(config)
     check_estimator(config)
+    check_values(config)
+    check_schema(resolved)
+    check_batch_geometry(config)
     settings = check_recipe(config)
     check_reward_kwargs(config)
     check_reward_function(config)
@@ -47,7 +57,15 @@ def validate(config: DictConfig) -> RecipeSettings:
     if settings.gcpo is not None:  # an estimator that embeds the responses
         check_encoder(settings.gcpo.encoder.model)
     check_loggers(config)
-    check_numeric_keys(config)
-    check_cluster_shape(config)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    check_data_config(config)
+    with warnings.catch_warnings():
+        # need_critic's "Disabled critic as algorithm.adv_estimator != gae": what every estimator but gae does, and
+        # what the start-up lines say (docs/training.md#a-clean-start-up)
+        warnings.filterwarnings("ignore", message="Disabled critic", category=UserWarning)
+        use_critic = need_critic(config)
+    check_verl_dataclasses(config, resolved, use_critic)
+    try:
+        validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=use_critic)
+    except (ValueError, AssertionError) as error:  # verl's own checks: their messages name the key
+        raise ConfigError(None, f"verl's validate_config: {' '.join(str(error).split())}") from None
     return settings

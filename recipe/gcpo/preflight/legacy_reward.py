@@ -48,7 +48,14 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
         return []
     lines = []
     if "custom_reward_function" in moved:
-        keep_reward_function(config, legacy["custom_reward_function"])
+        classic = legacy["custom_reward_function"]
+        if classic.get("path") is None and OmegaConf.select(config, "reward.custom_reward_function.path") is None:
+            raise ConfigError(
+                "custom_reward_function.name",
+                f"custom_reward_function.name={classic.get('name')} without custom_reward_function.path: verl "
+                "would run its data_source dispatch and ignore the name; set the path of the file that defines it",
+            )
+        keep_reward_function(config, classic)
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
 
     migrate_legacy_reward_impl(config)

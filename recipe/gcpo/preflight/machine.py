@@ -11,11 +11,12 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl.utils.device import get_torch_device, is_device_available
 
-from recipe.gcpo.config import ConfigError
+from recipe.gcpo.config import ConfigError, plain
 from recipe.gcpo.data import prepared_file_names
+from recipe.gcpo.preflight.schema import data_file_problem
 
 # W&B modes that need no API key
 WANDB_KEYLESS_MODES = ("offline", "disabled", "dryrun")
@@ -128,6 +129,12 @@ def check_model_path(config: DictConfig) -> None:
                 f"{key}={path} is not a folder on this machine: set it (the launchers' MODEL_PATH) to the folder of "
                 f"a downloaded model (python scripts/prepare_model.py <hub id> {path} downloads one there)",
             )
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise ConfigError(
+                key,
+                f"{key}={path} holds no model (no config.json): set it (the launchers' MODEL_PATH) to the folder of "
+                f"a downloaded model (python scripts/prepare_model.py <hub id> <folder> downloads one)",
+            )
     elif _hub_off() and not os.path.isdir(path):
         raise ConfigError(
             key,
@@ -227,12 +234,35 @@ def _wandb_can_log(environ: Mapping[str, str]) -> bool:
         return False
 
 
+def data_files(config: DictConfig, key: str) -> list[str]:
+    """The files of ``data.<key>`` (``train_files`` / ``val_files``): a path or a non-empty list of paths.
+
+    Raises:
+        ConfigError: null, an empty list, or anything but paths (verl's dataset would fail on it in a Ray actor).
+    """
+    value = OmegaConf.select(config, f"data.{key}")
+    files = [value] if isinstance(value, str) else list(value) if isinstance(value, ListConfig) else None
+    if not files or not all(isinstance(f, str) and f.strip() for f in files):
+        raise ConfigError(f"data.{key}", f"data.{key} must be a data file or a list of them, got {plain(value)!r}")
+    return files
+
+
+def check_data_config(config: DictConfig) -> None:
+    """``data.train_files`` / ``data.val_files`` are paths, and each that exists here is a file verl's dataset reads.
+
+    Raises:
+        ConfigError: a value that is no path or list of paths, a folder, or a file that is not parquet / JSON.
+    """
+    for key in ("train_files", "val_files"):
+        for path in data_files(config, key):
+            problem = data_file_problem(path) if os.path.exists(os.path.expanduser(path)) else None
+            if problem is not None:
+                raise ConfigError(f"data.{key}", f"data.{key}: {path} {problem}")
+
+
 def missing_data_files(config: DictConfig) -> list[str]:
     """Training / validation files that do not exist on this machine (remote URIs are not checked)."""
-    files = []
-    for key in ("train_files", "val_files"):
-        value = OmegaConf.select(config, f"data.{key}")
-        files += [value] if isinstance(value, str) else list(value or [])
+    files = data_files(config, "train_files") + data_files(config, "val_files")
     return [f for f in files if "://" not in str(f) and not os.path.exists(os.path.expanduser(str(f)))]
 
 

@@ -15,7 +15,9 @@ from recipe.gcpo.baselines.div_r1 import check_div_r1
 from recipe.gcpo.baselines.diver import check_diver
 from recipe.gcpo.baselines.group_contrastive import check_group_contrastive
 from recipe.gcpo.config import (
+    COPO_ESTIMATOR,
     GCPO_FILTER_METRIC,
+    MC_GRPO_ESTIMATOR,
     SYNC_TRAINER_MODE,
     ConfigError,
     GCPOSettings,
@@ -40,6 +42,8 @@ def check_recipe(config: DictConfig) -> RecipeSettings:
         check_diver(config)
     if settings.div_r1 is not None:
         check_div_r1(config, settings.div_r1)
+    if config.algorithm.adv_estimator in (COPO_ESTIMATOR, MC_GRPO_ESTIMATOR):  # each compares a prompt's rollouts
+        check_rollout_groups(config, config.algorithm.adv_estimator)
     if settings.copo is not None:
         check_copo(config)
     if settings.group_contrastive.enable:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+import re
 from typing import Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -25,6 +26,11 @@ DATA_SOURCE_DISPATCH = "verl's data_source dispatch (verl.utils.reward_score.def
 # the arguments verl 0.9.1's reward managers pass a custom reward function by name (verl/experimental/reward_loop/
 # reward_manager/*.py)
 REWARD_FN_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
+# DAPO's group filter (algorithm.filter_groups.metric) reads "reward" (the reward itself) or a key of each response's
+# reward_extra_info (verl/trainer/ppo/v1/replay_buffer.py): these keys the reward managers add themselves (verl/
+# experimental/reward_loop/reward_manager/*.py); any other must come from the reward function
+FILTER_GROUPS_REWARD_METRIC = "reward"
+MANAGER_METRICS = {"dapo": ("acc", "overlong_reward", "overlong"), "gdpo": ("acc",), "rate_limited": ("acc", "timeout")}
 # verl's name of a custom reward function when its config names none
 DEFAULT_REWARD_FN_NAME = "compute_score"
 # reward.reward_kwargs as verl 0.9.1's reward managers read it (key -> its sub-keys, None for a value): only the
@@ -74,6 +80,10 @@ def check_reward_function(config: DictConfig, written_as: str = "reward.custom_r
 
     try:
         function = load_extern_object(module_path=path, object_name=name)
+    except SystemExit as stop:  # a module that exits as it is imported would end the start-up with its status
+        raise ConfigError(
+            key, f"{key}={path} exits as it is imported (sys.exit({stop.code!r})): verl's reward workers import it"
+        ) from None
     except AttributeError:
         raise ConfigError(name_key, f"{path} defines no {name!r} ({name_key})") from None
     except Exception as err:
@@ -246,19 +256,35 @@ def check_custom_reward_kwargs(config: DictConfig) -> None:
 
 
 def check_filter_signal(config: DictConfig) -> None:
-    """Start-up check of DAPO's group filter on ``gcpo_signal``: the metric comes from the reward function (verl's
-    replay buffer reads it from each row's reward_extra_info), and a reward that does not report it stops the run
-    at its first step ("Finished groups are missing DAPO metric 'gcpo_signal'"). A reward function whose module
-    never names the key cannot report it.
+    """Start-up check of DAPO's group filter (``algorithm.filter_groups.metric``): a metric other than ``reward``
+    comes from the reward manager or the reward function (verl's replay buffer reads it from each row's
+    reward_extra_info), and a reward that does not report it stops the run at its first step ("Finished groups are
+    missing DAPO metric ..."). A reward function whose module never names the key cannot report it.
 
     Raises:
-        ConfigError: filtering on ``gcpo_signal`` with a reward function that does not report it.
+        ConfigError: filtering on a metric neither the manager nor the reward function reports (``gcpo_signal``:
+            with the recipe's advice).
     """
     filter_groups = OmegaConf.select(config, "algorithm.filter_groups") or {}
-    if not filter_groups.get("enable", False) or filter_groups.get("metric") != GCPO_FILTER_METRIC:
+    if not filter_groups.get("enable", False):
         return
     function_config = OmegaConf.select(config, "reward.custom_reward_function") or {}
     path, name = function_config.get("path"), function_config.get("name")
+    metric = filter_groups.get("metric")
+    if metric != GCPO_FILTER_METRIC:
+        manager = OmegaConf.select(config, "reward.reward_manager.name")
+        if metric == FILTER_GROUPS_REWARD_METRIC or metric in MANAGER_METRICS.get(manager, ()):
+            return
+        source = _reward_source(path) if path else _reward_source("pkg://verl.utils.reward_score")
+        if source is None or re.search(rf"""['"]{re.escape(str(metric))}['"]""", source):
+            return
+        raise ConfigError(
+            "algorithm.filter_groups.metric",
+            f"algorithm.filter_groups.metric={metric} is read from each response's reward_extra_info, but neither "
+            f"reward manager {manager} nor the reward function ({path or DATA_SOURCE_DISPATCH}) reports it: use "
+            f"{FILTER_GROUPS_REWARD_METRIC} (the reward itself), a key the function returns, or "
+            f"{', '.join(MANAGER_METRICS.get(manager, ())) or 'acc with the dapo manager'}",
+        )
     fix = (
         "return it from the reward function (0 for a wrong response, 1 + a tiny fingerprint of the text for a "
         "correct one: recipe/gcpo/reward.py does), use the recipe's reward (reward.custom_reward_function.path="

@@ -20,6 +20,7 @@ def compose_gcpo(overrides=(), config_name: str = "gcpo_trainer"):
 # a GCPO run's own keys as overrides: the model, data files, groups of 4, dynamic batch sizes
 BASE = [
     "actor_rollout_ref.model.path=/models/m",
+    "actor_rollout_ref.rollout.name=vllm",
     "data.train_files=/d/train.parquet",
     "data.val_files=/d/val_aime24.parquet",
     "actor_rollout_ref.rollout.n=4",

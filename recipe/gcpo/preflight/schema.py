@@ -1,0 +1,231 @@
+"""Start-up checks of a whole composed config against verl 0.9.1's own schema: every key is one verl or the recipe
+reads, every value resolves, numbers and booleans are what verl's schema says they are, and the config dataclasses
+verl builds in its workers build here first.
+
+verl's schema is its generated reference config (``verl/trainer/config/_generated_*.yaml``, one per engine), which
+lists every key of ``ppo_trainer`` with its default. A key it does not list, written in a user's YAML or added with
+``+`` / ``++``, is a key verl would ignore, so it is refused with the closest listed one; except inside the blocks
+below, which verl passes on as keyword arguments or overrides, and the recipe's own blocks, which the recipe's
+parsers check key by key (:mod:`recipe.gcpo.preflight.recipe_blocks`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import functools
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from recipe.gcpo.config import ConfigError
+
+# Blocks whose keys are not verl's to know: verl hands them on as they are (`**kwargs` to vLLM / SGLang / Ray /
+# transformers / the reward function, or a model's config overrides). Where verl's reference config says so: an
+# empty mapping (``engine_kwargs: {}``, ``override_config: {}``, ``apply_chat_template_kwargs: {}``, ...) or a
+# kwargs block (``ray_kwargs.ray_init``); ``reward.reward_kwargs`` and ``reward.custom_reward_function.reward_kwargs``
+# verl reads with ``.get`` (verl/trainer/ppo/reward.py), and the recipe checks them against their reader
+# (:mod:`recipe.gcpo.preflight.reward`).
+FREE_FORM = (
+    "*engine_kwargs",
+    "*override_config",
+    "*override_optimizer_config",
+    "*sampler_kwargs",
+    "*kw_args",
+    "*reward_kwargs",
+    "data.apply_chat_template_kwargs",
+    "data.mm_processor_kwargs",
+    "ray_kwargs.ray_init",
+    "trainer.v1.sync",
+)
+# the recipe's blocks, parsed and checked key by key by recipe.gcpo.settings.RecipeSettings
+RECIPE_BLOCKS = (
+    "algorithm.gcpo",
+    "algorithm.diver",
+    "algorithm.div_r1",
+    "algorithm.copo",
+    "algorithm.mc_grpo",
+    "algorithm.group_contrastive",
+)
+# ppo_trainer's Hydra group choice (dp, megatron, ...), kept in the composed config but not in the generated one
+GROUP_CHOICES = {"model_engine": "dp"}
+VERL_CONFIG_DIR = "verl/trainer/config"
+
+
+@functools.lru_cache(maxsize=1)
+def verl_schema() -> dict:
+    """verl's keys with their defaults: the union of its generated reference configs (ppo_trainer and the other
+    engines' variants of it), as plain nested dicts."""
+    import verl
+
+    folder = Path(verl.__file__).resolve().parent / "trainer" / "config"
+    schema: dict = dict(GROUP_CHOICES)
+    for path in sorted(folder.glob("_generated_*.yaml")):
+        _merge(schema, OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+    if not schema.get("actor_rollout_ref"):
+        raise RuntimeError(f"verl's generated reference config was not found in {folder}")
+    return schema
+
+
+def _merge(into: dict, other: dict) -> None:
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        elif key not in into or into[key] is None:
+            into[key] = value
+
+
+def _children(node: DictConfig, path: str) -> Iterator[tuple[str, str, Any]]:
+    for key in node.keys():
+        yield str(key), f"{path}.{key}" if path else str(key), node._get_node(key)
+
+
+def check_resolves(config: DictConfig) -> dict:
+    """Every value resolves: an interpolation (``${oops}``, ``${oc.env:NO_SUCH_VAR}``) that does not would otherwise
+    end the dry run's print of the config in a traceback, or a run minutes in, where verl first reads it. Returns the
+    config resolved, as plain Python (the checks that walk the whole config read it: verl's config holds ~450
+    interpolations, and each resolution parses its text again).
+
+    Raises:
+        ConfigError: the key whose value does not resolve (the one that names what is missing, rather than a key
+            that refers to it), with OmegaConf's reason.
+    """
+    try:
+        return OmegaConf.to_container(config, resolve=True)
+    except OmegaConfBaseException:
+        pass
+    failures = []
+    for key, node in _leaves(config, ""):
+        if node._is_interpolation():
+            try:
+                node._dereference_node()
+            except OmegaConfBaseException as error:
+                failures.append((key, str(node._value()), str(error).splitlines()[0].strip()))
+    if failures:
+        named = [f for f in failures if any(f"'{name}'" in f[2] for name in _names(f[1]))]
+        key, raw, reason = (named or failures)[0]
+        raise ConfigError(key, f"{key}={raw} does not resolve: {reason}")
+    raise ConfigError(None, "the config does not resolve")  # an interpolation inside a list: OmegaConf names none
+
+
+def _names(raw: str) -> list[str]:
+    """The words of an interpolation's text (``${oc.env:NO_SUCH_VAR}`` -> oc, env, NO_SUCH_VAR)."""
+    return [word for word in re.split(r"[^A-Za-z0-9_.-]+", raw) if word]
+
+
+def _leaves(node: DictConfig, path: str) -> Iterator[tuple[str, Any]]:
+    for key in node.keys():
+        full, child = f"{path}.{key}" if path else str(key), node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_interpolation():
+            yield from _leaves(child, full)
+        else:
+            yield full, child
+
+
+def check_schema(resolved: dict) -> None:
+    """Every key of the config (``resolved``: as :func:`check_resolves` returns it) is one verl's schema lists
+    (outside :data:`FREE_FORM` and :data:`RECIPE_BLOCKS`), and each value where verl's default is a boolean is a
+    boolean, where it is a number a number (or null); every float anywhere is finite.
+
+    Raises:
+        ConfigError: the first key verl would ignore (with the closest key it reads), or a value of the wrong kind.
+    """
+    _walk(resolved, verl_schema(), "")
+
+
+def _free(path: str) -> bool:
+    return path in RECIPE_BLOCKS or any(fnmatch.fnmatchcase(path, pattern) for pattern in FREE_FORM)
+
+
+def _walk(node: dict, schema: Optional[dict], path: str) -> None:
+    for key, value in node.items():
+        full = f"{path}.{key}" if path else str(key)
+        if _free(full):
+            continue
+        if schema is not None and key not in schema:
+            raise ConfigError(full, unknown_key_message(full, str(key), schema))
+        default = None if schema is None else schema.get(key)
+        _check_kind(full, value, default)
+        if isinstance(value, dict):
+            # a block verl leaves null (or does not describe) is not verl's to check below
+            _walk(value, default if isinstance(default, dict) else None, full)
+
+
+def unknown_key_message(full: str, key: str, known: dict) -> str:
+    parent = full[: -len(key)]
+    close = difflib.get_close_matches(key, [str(k) for k in known], n=1, cutoff=0.6)
+    hint = f": did you mean {parent}{close[0]}?" if close else ""
+    return (
+        f"{full} is not a key verl 0.9.1 or the recipe reads{hint} (verl would ignore it; a free-form block takes "
+        "any key: docs/training.md#keys-verl-does-not-check)"
+    )
+
+
+def _check_kind(key: str, value: Any, default: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(key, f"{key} must be a finite number, got {value!r}")
+    if value is None or default is None or isinstance(default, str) and default.startswith("${"):
+        return
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"{key} must be true or false, got {value!r}")
+    elif isinstance(default, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"{key} must be a number, got {value!r}")
+
+
+# ---- verl's config dataclasses, built as its workers build them -----------------------------------------------
+
+
+def check_verl_dataclasses(config: DictConfig, resolved: dict, use_critic: bool) -> None:
+    """Build the config dataclasses verl's workers build from this config (``omega_conf_to_dataclass``, with their
+    ``__post_init__`` checks): the actor's, the reference policy's (after verl's own renaming of its log-prob keys,
+    verl/workers/engine_workers.py), the rollout's, the critic's when one runs and distillation's when it is on.
+    The model's (``HFModelConfig``) loads the model and is left to the model-path check (the critic's too).
+    ``resolved``: the config as :func:`check_resolves` returns it.
+
+    Raises:
+        ConfigError: the block whose dataclass verl would refuse, with verl's reason on one line.
+    """
+    from verl.utils.config import omega_conf_to_dataclass
+
+    arr = config.actor_rollout_ref
+    ref = OmegaConf.create(resolved["actor_rollout_ref"]["ref"])
+    with open_dict(ref):  # what ActorRolloutRefWorker does before building the reference policy's ActorConfig
+        ref.ppo_mini_batch_size = arr.actor.ppo_mini_batch_size
+        ref.ppo_micro_batch_size = ref.pop("log_prob_micro_batch_size", None)
+        ref.ppo_micro_batch_size_per_gpu = ref.pop("log_prob_micro_batch_size_per_gpu", None)
+        ref.use_dynamic_bsz = ref.pop("log_prob_use_dynamic_bsz", False)
+        ref.ppo_max_token_len_per_gpu = ref.pop("log_prob_max_token_len_per_gpu", None)
+    blocks = {
+        "actor_rollout_ref.actor": arr.actor,
+        "actor_rollout_ref.ref": ref,
+        "actor_rollout_ref.rollout": arr.rollout,
+        "actor_rollout_ref.rollout.checkpoint_engine": arr.rollout.checkpoint_engine,
+    }
+    if use_critic:
+        blocks["critic"] = OmegaConf.create({k: v for k, v in resolved["critic"].items() if k != "model"})
+    if OmegaConf.select(config, "distillation.enabled"):
+        blocks["distillation"] = config.distillation
+    for key, block in blocks.items():
+        try:
+            omega_conf_to_dataclass(block)
+        except Exception as error:  # verl's dataclasses raise what their checks raise
+            cause = error.__cause__ or error
+            reason = " ".join(str(cause).split())
+            raise ConfigError(key, f"{key}: verl's config refuses it: {type(cause).__name__}: {reason}") from None
+
+
+def data_file_problem(path: Any) -> Optional[str]:
+    """Why a data file that exists here cannot be one verl reads (a folder, or not parquet / JSON); None if it can."""
+    local = os.path.expanduser(str(path))
+    if os.path.isdir(local):
+        return "is a folder, not a data file"
+    if not local.endswith((".parquet", ".json", ".jsonl")):
+        return "is not a parquet or JSON file (verl's RLHFDataset reads .parquet, .json and .jsonl)"
+    return None
