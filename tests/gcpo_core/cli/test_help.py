@@ -5,6 +5,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -79,12 +80,14 @@ def test_eval_and_report_help_show_their_defaults(capsys):
 
 def test_the_flags_choices_and_defaults_are_the_engines():
     from gcpo_core.cli import common
+    from gcpo_core.cli.demo import load_demo_rollouts
     from gcpo_core.credit.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
     from gcpo_core.credit.config import CreditConfig
     from gcpo_core.credit.kernels import KERNELS
     from gcpo_core.credit.quality import QUALITY_MAPS, REWARD_LIMIT
     from gcpo_core.credit.shapley.dispatch import SHAPLEY_METHODS
     from gcpo_core.credit.shapley.exact import EXACT_LIMIT
+    from gcpo_core.credit.shapley.monte_carlo import MIN_PERMUTATIONS
     from gcpo_core.encoding.encoder import DEFAULT_MODEL, DTYPES, EncoderConfig
     from gcpo_core.encoding.text_span import TEXT_SPANS
     from gcpo_core.encoding.word_pieces import LONG_TEXT_POLICIES
@@ -103,6 +106,12 @@ def test_the_flags_choices_and_defaults_are_the_engines():
         "all_correct_scale": tuple(ALL_CORRECT_SCALES),
     }
     assert common.EXACT_LIMIT == EXACT_LIMIT
+    assert common.MIN_PERMUTATIONS == MIN_PERMUTATIONS
+    with pytest.raises(ValueError):
+        CreditConfig(permutations=common.MAX_PERMUTATIONS + 2)
+    CreditConfig(permutations=common.MAX_PERMUTATIONS)
+    sizes = Counter(row["group"] for row in load_demo_rollouts())
+    assert common.DEMO_LARGEST_GROUP == max(sizes.values())
     assert common.REWARD_LIMIT == REWARD_LIMIT
     with pytest.raises(ValueError):
         CreditConfig(max_group_size=common.MAX_GROUP_SIZE_LIMIT + 1)
