@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import math
 import os
 import re
@@ -531,19 +532,34 @@ def load_encoder(args: argparse.Namespace):
     """The configured :class:`RolloutEncoder`, without transformers' "Loading weights" bar unless --verbose."""
     config = encoder_config_from_args(args)
     try:
-        return _load_encoder(config, getattr(args, "verbose", False))
+        encoder = _load_encoder(config, getattr(args, "verbose", False))
     except (OSError, ValueError) as err:  # no such model (a hub name not cached offline), not a model folder
+        message = one_line(err)
+        if message.startswith("encoder config: "):  # a rule that needs the model: one piece fits in a batch
+            changed = [
+                f"{flag_of(dest)} {getattr(args, dest)}"
+                for key, dest in ENCODER_KEYS.items()
+                if key in ("batch_tokens", "max_seq_length") and getattr(args, dest) != ENCODER_DEFAULTS[key]
+            ]
+            where = " ".join(changed) or f"--encoder {config.model}"
+            raise CommandError(f"{where}: {message.removeprefix('encoder config: ')}") from None
+        raise CommandError(f"--encoder {config.model}: cannot load it as a sentence encoder ({message})") from None
+    # the transformer reads at most its position embeddings: a longer piece fails inside it, mid-run
+    positions = getattr(getattr(encoder._transformer.auto_model, "config", None), "max_position_embeddings", None)
+    if config.max_seq_length is not None and isinstance(positions, int) and config.max_seq_length > positions:
         raise CommandError(
-            f"--encoder {config.model}: cannot load it as a sentence encoder ({one_line(err)})"
-        ) from None
+            f"--max-seq-length {config.max_seq_length}: {config.model} reads at most {positions} word pieces"
+        )
+    return encoder
 
 
 def _load_encoder(config, verbose: bool):
     from gcpo_core.encoding.encoder import RolloutEncoder
 
-    # what the libraries print while they load goes to stderr: stdout is the command's output (JSON lines, a
-    # table), and transformers prints "[INFO] Running in WANDB offline mode" there on import when WANDB_MODE=offline
-    with contextlib.redirect_stdout(sys.stderr):
+    # what the libraries print while they load goes to stderr with -v, else nowhere: stdout is the command's output
+    # (JSON lines, a table), and stderr holds only what went wrong and the summary; transformers prints
+    # "[INFO] Running in WANDB offline mode" on stdout on import when WANDB_MODE=offline
+    with contextlib.redirect_stdout(sys.stderr if verbose else io.StringIO()):
         if verbose:
             return RolloutEncoder(config)
         from transformers.utils import logging as hf_logging
