@@ -125,3 +125,38 @@ def test_every_option_has_help(command):
         a.option_strings or [a.dest] for a in parser._actions if not isinstance(a, argparse._HelpAction) and not a.help
     ]
     assert not bare, f"gcpo {command}: options without help: {bare}"
+
+
+def test_the_flag_rules_accept_what_the_engine_and_encoder_configs_accept():
+    """FLAG_RULES checks the credit and encoder flags before the configs are built: at and around every bound, a
+    value passes the rule exactly when the engine's (or the encoder's) config takes it (the flags also refuse
+    integers beyond 64 bits)."""
+    import math
+
+    from gcpo_core.cli.common import CREDIT_KEYS, ENCODER_KEYS, FLAG_RULES
+    from gcpo_core.credit.config import CreditConfig
+    from gcpo_core.encoding.encoder import EncoderConfig
+
+    for config, keys in ((CreditConfig, CREDIT_KEYS), (EncoderConfig, ENCODER_KEYS)):
+        for field, dest in keys.items():
+            rule = FLAG_RULES.get(dest)
+            if rule is None or rule.kind not in ("int", "float"):
+                continue
+            step = 1 if rule.kind == "int" else 1e-9
+            edges = [rule.low - step, rule.low, rule.low + step, 2**63 - 1, 2**63, math.nan, math.inf]
+            if rule.high is not None:
+                edges += [rule.high - step, rule.high, rule.high + step]
+            for value in edges:
+                if rule.kind == "int" and isinstance(value, float):
+                    continue
+                if (
+                    value == 2**63 and rule.kind == "int"
+                ):  # beyond 64 bits: refused by the flags, whatever the config says
+                    assert rule.problem(value) is not None, field
+                    continue
+                try:
+                    config(**{field: value})
+                    engine_takes = True
+                except ValueError:
+                    engine_takes = False
+                assert (rule.problem(value) is None) == engine_takes, (field, value)
