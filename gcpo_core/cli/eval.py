@@ -175,9 +175,16 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             raise CommandError(one_line(err)) from None
     runs = _runs(args, benchmarks)
+    if not runs and not args.generate:
+        raise CommandError("nothing to evaluate: give generation files, --run NAME=FILE or --generate MODEL")
+    _check_ks(args.ks, runs)  # before sampling: a mistake is found before the GPU's minutes are spent
     if args.generate:
         if not benchmarks:
             raise CommandError("--generate needs --benchmark files with the problems to sample")
+        if args.ks and max(args.ks) > args.samples:
+            raise CommandError(
+                f"--ks {max(args.ks)}: -k/--samples {args.samples} samples per problem; pass@k needs k <= {args.samples}"
+            )
         name = args.name or Path(args.generate.rstrip("/")).name
         try:
             generated = generate_with_vllm(
@@ -195,9 +202,6 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(str(err)) from None
         write_generations(generated, args.out_dir / f"generations_{name}.jsonl")
         runs[name] = generated
-    if not runs:
-        raise CommandError("nothing to evaluate: give generation files, --run NAME=FILE or --generate MODEL")
-    _check_ks(args.ks, runs)
 
     embed = None
     if not args.no_embeddings:

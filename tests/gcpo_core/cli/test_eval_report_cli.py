@@ -158,3 +158,13 @@ def test_report_command_writes_the_page(tmp_path, capsys):
     assert main(["report", str(dump), "-o", str(tmp_path / "r")]) == 0
     assert (tmp_path / "r" / "index.html").exists() and str(tmp_path / "r") in capsys.readouterr().out
     assert main(["report", str(tmp_path / "none")]) == 2
+
+
+def test_a_k_beyond_the_samples_to_draw_is_refused_before_sampling(tmp_path, capsys):
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"id": "1", "problem": "3 + 4?", "answer": "7"}) + "\n")
+    out = tmp_path / "eval"
+    argv = ["eval", "--generate", str(tmp_path), "--benchmark", str(bench), "-k", "2", "--ks", "1", "4"]
+    assert main([*argv, "--out-dir", str(out), "--no-embeddings"]) == 2
+    assert capsys.readouterr().err == "gcpo eval: --ks 4: -k/--samples 2 samples per problem; pass@k needs k <= 2\n"
+    assert not out.exists()
