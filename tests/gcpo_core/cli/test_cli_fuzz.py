@@ -245,7 +245,7 @@ def path_cases(command: str, action: argparse.Action) -> list[Case]:
             refused,
             {"empty.jsonl": b""},
             ["{TMP}/empty.jsonl"],
-            real=True,
+            real=kind in ("input", "dump"),  # what the command reads: run for real
         )
     if kind == "output":
         add("{TMP}/new.jsonl", False)
@@ -260,13 +260,13 @@ def path_cases(command: str, action: argparse.Action) -> list[Case]:
         for what, lines in spoilt.items():
             rows = [*valid_rows, *lines] if what in BAD_LINES else [valid_rows[0], lines]
             blamed = "{TMP}/bad.jsonl:" + str(len(rows))
-            if what not in BAD_LINES and _tolerated(command, action.dest, what):
-                continue  # a field the command may do without (an optional one, or one a fallback stands in for)
+            # a field the command may do without (an optional one, or one a fallback stands in for): run to the end
+            tolerated = what not in BAD_LINES and _tolerated(command, action.dest, what)
             cases.append(
                 Case(
                     command,
                     _with(command, action, "{TMP}/bad.jsonl"),
-                    True,
+                    not tolerated,
                     [blamed],
                     {**base_files, "bad.jsonl": _jsonl(rows)},
                     True,
