@@ -15,7 +15,14 @@ from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence
 
 from gcpo_core.cli import credit, demo, eval, report
-from gcpo_core.cli.common import ArgumentParser, CommandError, UsageError, one_line, read_settings_file
+from gcpo_core.cli.common import (
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    check_flags,
+    one_line,
+    read_settings_file,
+)
 
 SUBCOMMANDS = (credit, demo, eval, report)
 EXIT_BUG, EXIT_USAGE = 1, 2
@@ -74,15 +81,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
+    """The command line, with a settings file's values, every flag checked (:func:`check_flags`) before any work."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "config", None):
+    subparser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    if getattr(args, "config", None) is not None:
         # settings from the file become the defaults; flags given on the command line still win
         defaults, sources = read_settings_file(args.config)
-        subparser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+        for action in subparser._actions:  # argparse converts a string default itself, with a message naming no file
+            value = defaults.get(action.dest)
+            if isinstance(value, str) and callable(action.type):
+                try:
+                    defaults[action.dest] = action.type(value)
+                except (TypeError, ValueError, argparse.ArgumentTypeError):
+                    kind = getattr(action.type, "__name__", "value")
+                    raise CommandError(f"{sources[action.dest]}: not a valid {kind}, got {value!r}") from None
         subparser.set_defaults(**defaults)
         args = parser.parse_args(argv)
-        args.setting_sources = {dest: where for dest, where in sources.items() if getattr(args, dest) == defaults[dest]}
+        args.setting_sources = {  # the values no flag overrode (a NaN from the file is not equal to itself)
+            dest: where for dest, where in sources.items() if getattr(args, dest) in (defaults[dest],)
+        }
+    check_flags(subparser, args.command, args)
     return args
 
 

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
+import math
+import os
 import re
 import sys
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
 
 # dataclasses.asdict(CreditConfig())
 CREDIT_DEFAULTS: dict[str, Any] = {
@@ -56,7 +61,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "all_correct_scale": ("batch", "group"),
 }
 EXACT_LIMIT = 22  # gcpo_core.credit.shapley.exact.EXACT_LIMIT: most correct rollouts `exact` enumerates
+MIN_PERMUTATIONS = 4  # gcpo_core.credit.shapley.monte_carlo.MIN_PERMUTATIONS
+MAX_PERMUTATIONS = 1_000_000  # CreditConfig's upper bound on permutations
 MAX_GROUP_SIZE_LIMIT = 4096  # CreditConfig's upper bound on max_group_size
+DEMO_LARGEST_GROUP = 6  # the most solutions of one problem in gcpo_core/data/demo_rollouts.jsonl
 REWARD_LIMIT = 1e150  # gcpo_core.credit.quality.REWARD_LIMIT: the largest reward size the engine normalises
 
 # settings-file key -> command-line destination (the files in configs/ use the engine's field names)
@@ -108,6 +116,180 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+INT64_MAX = 2**63 - 1  # the largest integer a flag takes: torch, numpy and vLLM hold them as 64-bit integers
+DEVICE_PATTERN = r"auto|cpu|mps|(cuda|xpu)(:\d+)?"  # the devices the encoder runs on
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one flag accepts. ``kind``: ``int`` or ``float`` (finite) between ``low`` and ``high`` (``low``
+    excluded where ``above``); ``input`` (a readable file, '-' for stdin where ``stdin``), ``dump`` (a file or a
+    folder), ``folder`` (one to write into, made if missing), ``model`` (a name, or a model folder), ``device``.
+    ``unset``: None (the flag not given) is allowed. ``what`` names the range in words where a bound needs it."""
+
+    kind: str
+    low: Optional[float] = None
+    high: Optional[float] = None
+    above: bool = False
+    unset: bool = False
+    stdin: bool = False
+    what: str = ""
+
+    def problem(self, value: object) -> Optional[str]:
+        """Why ``value`` is refused, or None."""
+        if value is None and self.unset:
+            return None
+        if self.kind in ("int", "float"):
+            return self._number_problem(value)
+        if not isinstance(value, (str, Path)) or not str(value):
+            return f"must be a non-empty string, got {shown(value)}"
+        return getattr(self, f"_{self.kind}_problem")(str(value))
+
+    def range_text(self) -> str:
+        number = "an integer" if self.kind == "int" else "a finite number"
+        if self.what:
+            return self.what
+        low, high = (f"{x:d}" if self.kind == "int" else f"{x:g}" for x in (self.low, self.high or 0))
+        if self.high is None:
+            return f"{number} {'>' if self.above else '>='} {low}"
+        return f"{number} in {'(' if self.above else '['}{low}, {high}]"
+
+    def _number_problem(self, value: object) -> Optional[str]:
+        if self.kind == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and self.kind == "int" and self.high is None and value > INT64_MAX:
+            return "must be at most 2^63 - 1"
+        high = self.high if self.high is not None else math.inf
+        ok = ok and (value > self.low if self.above else value >= self.low) and value <= high
+        return None if ok else f"must be {self.range_text()}"
+
+    @staticmethod
+    def _input_problem(path: str) -> Optional[str]:
+        if not os.path.exists(path):
+            return "no such file"
+        if os.path.isdir(path):
+            return "a folder, not a file"
+        return None if os.access(path, os.R_OK) else "cannot read it (permission denied)"
+
+    @staticmethod
+    def _dump_problem(path: str) -> Optional[str]:
+        if not os.path.exists(path):
+            return "no such file or folder"
+        return None if os.access(path, os.R_OK) else "cannot read it (permission denied)"
+
+    @staticmethod
+    def _folder_problem(path: str) -> Optional[str]:
+        if os.path.exists(path) and not os.path.isdir(path):
+            return "is a file, not a folder"
+        existing = os.path.abspath(path)
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            return f"{existing} is a file, not a folder"
+        if not os.access(existing, os.W_OK | os.X_OK):
+            return f"cannot create files in {existing} (permission denied)"
+        return None
+
+    @staticmethod
+    def _model_problem(name: str) -> Optional[str]:
+        if os.path.exists(name):
+            return None if os.path.isdir(name) else "a file, not a model folder"
+        if name.startswith(("/", "./", "../", "~")) or name in (".", ".."):  # a path, not a hub name
+            return "no such model folder"
+        return None
+
+    @staticmethod
+    def _device_problem(device: str) -> Optional[str]:
+        if re.fullmatch(DEVICE_PATTERN, device):
+            return None
+        return "must be auto, cpu, cuda, cuda:N, mps or xpu[:N]"
+
+
+# Every flag's rule, by destination ("<command>.<dest>" where one command's flag means something else). A flag
+# with ``choices`` is checked against them; main() checks every flag here before a command does any work.
+FLAG_RULES: dict[str, Rule] = {
+    # credit engine (CreditConfig's bounds)
+    "exact_max": Rule("int", 0, EXACT_LIMIT),
+    "permutations": Rule("int", MIN_PERMUTATIONS, MAX_PERMUTATIONS),
+    "seed": Rule("int", 0),
+    "rbf_bandwidth": Rule("float", 0, above=True, unset=True),
+    "mix_coef": Rule("float", 0),
+    "epsilon": Rule("float", 0, above=True),
+    "std_floor": Rule("float", 0),
+    "max_group_size": Rule("int", 1, MAX_GROUP_SIZE_LIMIT),
+    # encoder (EncoderConfig's bounds)
+    "encoder": Rule("model"),
+    "device": Rule("device"),
+    "max_chunks": Rule("int", 1),
+    "max_seq_length": Rule("int", 8, unset=True),
+    "batch_tokens": Rule("int", 8, unset=True),
+    # credit
+    "credit.input": Rule("input", stdin=True),
+    "credit.dump": Rule("folder", unset=True),
+    "dump_step": Rule("int", 0),
+    # demo: its groups are the bundled data's
+    "demo.max_group_size": Rule(
+        "int",
+        DEMO_LARGEST_GROUP,
+        MAX_GROUP_SIZE_LIMIT,
+        what=f"an integer in [{DEMO_LARGEST_GROUP}, {MAX_GROUP_SIZE_LIMIT}]: the demo has groups of "
+        f"{DEMO_LARGEST_GROUP} solutions",
+    ),
+    # eval
+    "generations": Rule("input"),
+    "benchmark": Rule("input"),
+    "eval.out_dir": Rule("folder"),
+    "ks": Rule("int", 1, unset=True, what="an integer >= 1 (pass@k needs k >= 1, and at most the samples per problem)"),
+    "cluster_threshold": Rule("float", -1, 1, what="a cosine, in [-1, 1]"),
+    "samples": Rule("int", 1),
+    "temperature": Rule("float", 0),
+    "top_p": Rule("float", 0, 1, above=True),
+    "max_tokens": Rule("int", 1),
+    "tp": Rule("int", 1),
+    "generate": Rule("model", unset=True),
+    # report
+    "report.dump": Rule("dump"),
+    "report.out_dir": Rule("folder"),
+    "max_groups": Rule("int", 1),
+}
+
+
+def check_flags(parser: argparse.ArgumentParser, command: str, args: argparse.Namespace) -> None:
+    """Every flag of ``parser`` (one command's) against its choices and its rule in :data:`FLAG_RULES`: the first
+    bad value is a :class:`CommandError` naming the flag (or the settings-file key that set it)."""
+    sources = getattr(args, "setting_sources", {})
+    for action in parser._actions:
+        rule = FLAG_RULES.get(f"{command}.{action.dest}") or FLAG_RULES.get(action.dest)
+        value = getattr(args, action.dest, None)
+        for item in value if isinstance(value, list) and _takes_many(action) else [value]:
+            if action.choices is not None and item is not None and item not in action.choices:
+                problem = f"must be one of {', '.join(map(str, action.choices))}"
+            elif rule is None or (rule.stdin and item == "-"):
+                continue
+            else:
+                problem = rule.problem(item)
+            if problem is None:
+                continue
+            if action.dest in sources:
+                raise CommandError(f"{sources[action.dest]}: {problem}, got {shown(item)}")
+            if not action.option_strings:  # a positional argument: the value is a path
+                raise CommandError(f"{item or repr(item)}: {problem}")
+            raise CommandError(f"{'/'.join(action.option_strings)} {item}: {problem}")
+
+
+def path_argument(text: str) -> Path:
+    """A flag's path: ``Path("")`` would be the current folder, so an empty one is refused (one line naming it)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
+
+
+def _takes_many(action: argparse.Action) -> bool:
+    return action.nargs in ("+", "*") or isinstance(action, argparse._AppendAction)
+
+
 def one_line(message: object) -> str:
     return " ".join(str(message).split())
 
@@ -116,7 +298,7 @@ def shown(value: object, limit: int = 40) -> str:
     """A JSON value as a message shows it: JSON text, cut short."""
     try:
         text = json_text(value)
-    except (ValueError, RecursionError):
+    except (TypeError, ValueError, RecursionError):
         text = type(value).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -348,13 +530,37 @@ def encoder_config_from_args(args: argparse.Namespace):
 
 def load_encoder(args: argparse.Namespace):
     """The configured :class:`RolloutEncoder`, without transformers' "Loading weights" bar unless --verbose."""
+    config = encoder_config_from_args(args)
+    try:
+        encoder = _load_encoder(config, getattr(args, "verbose", False))
+    except (OSError, ValueError) as err:  # no such model (a hub name not cached offline), not a model folder
+        message = one_line(err)
+        if message.startswith("encoder config: "):  # a rule that needs the model: one piece fits in a batch
+            changed = [
+                f"{flag_of(dest)} {getattr(args, dest)}"
+                for key, dest in ENCODER_KEYS.items()
+                if key in ("batch_tokens", "max_seq_length") and getattr(args, dest) != ENCODER_DEFAULTS[key]
+            ]
+            where = " ".join(changed) or f"--encoder {config.model}"
+            raise CommandError(f"{where}: {message.removeprefix('encoder config: ')}") from None
+        raise CommandError(f"--encoder {config.model}: cannot load it as a sentence encoder ({message})") from None
+    # the transformer reads at most its position embeddings: a longer piece fails inside it, mid-run
+    positions = getattr(getattr(encoder._transformer.auto_model, "config", None), "max_position_embeddings", None)
+    if config.max_seq_length is not None and isinstance(positions, int) and config.max_seq_length > positions:
+        raise CommandError(
+            f"--max-seq-length {config.max_seq_length}: {config.model} reads at most {positions} word pieces"
+        )
+    return encoder
+
+
+def _load_encoder(config, verbose: bool):
     from gcpo_core.encoding.encoder import RolloutEncoder
 
-    config = encoder_config_from_args(args)
-    # what the libraries print while they load goes to stderr: stdout is the command's output (JSON lines, a
-    # table), and transformers prints "[INFO] Running in WANDB offline mode" there on import when WANDB_MODE=offline
-    with contextlib.redirect_stdout(sys.stderr):
-        if getattr(args, "verbose", False):
+    # what the libraries print while they load goes to stderr with -v, else nowhere: stdout is the command's output
+    # (JSON lines, a table), and stderr holds only what went wrong and the summary; transformers prints
+    # "[INFO] Running in WANDB offline mode" on stdout on import when WANDB_MODE=offline
+    with contextlib.redirect_stdout(sys.stderr if verbose else io.StringIO()):
+        if verbose:
             return RolloutEncoder(config)
         from transformers.utils import logging as hf_logging
 

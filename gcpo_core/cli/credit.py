@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gcpo_core.cli.common import (
@@ -34,6 +33,7 @@ from gcpo_core.cli.common import (
     json_text,
     load_encoder,
     one_line,
+    path_argument,
     shown,
 )
 from gcpo_core.cli.jsonl import finite_number, read_jsonl
@@ -57,12 +57,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--dump",
         metavar="DIR",
-        type=Path,
+        type=path_argument,
         default=None,
         help="also write every group as a credit dump, DIR/credit_step<N>.jsonl, for `gcpo report DIR`",
     )
     parser.add_argument(
-        "--dump-step", type=int, default=0, metavar="N", help="the step number the dump carries (default %(default)s)"
+        "--dump-step",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the step number the dump carries (>= 0, default %(default)s)",
     )
     add_credit_arguments(parser)
     add_encoder_arguments(parser)

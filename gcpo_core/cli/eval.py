@@ -19,7 +19,15 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from gcpo_core.cli.common import CommandError, add_config_argument, add_encoder_arguments, load_encoder, one_line
+from gcpo_core.cli.common import (
+    FLAG_RULES,
+    CommandError,
+    add_config_argument,
+    add_encoder_arguments,
+    load_encoder,
+    one_line,
+    path_argument,
+)
 from gcpo_core.cli.jsonl import read_jsonl
 from gcpo_core.rewards.prompts import INSTRUCTIONS
 
@@ -61,7 +69,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="gold answers (and prompts for --generate): prepared verl parquet or JSONL",
     )
     parser.add_argument(
-        "--out-dir", type=Path, default=Path("eval_results"), help="where the tables and plots go (default %(default)s)"
+        "--out-dir",
+        type=path_argument,
+        default=Path("eval_results"),
+        help="where the tables and plots go (default %(default)s)",
     )
     parser.add_argument("--ks", type=int, nargs="+", default=None, help="k values of pass@k (default: powers of 2)")
     parser.add_argument("--no-embeddings", action="store_true", help="skip the embedding-based diversity metrics")
@@ -91,31 +102,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _check_flags(args: argparse.Namespace) -> None:
-    """Every numeric flag within its range, before anything is read or sampled."""
-    for k in args.ks or []:
-        if k < 1:
-            raise CommandError(f"--ks {k}: pass@k needs k >= 1 (and at most the samples per problem)")
-    if not -1.0 <= args.cluster_threshold <= 1.0:  # also NaN
-        raise CommandError(f"--cluster-threshold {args.cluster_threshold}: must be a cosine, in [-1, 1]")
-    if args.samples < 1:
-        raise CommandError(f"-k/--samples {args.samples}: must be at least 1 sample per problem")
-    if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise CommandError(f"--temperature {args.temperature}: must be a finite number >= 0")
-    if not 0.0 < args.top_p <= 1.0:
-        raise CommandError(f"--top-p {args.top_p}: must be in (0, 1]")
-    for flag, value in (("--max-tokens", args.max_tokens), ("--tp", args.tp)):
-        if value < 1:
-            raise CommandError(f"{flag} {value}: must be at least 1")
-
-
-def _check_file(path: str, flag: str = "") -> None:
-    if not Path(path).exists():
-        raise CommandError(f"{flag}{path}: no such file")
-    if not Path(path).is_file():
-        raise CommandError(f"{flag}{path}: not a file")
-
-
 def _rows(path: str):
     """(where, row) of a JSONL file through the commands' reader (UTF-8, one object a line: a bad line is one error
     naming it), or of a parquet file."""
@@ -131,7 +117,7 @@ def _rows(path: str):
 def _runs(args, benchmarks) -> dict[str, list]:
     from gcpo_core.evaluation.evaluate import generations_from_rows
 
-    specs = [(Path(p).stem, p, "") for p in args.generations]
+    specs = [(Path(p).stem, p, None) for p in args.generations]
     for item in args.run:
         name, equals, path = item.partition("=")
         if not equals:
@@ -144,7 +130,9 @@ def _runs(args, benchmarks) -> dict[str, list]:
     for name, path, flag in specs:
         if name in runs:
             raise CommandError(f"two runs are named {name!r}")
-        _check_file(path, flag)
+        problem = FLAG_RULES["generations"].problem(path) if flag is not None else None  # --run's file
+        if problem:
+            raise CommandError(f"{flag}{path}: {problem}")
         try:
             runs[name] = generations_from_rows(_rows(path), path, benchmarks)
         except ValueError as err:
@@ -180,18 +168,23 @@ def run(args: argparse.Namespace) -> int:
         write_generations,
     )
 
-    _check_flags(args)
-    benchmarks = []
+    benchmarks = []  # every flag, --benchmark and generation file included, was checked by main (FLAG_RULES)
     for path in args.benchmark:
-        _check_file(path, "--benchmark ")
         try:
             benchmarks += benchmark_from_rows(_rows(path), path)
         except ValueError as err:
             raise CommandError(one_line(err)) from None
     runs = _runs(args, benchmarks)
+    if not runs and not args.generate:
+        raise CommandError("nothing to evaluate: give generation files, --run NAME=FILE or --generate MODEL")
+    _check_ks(args.ks, runs)  # before sampling: a mistake is found before the GPU's minutes are spent
     if args.generate:
         if not benchmarks:
             raise CommandError("--generate needs --benchmark files with the problems to sample")
+        if args.ks and max(args.ks) > args.samples:
+            raise CommandError(
+                f"--ks {max(args.ks)}: -k/--samples {args.samples} samples per problem; pass@k needs k <= {args.samples}"
+            )
         name = args.name or Path(args.generate.rstrip("/")).name
         try:
             generated = generate_with_vllm(
@@ -209,9 +202,6 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(str(err)) from None
         write_generations(generated, args.out_dir / f"generations_{name}.jsonl")
         runs[name] = generated
-    if not runs:
-        raise CommandError("nothing to evaluate: give generation files, --run NAME=FILE or --generate MODEL")
-    _check_ks(args.ks, runs)
 
     embed = None
     if not args.no_embeddings:

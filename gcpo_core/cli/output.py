@@ -41,6 +41,8 @@ def check_output(path: Optional[str]) -> None:
     """Fail now, before any work, if ``path`` cannot be written."""
     if _is_stdout(path):
         return
+    if not path:
+        raise CommandError("-o '': expected a path, got an empty string ('-' is standard output)")
     if os.path.isdir(path):
         raise CommandError(f"-o {path}: is a directory")
     if _written_through(path):

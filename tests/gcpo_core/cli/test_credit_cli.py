@@ -117,7 +117,7 @@ def test_bad_config_values_are_reported(tmp_path, capsys):
     src = _write(tmp_path / "in.jsonl", ROLLOUTS)
     assert main(["credit", str(src), "--permutations", "3"]) == 2
     err = capsys.readouterr().err  # the engine's reason, after the flag that set the value
-    assert err.startswith("gcpo credit: --permutations 3: permutations must be ") and err.count("\n") == 1
+    assert err == "gcpo credit: --permutations 3: must be an integer in [4, 1000000]\n"
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_bad_config_values_are_reported(tmp_path, capsys):
         (["--bogus"], "gcpo credit: unrecognized arguments: --bogus (see gcpo credit --help)"),
         (
             ["--max-group-size", "5000"],
-            "gcpo credit: --max-group-size 5000: max_group_size must be an integer in [1, 4096]",
+            "gcpo credit: --max-group-size 5000: must be an integer in [1, 4096]",
         ),
     ],
 )
@@ -338,3 +338,36 @@ def test_a_dump_of_texts_carries_them(tmp_path, minilm):
     )
     (record,) = (json.loads((tmp_path / "dump" / "credit_step000000.jsonl").read_text().splitlines()[0]),)
     assert record["texts"] == [r["text"] for r in rows] and len(record["embeddings"][0]) == 384
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--batch-tokens", "8"],
+            "gcpo credit: --batch-tokens 8: batch_tokens (8) must hold one full piece (256 tokens)",
+        ),
+        (
+            ["--max-seq-length", "100000", "--batch-tokens", "200000"],
+            "gcpo credit: --max-seq-length 100000: sentence-transformers/all-MiniLM-L6-v2 reads at most 512 word pieces",
+        ),
+        (
+            ["--encoder", "no-such-org/no-such-model"],
+            "gcpo credit: --encoder no-such-org/no-such-model: cannot load it",
+        ),
+        (["--encoder", "{tmp}"], "gcpo credit: --encoder {tmp}: cannot load it as a sentence encoder"),
+    ],
+)
+def test_encoder_settings_only_the_model_can_check_are_one_line_before_anything_is_written(
+    tmp_path, capsys, flags, message
+):
+    """Rules that need the loaded model (a batch holds one piece; a piece fits the model's positions; the model
+    exists) are checked as it loads, before any text is embedded: a piece longer than the model's positions was a
+    traceback from inside the transformer."""
+    rows = [{"group": "q", "reward": 1, "text": "word " * 1200}, {"group": "q", "reward": 0, "text": "It is 6."}]
+    out = tmp_path / "out.jsonl"
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in flags]
+    assert main(["credit", str(_write(tmp_path / "in.jsonl", rows)), "-o", str(out), "--device", "cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message.replace("{tmp}", str(tmp_path))) and err.count("\n") == 1, err
+    assert not out.exists()

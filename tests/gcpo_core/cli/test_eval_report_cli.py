@@ -56,7 +56,7 @@ def test_generation_without_vllm_is_a_clear_error(tmp_path, capsys, shared_data)
         [
             "eval",
             "--generate",
-            "/models/x",
+            str(tmp_path),  # a folder: what is in it is vLLM's to read
             "--benchmark",
             str(shared_data / "amc23.jsonl"),
             "--out-dir",
@@ -84,19 +84,19 @@ GOOD = '{"benchmark": "toy", "id": 1, "answer": "7", "responses": ["Answer: 7", 
         # the four tracebacks of issue 46
         ("[1, 2]\n", [], "gens.jsonl:1: expected a JSON object, got an array"),
         ('{"answer": "7", "responses": []}\n', [], "gens.jsonl:1: 'responses' is empty"),
-        (GOOD, ["--ks", "0"], "--ks 0: pass@k needs k >= 1"),
-        (GOOD, ["--ks", "2", "-1"], "--ks -1: pass@k needs k >= 1"),
+        (GOOD, ["--ks", "0"], "--ks 0: must be an integer >= 1 (pass@k needs k >= 1"),
+        (GOOD, ["--ks", "2", "-1"], "--ks -1: must be an integer >= 1 (pass@k needs k >= 1"),
         # flags accepted though meaningless
         (GOOD, ["--cluster-threshold", "nan"], "--cluster-threshold nan: must be a cosine, in [-1, 1]"),
         (GOOD, ["--cluster-threshold", "5"], "--cluster-threshold 5.0: must be a cosine, in [-1, 1]"),
         (
             GOOD,
-            ["--ks", "1", "100000000000000000000"],
-            "--ks 100000000000000000000: run 'gens' has 2 sample(s) per problem on toy (its fewest); "
-            "pass@k needs 1 <= k <= 2",
+            ["--ks", "1", "1000"],
+            "--ks 1000: run 'gens' has 2 sample(s) per problem on toy (its fewest); pass@k needs 1 <= k <= 2",
         ),
-        (GOOD, ["--top-p", "0"], "--top-p 0.0: must be in (0, 1]"),
-        (GOOD, ["-k", "0"], "-k/--samples 0: must be at least 1"),
+        (GOOD, ["--ks", "1", "100000000000000000000"], "--ks 100000000000000000000: must be at most 2^63 - 1"),
+        (GOOD, ["--top-p", "0"], "--top-p 0.0: must be a finite number in (0, 1]"),
+        (GOOD, ["-k", "0"], "-k/--samples 0: must be an integer >= 1"),
         (GOOD, ["--temperature", "nan"], "--temperature nan: must be a finite number >= 0"),
         # messages that left out where
         (
@@ -158,3 +158,13 @@ def test_report_command_writes_the_page(tmp_path, capsys):
     assert main(["report", str(dump), "-o", str(tmp_path / "r")]) == 0
     assert (tmp_path / "r" / "index.html").exists() and str(tmp_path / "r") in capsys.readouterr().out
     assert main(["report", str(tmp_path / "none")]) == 2
+
+
+def test_a_k_beyond_the_samples_to_draw_is_refused_before_sampling(tmp_path, capsys):
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"id": "1", "problem": "3 + 4?", "answer": "7"}) + "\n")
+    out = tmp_path / "eval"
+    argv = ["eval", "--generate", str(tmp_path), "--benchmark", str(bench), "-k", "2", "--ks", "1", "4"]
+    assert main([*argv, "--out-dir", str(out), "--no-embeddings"]) == 2
+    assert capsys.readouterr().err == "gcpo eval: --ks 4: -k/--samples 2 samples per problem; pass@k needs k <= 2\n"
+    assert not out.exists()

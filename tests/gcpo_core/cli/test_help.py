@@ -5,6 +5,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -79,12 +80,14 @@ def test_eval_and_report_help_show_their_defaults(capsys):
 
 def test_the_flags_choices_and_defaults_are_the_engines():
     from gcpo_core.cli import common
+    from gcpo_core.cli.demo import load_demo_rollouts
     from gcpo_core.credit.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
     from gcpo_core.credit.config import CreditConfig
     from gcpo_core.credit.kernels import KERNELS
     from gcpo_core.credit.quality import QUALITY_MAPS, REWARD_LIMIT
     from gcpo_core.credit.shapley.dispatch import SHAPLEY_METHODS
     from gcpo_core.credit.shapley.exact import EXACT_LIMIT
+    from gcpo_core.credit.shapley.monte_carlo import MIN_PERMUTATIONS
     from gcpo_core.encoding.encoder import DEFAULT_MODEL, DTYPES, EncoderConfig
     from gcpo_core.encoding.text_span import TEXT_SPANS
     from gcpo_core.encoding.word_pieces import LONG_TEXT_POLICIES
@@ -103,6 +106,12 @@ def test_the_flags_choices_and_defaults_are_the_engines():
         "all_correct_scale": tuple(ALL_CORRECT_SCALES),
     }
     assert common.EXACT_LIMIT == EXACT_LIMIT
+    assert common.MIN_PERMUTATIONS == MIN_PERMUTATIONS
+    with pytest.raises(ValueError):
+        CreditConfig(permutations=common.MAX_PERMUTATIONS + 2)
+    CreditConfig(permutations=common.MAX_PERMUTATIONS)
+    sizes = Counter(row["group"] for row in load_demo_rollouts())
+    assert common.DEMO_LARGEST_GROUP == max(sizes.values())
     assert common.REWARD_LIMIT == REWARD_LIMIT
     with pytest.raises(ValueError):
         CreditConfig(max_group_size=common.MAX_GROUP_SIZE_LIMIT + 1)
@@ -116,3 +125,38 @@ def test_every_option_has_help(command):
         a.option_strings or [a.dest] for a in parser._actions if not isinstance(a, argparse._HelpAction) and not a.help
     ]
     assert not bare, f"gcpo {command}: options without help: {bare}"
+
+
+def test_the_flag_rules_accept_what_the_engine_and_encoder_configs_accept():
+    """FLAG_RULES checks the credit and encoder flags before the configs are built: at and around every bound, a
+    value passes the rule exactly when the engine's (or the encoder's) config takes it (the flags also refuse
+    integers beyond 64 bits)."""
+    import math
+
+    from gcpo_core.cli.common import CREDIT_KEYS, ENCODER_KEYS, FLAG_RULES
+    from gcpo_core.credit.config import CreditConfig
+    from gcpo_core.encoding.encoder import EncoderConfig
+
+    for config, keys in ((CreditConfig, CREDIT_KEYS), (EncoderConfig, ENCODER_KEYS)):
+        for field, dest in keys.items():
+            rule = FLAG_RULES.get(dest)
+            if rule is None or rule.kind not in ("int", "float"):
+                continue
+            step = 1 if rule.kind == "int" else 1e-9
+            edges = [rule.low - step, rule.low, rule.low + step, 2**63 - 1, 2**63, math.nan, math.inf]
+            if rule.high is not None:
+                edges += [rule.high - step, rule.high, rule.high + step]
+            for value in edges:
+                if rule.kind == "int" and isinstance(value, float):
+                    continue
+                if (
+                    value == 2**63 and rule.kind == "int"
+                ):  # beyond 64 bits: refused by the flags, whatever the config says
+                    assert rule.problem(value) is not None, field
+                    continue
+                try:
+                    config(**{field: value})
+                    engine_takes = True
+                except ValueError:
+                    engine_takes = False
+                assert (rule.problem(value) is None) == engine_takes, (field, value)

@@ -64,12 +64,16 @@ def test_bad_settings_files_name_the_problem(tmp_path, capsys):
     for text, message in (
         ("credit:\n  permutation: 8\n", "unknown credit key(s) ['permutation']"),
         ("solver: {}\n", "unknown block(s) ['solver']"),
-        ("credit:\n  method: shap\n", "method must be one of"),
+        ("credit:\n  method: shap\n", 'bad.yaml: credit.method: must be one of auto, exact, mc, loo, got "shap"'),
+        ("credit:\n  permutations: abc\n", "bad.yaml: credit.permutations: not a valid int, got 'abc'"),
+        ("credit:\n  epsilon: .nan\n", "bad.yaml: credit.epsilon: must be a finite number > 0, got NaN"),
+        ("encoder:\n  max_chunks: 2.5\n", "bad.yaml: encoder.max_chunks: must be an integer >= 1, got 2.5"),
     ):
         settings = tmp_path / "bad.yaml"
         settings.write_text(text)
         assert main(["credit", str(rollouts), "--config", str(settings)]) == 2
-        assert message in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
     assert main(["credit", str(rollouts), "--config", str(tmp_path / "none.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
 

@@ -57,7 +57,7 @@ def test_epsilon_must_be_positive_everywhere_it_is_set(epsilon):
         CreditConfig.from_mapping({"epsilon": epsilon})
 
 
-def test_the_cli_gets_the_epsilon_check_through_the_engine_config(tmp_path, capsys):
+def test_the_cli_refuses_the_epsilon_the_engine_refuses_naming_the_flag(tmp_path, capsys):
     import json
 
     from gcpo_core.cli import main
@@ -65,4 +65,4 @@ def test_the_cli_gets_the_epsilon_check_through_the_engine_config(tmp_path, caps
     rollouts = tmp_path / "in.jsonl"
     rollouts.write_text("".join(json.dumps({"group": "g", "reward": 1, "embedding": [1, 0]}) + "\n" for _ in range(2)))
     assert main(["credit", str(rollouts), "--epsilon", "0"]) == 2
-    assert "epsilon must be a finite number > 0" in capsys.readouterr().err
+    assert capsys.readouterr().err == "gcpo credit: --epsilon 0.0: must be a finite number > 0\n"
