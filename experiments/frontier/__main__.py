@@ -1,6 +1,6 @@
 """``python -m experiments.frontier [--out DIR] [--tiny] ...``: simulate every arm at every group size, then write
 ``DIR/results.json`` (every run's exact metrics per seed, the summaries, the gaps at matched accuracy, the paired
-accuracy-adjusted gaps) and ``DIR/frontier.png``. The documented run is ``python -m experiments.frontier --out
+accuracy-adjusted gaps) and ``DIR/frontier.png`` and ``DIR/table.md``. The documented run is ``python -m experiments.frontier --out
 docs/frontier`` (``docs/frontier.md``); ``--tiny`` is the tests' configuration (seconds)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from experiments.frontier.arms import Arm
-from experiments.frontier.frontier import matched_gap, paired, plot, summarize, within_seed_slope
+from experiments.frontier.frontier import markdown, matched_gap, paired, plot, summarize, within_seed_slope
 from experiments.frontier.simulate import SimSpec, simulate
 from experiments.frontier.task import TaskSpec, build_task
 
@@ -114,6 +114,9 @@ def main(argv=None) -> int:
     parser.add_argument("--start-jitter", type=float, default=SimSpec.start_jitter)
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--no-figure", action="store_true")
+    parser.add_argument(
+        "--from-results", type=Path, default=None, help="redo the analysis, table and figure of a results.json"
+    )
     args = parser.parse_args(argv)
 
     if args.tiny:
@@ -144,7 +147,14 @@ def main(argv=None) -> int:
         parser.error(f"every horizon must be a multiple of {spec.eval_every} or the last step")
     task_spec = TaskSpec()
     began = time.monotonic()
-    runs = run_all(arms, group_sizes, spec, task_spec, max(1, args.jobs))
+    if args.from_results:
+        earlier = json.loads(args.from_results.read_text())
+        runs = {int(g): by_arm for g, by_arm in earlier["runs"].items()}
+        group_sizes, horizons = tuple(runs), tuple(earlier["horizons"])
+        spec, task_spec = SimSpec(**earlier["spec"]), TaskSpec(**earlier["task"])
+        arms = tuple(next(iter(runs.values())))
+    else:
+        runs = run_all(arms, group_sizes, spec, task_spec, max(1, args.jobs))
     result = {
         "spec": asdict(spec),
         "task": asdict(task_spec),
@@ -153,10 +163,11 @@ def main(argv=None) -> int:
         "real_path": REAL_PATH,
         **analyse(runs, horizons),
         "runs": {str(g): by_arm for g, by_arm in runs.items()},
-        "wall_s": time.monotonic() - began,
+        "wall_s": earlier["wall_s"] if args.from_results else time.monotonic() - began,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "table.md").write_text(markdown(result) + "\n")
     if not args.no_figure:
         plot({(g, h): runs[g] for g in group_sizes for h in horizons}, args.out / "frontier.png")
     print(

@@ -154,7 +154,7 @@ def plot(panels: dict[tuple[int, int], dict[str, dict]], path) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
     for ax, (group_size, step) in zip(axes.flat, keys):
         runs = panels[(group_size, step)]
-        for shape in SHAPE_ORDER[1:]:
+        for shape in ("dqo", "loo", "shapley"):  # Shapley drawn last, on top
             curve = shape_curve(runs, shape)
             if len(curve) < 2:
                 continue
@@ -169,6 +169,7 @@ def plot(panels: dict[tuple[int, int], dict[str, dict]], path) -> None:
                 ms=3.5,
                 lw=1.2,
                 capsize=2,
+                alpha=0.9,
                 color=SHAPE_COLOURS[shape],
                 label=SHAPE_LABELS[shape],
             )
@@ -187,3 +188,47 @@ def plot(panels: dict[tuple[int, int], dict[str, dict]], path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
+
+
+def _fmt(stats: dict, digits: int = 3) -> str:
+    return f"{stats['mean']:+.{digits}f} [{stats['ci95'][0]:+.{digits}f}, {stats['ci95'][1]:+.{digits}f}]"
+
+
+def markdown(result: dict) -> str:
+    """The results' tables (``DIR/table.md``): each arm's mean ± se at every (G, step), the gaps at matched
+    accuracy, and the paired gaps (raw and accuracy-adjusted with the panel's own slope)."""
+    lines = []
+    for panel in result["panels"]:
+        g, step = panel["group_size"], panel["step"]
+        lines += [
+            f"### G = {g}, step {step}",
+            "",
+            f"Within-seed slope: {panel['slope_distinct_per_accuracy']:.2f} distinct correct answers per unit of "
+            "accuracy.",
+            "",
+            "| arm | accuracy (mean ± se) | distinct correct of 16 (mean ± se) |",
+            "|---|---:|---:|",
+        ]
+        for row in panel["arms"]:
+            a, d = row["accuracy"], row["distinct_correct"]
+            lines.append(f"| {row['arm']} | {a['mean']:.3f} ± {a['se']:.3f} | {d['mean']:.2f} ± {d['se']:.2f} |")
+        lines += ["", "| at matched accuracy | accuracy range | distinct correct gap (95 % CI) | seeds higher |"]
+        lines.append("|---|---|---:|---:|")
+        for gap in panel["matched_accuracy"]:
+            lo, hi = gap["accuracy_range"]
+            lines.append(
+                f"| {gap['pair']} | {lo:.3f}-{hi:.3f} | {_fmt(gap['gap'])} | {gap['seeds_higher']}/{gap['gap']['n']} |"
+            )
+        lines += [
+            "",
+            "| paired (per seed) | accuracy | distinct correct | adjusted (slope above) | seeds for 80 % power |",
+        ]
+        lines.append("|---|---:|---:|---:|---:|")
+        for pair in panel["paired"]:
+            need = pair["seeds_for_80pct_power"]
+            lines.append(
+                f"| {pair['pair']} | {_fmt(pair['accuracy'])} | {_fmt(pair['distinct_correct'])} | "
+                f"{_fmt(pair['adjusted_distinct_correct'])} | {'-' if need is None else int(need)} |"
+            )
+        lines.append("")
+    return "\n".join(lines)

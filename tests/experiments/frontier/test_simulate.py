@@ -138,6 +138,8 @@ def test_the_tiny_cli_writes_the_results_and_the_figure(tmp_path):
     assert main(["--tiny", "--out", str(tmp_path), "--jobs", "1", "--lr", "20"]) == 0
     result = json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "frontier.png").stat().st_size > 10_000
+    table = (tmp_path / "table.md").read_text()
+    assert "### G = 4, step 4" in table and "| shapley-pure - grpo |" in table
     assert [(p["group_size"], p["step"]) for p in result["panels"]] == [(4, 2), (4, 4)]
     last = result["panels"][-1]
     assert {g["pair"] for g in last["matched_accuracy"]} <= {"shapley - loo", "shapley - dqo", "loo - dqo"}
@@ -148,3 +150,12 @@ def test_the_tiny_cli_writes_the_results_and_the_figure(tmp_path):
         grpo["accuracy"]["n"] == 3
         and grpo["accuracy"]["mean"] > result["runs"]["4"]["grpo"]["evaluations"]["0"]["accuracy"][0]
     )
+
+
+def test_from_results_redoes_the_analysis_without_simulating(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert main(["--tiny", "--out", str(first), "--jobs", "1", "--lr", "20", "--no-figure"]) == 0
+    assert main(["--from-results", str(first / "results.json"), "--out", str(second), "--no-figure"]) == 0
+    a, b = (json.loads((d / "results.json").read_text()) for d in (first, second))
+    assert a["panels"] == b["panels"] and a["runs"] == b["runs"] and a["spec"] == b["spec"]
+    assert (first / "table.md").read_text() == (second / "table.md").read_text()
