@@ -14,6 +14,7 @@ import math
 from typing import Optional
 
 import numpy as np
+from scipy import stats
 
 SHAPE_ORDER = ("grpo", "shapley", "loo", "dqo")
 SHAPE_LABELS = {
@@ -26,13 +27,8 @@ SHAPE_COLOURS = {"grpo": "black", "shapley": "tab:blue", "loo": "tab:orange", "d
 
 
 def _t975(df: int) -> float:
-    """Student-t 97.5 % quantile (table, then the normal's)."""
-    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-    table.update({11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 19: 2.093, 23: 2.069, 31: 2.040, 63: 1.998})
-    if df in table:
-        return table[df]
-    below = max(k for k in table if k < df) if df > 1 else 1
-    return table[below] if df < 64 else 1.96
+    """Student-t 97.5 % quantile with ``df`` degrees of freedom."""
+    return float(stats.t.ppf(0.975, df))
 
 
 def mean_interval(values) -> dict:
@@ -111,14 +107,14 @@ def paired(runs: dict[str, dict], a: str, b: str, step: int, slope: float) -> di
     acc_a, dist_a = at_step(runs[a], step)
     acc_b, dist_b = at_step(runs[b], step)
     adjusted = (dist_a - dist_b) - slope * (acc_a - acc_b)
-    stats = mean_interval(adjusted)
-    need = ((1.96 + 0.8416) * stats["sd"] / abs(stats["mean"])) ** 2 + 1 if stats["mean"] else math.inf
+    gap = mean_interval(adjusted)
+    need = ((1.96 + 0.8416) * gap["sd"] / abs(gap["mean"])) ** 2 + 1 if gap["mean"] else math.inf
     return {
         "pair": f"{a} - {b}",
         "step": step,
         "accuracy": mean_interval(acc_a - acc_b),
         "distinct_correct": mean_interval(dist_a - dist_b),
-        "adjusted_distinct_correct": stats,
+        "adjusted_distinct_correct": gap,
         "seeds_for_80pct_power": float(math.ceil(need)) if math.isfinite(need) else None,
     }
 
@@ -190,8 +186,8 @@ def plot(panels: dict[tuple[int, int], dict[str, dict]], path) -> None:
     plt.close(fig)
 
 
-def _fmt(stats: dict, digits: int = 3) -> str:
-    return f"{stats['mean']:+.{digits}f} [{stats['ci95'][0]:+.{digits}f}, {stats['ci95'][1]:+.{digits}f}]"
+def _fmt(value: dict, digits: int = 3) -> str:
+    return f"{value['mean']:+.{digits}f} [{value['ci95'][0]:+.{digits}f}, {value['ci95'][1]:+.{digits}f}]"
 
 
 def markdown(result: dict) -> str:
