@@ -5,8 +5,9 @@
   project's default), mixed with the reward by the recipe's own ``credit.advantage=mix``: score ``r + λ·φ``, then
   the one normalisation; ``dose=None`` is ``credit.advantage=shapley`` (φ alone, the default GCPO arm ``gcpo_group``);
 * ``loo``: the same with ``credit.method=loo`` (``gcpo_loo`` at ``dose=None``);
-* ``dqo``: the additive bonus, ``adv_estimator=dqo``'s settings (``recipe/gcpo/config.py``: ``quality=none``,
-  ``method=loo``, ``advantage=mix``, ``all_correct_scale=group``) with ``α = dose`` (the miniature's ``dqo`` arm
+* ``dqo``: the additive bonus, ``adv_estimator=dqo``'s settings read from the recipe's config layer
+  (``recipe.gcpo.config.EMBEDDING_ESTIMATORS``: ``quality=none``, ``method=loo``, ``advantage=mix``,
+  ``all_correct_scale=group``) with ``α = dose`` (the miniature's ``dqo`` arm
   is α = 2 on ±1 rewards).
 
 Nothing here re-implements a credit: every number comes from ``gcpo_core``.
@@ -22,6 +23,7 @@ import torch
 from gcpo_core.credit.advantages import group_normalize
 from gcpo_core.credit.compute import compute_group_credit
 from gcpo_core.credit.config import CreditConfig
+from recipe.gcpo.config import EMBEDDING_ESTIMATORS  # the config layer: no verl, no Ray
 
 SHAPES = ("grpo", "shapley", "loo", "dqo")
 
@@ -64,8 +66,8 @@ class Arm:
         if self.shape == "grpo":
             return None
         common = dict(all_correct_scale="group", seed=seed)
-        if self.shape == "dqo":
-            return CreditConfig(quality="none", method="loo", advantage="mix", mix_coef=self.dose, **common)
+        if self.shape == "dqo":  # the recipe's own adv_estimator=dqo keys, alpha as credit.mix_coef
+            return CreditConfig(**{**EMBEDDING_ESTIMATORS["dqo"], "seed": seed, "mix_coef": self.dose})
         method = "exact" if self.shape == "shapley" else "loo"
         if self.dose is None:
             return CreditConfig(method=method, advantage="shapley", **common)
