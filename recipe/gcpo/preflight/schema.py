@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from recipe.gcpo.config import ConfigError
+from recipe.gcpo.preflight.verl_keys import VALUE_RULES
 
 # Blocks whose keys are not verl's to know: verl hands them on as they are (`**kwargs` to vLLM / SGLang / Ray /
 # transformers / the reward function, or a model's config overrides). Where verl's reference config says so: an
@@ -150,7 +151,8 @@ def _walk(node: dict, schema: Optional[dict], path: str) -> None:
         if schema is not None and key not in schema:
             raise ConfigError(full, unknown_key_message(full, str(key), schema))
         default = None if schema is None else schema.get(key)
-        _check_kind(full, value, default)
+        if full not in VALUE_RULES:  # those have a rule of their own, with its message
+            _check_kind(full, value, default)
         if isinstance(value, dict):
             # a block verl leaves null (or does not describe) is not verl's to check below
             _walk(value, default if isinstance(default, dict) else None, full)
