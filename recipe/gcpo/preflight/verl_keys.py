@@ -180,7 +180,7 @@ def check_values(config: DictConfig) -> None:
         if not isinstance(block, DictConfig) or last not in block.keys():  # `in` is false for a ??? value
             continue
         if OmegaConf.is_missing(block, last):  # verl's ??? (rollout.name): verl stops on it as a worker starts
-            raise ConfigError(key, f"{key} must be set (verl's config leaves it ???): {rule.problem(None)[5:]}")
+            raise ConfigError(key, f"{key} is not set (verl's config leaves it ???): it {rule.problem('???')}")
         problem = rule.problem(OmegaConf.select(config, key))
         if problem is not None:
             raise ConfigError(key, f"{key} {problem}")

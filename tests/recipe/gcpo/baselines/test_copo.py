@@ -38,7 +38,7 @@ LOSS = [
     "actor_rollout_ref.actor.clip_ratio_c=10.0",
     "actor_rollout_ref.actor.loss_agg_mode=token-mean",
 ]
-COPO = ["algorithm.adv_estimator=copo"]
+COPO = ["algorithm.adv_estimator=copo", "actor_rollout_ref.rollout.n=4"]  # COPO compares a prompt's rollouts
 LOCAL = [0.9, -1.2, 0.4, -0.3]  # A_local per row
 GLOBAL = [0.7, 0.7, -0.5, -0.5]  # A_global per row (rows 0-1 one prompt, rows 2-3 another)
 WEIGHT = [0.6, 0.0, 0.25, 0.0]  # w per row (soft_with_zero: wrong rows 1 and 3 get 0)
@@ -218,6 +218,6 @@ def test_the_advantage_blend_needs_no_loss_and_other_estimators_ignore_the_block
 
 
 def test_the_copo_launcher_config_validates_with_the_loss_blend():
-    config = compose_gcpo(DYNAMIC_BSZ + COPO + ["actor_rollout_ref.rollout.n=4"])
+    config = compose_gcpo(DYNAMIC_BSZ + COPO + ["actor_rollout_ref.rollout.name=vllm"])
     validate(config)
     assert copo_loss_settings(config) == CopoSettings(blend="loss", gate="soft_with_zero", k=5.0, b=1.0)

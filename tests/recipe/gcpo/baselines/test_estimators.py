@@ -17,7 +17,7 @@ from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.config import GCPOSettings
 from recipe.gcpo.estimator import compute_gcpo_outcome_advantage
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
-from tests.recipe.gcpo.conftest import compose_gcpo, outcome_batch
+from tests.recipe.gcpo.conftest import BASE, compose_gcpo, outcome_batch
 
 # COPO's advantage-level reading (its loss blend needs the trainer: tests/recipe/gcpo/baselines/test_copo.py)
 ALGORITHM = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "copo": {"blend": "advantage"}})
@@ -149,4 +149,4 @@ def test_mc_grpo_reads_its_settings_from_the_algorithm_config_and_refuses_bad_on
     ).batch["advantages"]
     assert guarded.abs().max() < 10 and official.abs().max() > 1000
     with pytest.raises(ValueError, match="algorithm.mc_grpo.mad_zero must be one of"):
-        validate(compose_gcpo(["algorithm.adv_estimator=mc_grpo", "algorithm.mc_grpo.mad_zero=clip"]))
+        validate(compose_gcpo([*BASE, "algorithm.adv_estimator=mc_grpo", "algorithm.mc_grpo.mad_zero=clip"]))

@@ -1,6 +1,8 @@
 """This machine's start-up checks (recipe/gcpo/preflight/machine.py): the encoder's and the policy's weights, the
 loggers, the data files; the GPUs and the Ray cluster through the entry point are tests/recipe/gcpo/test_main_gcpo.py's."""
 
+import re
+
 import pytest
 
 from recipe.gcpo.config import ConfigError
@@ -107,6 +109,7 @@ def test_a_hub_id_is_refused_when_the_hub_is_off_with_the_download_command(monke
 
 
 def test_an_absolute_folder_passes_offline_and_a_hub_id_online(monkeypatch, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model's folder
     assert _problem(str(tmp_path), monkeypatch, ("HF_HUB_OFFLINE", "1")) is None
     assert _problem("Qwen/Qwen3-4B-Base", monkeypatch) is None  # the hub is reachable
 
@@ -141,3 +144,25 @@ def test_a_missing_data_file_is_refused_naming_the_key_that_lists_it(tmp_path):
             machine.check_data_files(compose_gcpo([f"data.train_files={train}", f"data.val_files=[{val}]"]))
         assert refused.value.key == key
     machine.check_data_files(compose_gcpo([f"data.train_files={present}", f"data.val_files={present}"]))
+
+
+def test_an_absolute_folder_without_a_model_is_refused_and_one_with_a_config_passes(tmp_path, monkeypatch):
+    """``model.path=/tmp`` reached training: every worker failed on it minutes in."""
+    assert "holds no model (no config.json)" in _problem(tmp_path, monkeypatch)
+    (tmp_path / "config.json").write_text("{}")
+    assert _problem(tmp_path, monkeypatch) is None
+
+
+def test_data_files_must_be_paths_and_an_existing_one_must_be_data(tmp_path):
+    (tmp_path / "prepare.py").write_text("")
+    for value, problem in [
+        ("null", "must be a data file or a list of them, got None"),
+        ("[]", "must be a data file or a list of them, got []"),
+        ("123", "must be a data file or a list of them, got 123"),
+        (str(tmp_path), f"{tmp_path} is a folder, not a data file"),
+        (str(tmp_path / "prepare.py"), "is not a parquet or JSON file"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(problem)) as error:
+            machine.check_data_config(compose_gcpo([f"data.train_files={value}"]))
+        assert error.value.key == "data.train_files"
+    machine.check_data_config(compose_gcpo(["data.train_files=/nowhere/train.parquet"]))  # missing: the run's check

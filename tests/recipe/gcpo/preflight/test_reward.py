@@ -234,6 +234,7 @@ def test_filtering_on_gcpo_signal_needs_a_reward_that_reports_it(tmp_path):
     base = [
         "algorithm.filter_groups.enable=true",
         "algorithm.filter_groups.metric=gcpo_signal",
+        "actor_rollout_ref.rollout.name=vllm",
         "actor_rollout_ref.rollout.n=8",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
