@@ -47,10 +47,9 @@ from verl.utils.device import auto_set_device
 
 from recipe.gcpo.compose import compose, hydra_session, one_line, parse_command_line, run_composed, run_hydra_command
 from recipe.gcpo.config import ConfigError
-from recipe.gcpo.preflight import validate
+from recipe.gcpo.preflight import check_verl_config, validate
 from recipe.gcpo.preflight.legacy_reward import migrate_legacy_reward
 from recipe.gcpo.preflight.machine import check_accelerator, check_data_files, check_model_path
-from recipe.gcpo.preflight.schema import check_resolves, check_schema
 from recipe.gcpo.run_summary import print_dry_run, print_startup
 from recipe.gcpo.task_runner import GCPOTaskRunner
 
@@ -86,7 +85,7 @@ def accept_run(config: DictConfig, choices: Mapping[str, Optional[str]], notes: 
     Raises:
         ConfigError: the first check that fails (verl's own checks raise their own types).
     """
-    check_schema(check_resolves(config))  # before anything reads a value or moves a key
+    check_verl_config(config)  # before anything reads a value or moves a key
     migrated = adapt(config)
     settings = validate(config)
     print_startup(config, settings.gcpo, choices, [*notes, *migrated])

@@ -34,6 +34,20 @@ from recipe.gcpo.preflight.verl_keys import check_batch_geometry, check_estimato
 from recipe.gcpo.settings import RecipeSettings
 
 
+def check_verl_config(config: DictConfig) -> dict:
+    """verl's keys and values, read as the user wrote them (the entry point runs it before verl's legacy reward keys
+    move, and :func:`validate` after): every value resolves, the rule table's values, then every key and kind against
+    verl's schema. Returns the config resolved, as plain Python.
+
+    Raises:
+        ConfigError: the first that fails, naming its key.
+    """
+    resolved = check_resolves(config)
+    check_values(config)
+    check_schema(resolved)
+    return resolved
+
+
 def validate(config: DictConfig) -> RecipeSettings:
     """Every start-up check of the config: its values resolve, then verl's
     keys and values (its schema, the rule tables, the batch's geometry), the recipe's, the reward's, the encoder's,
@@ -43,11 +57,9 @@ def validate(config: DictConfig) -> RecipeSettings:
     Raises:
         ConfigError: the first check that fails, in one line naming the key.
     """
-    resolved = check_resolves(config)
+    resolved = check_verl_config(config)
     check_v1_trainer(config)
     check_estimator(config)
-    check_values(config)
-    check_schema(resolved)
     check_batch_geometry(config)
     settings = check_recipe(config)
     check_reward_kwargs(config)

@@ -11,9 +11,11 @@ parsers check key by key (:mod:`recipe.gcpo.preflight.recipe_blocks`).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
 import functools
+import importlib
 import math
 import os
 import re
@@ -24,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from recipe.gcpo.config import ConfigError
+from recipe.gcpo.preflight.verl_keys import VALUE_RULES
 
 # Blocks whose keys are not verl's to know: verl hands them on as they are (`**kwargs` to vLLM / SGLang / Ray /
 # transformers / the reward function, or a model's config overrides). Where verl's reference config says so: an
@@ -69,7 +72,26 @@ def verl_schema() -> dict:
         _merge(schema, OmegaConf.to_container(OmegaConf.load(path), resolve=False))
     if not schema.get("actor_rollout_ref"):
         raise RuntimeError(f"verl's generated reference config was not found in {folder}")
+    _add_dataclass_fields(schema)
     return schema
+
+
+def _add_dataclass_fields(block: dict) -> None:
+    """A block verl builds into a dataclass (its ``_target_``) also takes the dataclass's fields the reference config
+    does not write out (``fsdp_config.mixed_precision``, for one), with any value."""
+    target = block.get("_target_")
+    if isinstance(target, str):
+        module, _, name = target.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):  # an engine's module that needs its own stack (megatron, ...)
+            cls = None
+        if dataclasses.is_dataclass(cls):
+            for field in dataclasses.fields(cls):
+                block.setdefault(field.name, None)
+    for value in block.values():
+        if isinstance(value, dict):
+            _add_dataclass_fields(value)
 
 
 def _merge(into: dict, other: dict) -> None:
@@ -150,7 +172,8 @@ def _walk(node: dict, schema: Optional[dict], path: str) -> None:
         if schema is not None and key not in schema:
             raise ConfigError(full, unknown_key_message(full, str(key), schema))
         default = None if schema is None else schema.get(key)
-        _check_kind(full, value, default)
+        if full not in VALUE_RULES:  # those have a rule of their own, with its message
+            _check_kind(full, value, default)
         if isinstance(value, dict):
             # a block verl leaves null (or does not describe) is not verl's to check below
             _walk(value, default if isinstance(default, dict) else None, full)

@@ -718,3 +718,114 @@ def test_a_multirun_is_refused_in_one_line(entry, flag):
         "call; start one call per setting (python -m recipe.gcpo.main_gcpo key=value ..., or a launcher with its "
         "overrides)",
     )
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    "overrides, line",
+    [
+        (
+            ["trainer.project_name=${oops}"],  # the dry run's print of the config ended in a 163-line traceback
+            "trainer.project_name=${oops} does not resolve: Interpolation key 'oops' not found",
+        ),
+        (
+            ["trainer.experiment_name=${oc.env:GCPO_TEST_NO_SUCH_VAR}"],
+            "trainer.experiment_name=${oc.env:GCPO_TEST_NO_SUCH_VAR} does not resolve: KeyError raised while "
+            "resolving interpolation: \"Environment variable 'GCPO_TEST_NO_SUCH_VAR' not found\"",
+        ),
+        (
+            ["+algorithm.adq_estimator=gcpo"],
+            "algorithm.adq_estimator is not a key verl 0.9.1 or the recipe reads: did you mean "
+            "algorithm.adv_estimator? (verl would ignore it; a free-form block takes any key: "
+            "docs/training.md#keys-verl-does-not-check)",
+        ),
+        (
+            ["actor_rollout_ref.rollout.temperature=nan"],
+            "actor_rollout_ref.rollout.temperature must be a number >= 0, got nan",
+        ),
+        (
+            ["algorithm.norm_adv_by_std_in_grpo='false'"],  # bool('false') is True: normalisation was on
+            "algorithm.norm_adv_by_std_in_grpo must be true or false, got 'false'",
+        ),
+        (["data.train_files=123"], "data.train_files must be a data file or a list of them, got 123"),
+        (["actor_rollout_ref.rollout.n=abc"], "actor_rollout_ref.rollout.n must be an integer >= 1, got 'abc'"),
+        (
+            ["algorithm.gcpo.credit={methd:mc}"],  # was an IndexError from the did-you-mean
+            "algorithm.gcpo.credit.methd is not a key of the config: did you mean algorithm.gcpo.credit.method?",
+        ),
+        (
+            ["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=3"],
+            "actor_rollout_ref.actor.ppo_mini_batch_size=3 must divide data.train_batch_size=4: each step is split "
+            "into mini-batches of 3 prompts",
+        ),
+        (
+            ["algorithm.adv_estimator=grpo", "algorithm.gcpo.credit.method=bogus"],
+            "algorithm.gcpo.credit.method must be one of ['auto', 'exact', 'mc', 'loo'], got 'bogus'",
+        ),
+        (
+            ["--cfg", "bogus"],  # argparse's 9-line usage block
+            "argument --cfg/-c: invalid choice: 'bogus' (choose from 'job', 'hydra', 'all') (flags go before the "
+            "key=value overrides; --help lists them)",
+        ),
+        (
+            ["--no-such-flag"],  # after the overrides
+            "unrecognized arguments: --no-such-flag (flags go before the key=value overrides; --help lists them)",
+        ),
+    ],
+)
+def test_the_fuzzs_named_mistakes_are_one_line_from_either_config(entry, overrides, line, dry_run):
+    """Issue 53's examples, each through the real entry point in both kinds of config, a dry run and a run."""
+    _one_line(entry(*overrides, dry_run=dry_run), line)
+
+
+@pytest.mark.parametrize(
+    "yaml_block, line",
+    [
+        (
+            "actor_rollout_ref:\n  rollout:\n    temprature: 0.7\n",
+            "actor_rollout_ref.rollout.temprature is not a key verl 0.9.1 or the recipe reads: did you mean "
+            "actor_rollout_ref.rollout.temperature?",
+        ),
+        ("algoritm:\n  gamma: 1.0\n", "algoritm is not a key verl 0.9.1 or the recipe reads: did you mean algorithm?"),
+        (
+            # the start-up line used to say "function verl's data_source dispatch": the user's reward dropped
+            "reward:\n  custom_reward_function:\n    pth: r.py\n",
+            "reward.custom_reward_function.pth is not a key verl 0.9.1 or the recipe reads: did you mean "
+            "reward.custom_reward_function.path?",
+        ),
+        (
+            "trainer:\n  project_name: ${oc.env:GCPO_TEST_NO_SUCH_VAR}\n",
+            "trainer.project_name=${oc.env:GCPO_TEST_NO_SUCH_VAR} does not resolve",
+        ),
+    ],
+)
+def test_a_mistake_in_a_users_own_yaml_is_one_line(tmp_path, monkeypatch, capsys, yaml_block, line):
+    (tmp_path / "mine.yaml").write_text(OWN_CONFIG + yaml_block)
+    monkeypatch.setenv("GCPO_DRY_RUN", "1")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main_gcpo.cli(["--config-path", str(tmp_path), "--config-name", "mine", *VALID, "algorithm.adv_estimator=gcpo"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert [text for text in err.splitlines() if text.strip()][-1].startswith(f"error: {line}"), err
+
+
+def test_cfg_job_with_a_package_that_is_not_there_is_one_line(monkeypatch, capsys):
+    """Hydra prints its own line and exits 1 for it."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with pytest.raises(SystemExit) as stop:
+        main_gcpo.cli(["--cfg", "job", "--package", "no.such", *VALID])
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and out == ""
+    assert err.strip().splitlines() == ["error: --package no.such: no such block in the config"]
+
+
+def test_a_reward_file_that_exits_at_import_is_refused_not_a_silent_exit_0(entry, tmp_path):
+    exits = tmp_path / "exits.py"
+    exits.write_text("import sys\n\nsys.exit(0)\n")
+    _one_line(
+        entry(f"reward.custom_reward_function.path={exits}"),
+        f"reward.custom_reward_function.path={exits} exits as it is imported (sys.exit(0)): verl's reward "
+        "workers import it",
+    )
