@@ -314,6 +314,7 @@ def test_each_protocol_passes_the_start_up_checks_at_the_entry_point_alone(proto
         [
             f"protocol={protocol}",
             "actor_rollout_ref.model.path=Qwen/Qwen3-0.6B",
+            "actor_rollout_ref.rollout.name=vllm",
             "actor_rollout_ref.rollout.n=4",
             "actor_rollout_ref.actor.use_dynamic_bsz=true",
             "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
