@@ -218,6 +218,7 @@ def test_the_advantage_blend_needs_no_loss_and_other_estimators_ignore_the_block
 
 
 def test_the_copo_launcher_config_validates_with_the_loss_blend():
-    config = compose_gcpo(DYNAMIC_BSZ + COPO + ["actor_rollout_ref.rollout.name=vllm"])
+    lengths = ["data.max_prompt_length=16", "data.max_response_length=32"]  # within DYNAMIC_BSZ's 64 tokens
+    config = compose_gcpo(DYNAMIC_BSZ + COPO + lengths + ["actor_rollout_ref.rollout.name=vllm"])
     validate(config)
     assert copo_loss_settings(config) == CopoSettings(blend="loss", gate="soft_with_zero", k=5.0, b=1.0)
