@@ -308,6 +308,7 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
         f"data.val_files={absent}",
         *VALID[3:],
         "trainer.n_gpus_per_node=1",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",  # the recipe's 2 would not fit one device
         "trainer.device=cpu",
         f"trainer.default_local_dir={tmp_path / 'ckpt'}",
     ]
