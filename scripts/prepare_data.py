@@ -7,7 +7,7 @@
 Writes ``<out>/train.parquet`` (DAPO-Math-17K, deduplicated) and ``<out>/val_<set>.parquet`` for AIME 2024,
 AIME 2025, MATH-500, AMC 2023 and GSM8K, then prints what was read, kept and dropped (and why). The launchers
 read these paths (``DATA_DIR``). ``--datasets math`` writes ``train_math.parquet`` (MATH train, with reference
-solutions) for the Group Contrastive PO baseline. See recipe/gcpo/data.py for the row format.
+solutions) for the Group Contrastive PO baseline. See gcpo_core/training_data/prepare.py for the row format.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from recipe.gcpo.data import (
+from gcpo_core.training_data.prepare import (
     DATASETS,
     INSTRUCTIONS,
     PrepareReport,

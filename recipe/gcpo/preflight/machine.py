@@ -14,8 +14,8 @@ from typing import Mapping
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl.utils.device import get_torch_device, is_device_available
 
+from gcpo_core.training_data.prepare import prepared_file_names
 from recipe.gcpo.config import ConfigError, plain
-from recipe.gcpo.data import prepared_file_names
 from recipe.gcpo.preflight.schema import data_file_problem
 
 # W&B modes that need no API key

@@ -1,5 +1,5 @@
 """The smoke run's prompts: the GSM8K problems the package ships (``gcpo_core/data/demo_rollouts.jsonl``), in
-verl's parquet format, written by the same code as the real training data (:func:`recipe.gcpo.data.prepare`).
+verl's parquet format, written by the same code as the real training data (:func:`gcpo_core.training_data.prepare.prepare`).
 
 Each prompt also carries the rate at which the smoke reward marks its rollouts correct
 (``extra_info.smoke_correct_rate``), cycling through :data:`CORRECT_RATES`: every step then has an all-wrong group,
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from recipe.gcpo.data import DatasetSpec, prepare, write_parquet
+from gcpo_core.training_data.prepare import DatasetSpec, prepare, write_parquet
 
 DATA_SOURCE = "gcpo_smoke"
 RATE_KEY = "smoke_correct_rate"

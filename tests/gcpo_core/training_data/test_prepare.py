@@ -8,7 +8,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from recipe.gcpo.data import DATASETS, prepare, problem_and_answer
+from gcpo_core.training_data.prepare import DATASETS, prepare, problem_and_answer
 from recipe.gcpo.reward import compute_score
 from tests.recipe.gcpo.conftest import compose_gcpo
 
