@@ -3,9 +3,9 @@
 from setuptools import find_packages, setup
 
 VERL = "verl[verl-core]==0.9.1"  # keep in sync with recipe/gcpo/REQUIRED_VERL.txt
-# the entry point composes the config with Hydra 1.3's own loader and run_job (recipe/gcpo/compose.py uses
-# hydra._internal, which a minor release may change); verl 0.9.1 asks for hydra-core without a version
-HYDRA = "hydra-core>=1.3.2,<1.4"
+# the entry point uses Hydra's public API only (hydra.main, a callback, a search-path plugin); verl 0.9.1 asks for
+# hydra-core without a version
+HYDRA = "hydra-core>=1.3.2"
 
 setup(
     name="gcpo-verl",
@@ -15,7 +15,8 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10,<3.13",
-    packages=find_packages(include=["gcpo_core", "gcpo_core.*", "recipe", "recipe.*"]),
+    # hydra_plugins is Hydra's namespace package (no __init__.py): the recipe's search-path plugin lives there
+    packages=find_packages(include=["gcpo_core", "gcpo_core.*", "recipe", "recipe.*"]) + ["hydra_plugins.gcpo_recipe"],
     include_package_data=True,
     package_data={
         "gcpo_core": ["data/*.jsonl", "data/*.md"],

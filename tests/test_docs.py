@@ -157,15 +157,20 @@ def test_the_credit_example_gives_the_credit_its_page_quotes(page, tmp_path, cap
 def test_the_start_up_lines_in_training_md_are_the_main_launchers():
     """docs/training.md's "what will run" block: the main launcher's lines from a machine without a GPU (run from
     /root, the checkout at /opt/gcpo-verl, as in the Docker image)."""
-    from recipe.gcpo.compose import compose, hydra_session, parse_command_line
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+
     from recipe.gcpo.config import gcpo_settings
-    from recipe.gcpo.main_gcpo import adapt
+    from recipe.gcpo.main_gcpo import CONFIG_DIR, adapt
     from recipe.gcpo.run_summary import memory_lines, protocol_line, startup_lines
     from tests.scripts.launch import launcher_overrides
 
-    with hydra_session():  # the entry point's one composition of the launcher's command line
-        composed = compose(parse_command_line(launcher_overrides("run_qwen3_4b_gcpo.sh", env={"HOME": "/root"})))
-    config, choices = composed.config, composed.choices
+    overrides = launcher_overrides("run_qwen3_4b_gcpo.sh", env={"HOME": "/root"})
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):  # Hydra's composition of it
+        config = compose("gcpo_trainer", overrides, return_hydra_config=True)
+    choices = OmegaConf.to_container(config.hydra.runtime.choices)
+    with open_dict(config):
+        del config["hydra"]  # the task's config, as the checks read it
     adapt(config)
     settings = gcpo_settings(config)
     lines = startup_lines(config, settings) + [protocol_line(choices)] + memory_lines(settings, config)
@@ -209,26 +214,25 @@ def test_the_verifier_comparisons_case_counts_in_method_md(shared_data, monkeypa
 
 
 def test_the_start_up_steps_in_training_md_are_the_entry_points_in_its_order():
-    """docs/training.md's numbered start-up list: a step for each stage of main_gcpo.start (accept_run's inlined),
-    in the order the code runs them."""
+    """docs/training.md's numbered start-up list: a step for each stage of the start-up checks
+    (StartUpChecks.on_run_start, accept_run's inlined) and the task (main), in the order the code runs them."""
     import ast
 
     section = (ROOT / "docs/training.md").read_text().split("## The entry point", 1)[1].split("\n### ", 1)[0]
     steps = re.findall(r"^\d+\. \*\*(.+?)\*\*", section, re.M)
     call_of = {
-        "Compose": "compose",
+        "Compose": "add_recipe_keys",
         "Adapt": "adapt",
         "Validate the config": "validate",
         "Say what will run": "print_startup",
         "Check this machine": "check_accelerator",
-        "Train": "run_composed",
+        "Train": "train",
     }
     assert sorted(steps) == sorted(call_of), steps
-    functions = {
-        node.name: node
-        for node in ast.parse((ROOT / "recipe/gcpo/main_gcpo.py").read_text()).body
-        if isinstance(node, ast.FunctionDef)
-    }
+    module = ast.parse((ROOT / "recipe/gcpo/main_gcpo.py").read_text()).body
+    functions = {node.name: node for node in module if isinstance(node, ast.FunctionDef)}
+    checks = next(node for node in module if isinstance(node, ast.ClassDef) and node.name == "StartUpChecks")
+    functions["on_run_start"] = next(node for node in checks.body if getattr(node, "name", "") == "on_run_start")
 
     def calls(name):
         found = sorted(
@@ -238,5 +242,6 @@ def test_the_start_up_steps_in_training_md_are_the_entry_points_in_its_order():
         )
         return [c for _, _, called in found for c in (calls(called) if called == "accept_run" else [called])]
 
-    order = [called for called in dict.fromkeys(calls("start")) if called in call_of.values()]
+    started = calls("on_run_start") + calls("main")
+    order = [called for called in dict.fromkeys(started) if called in call_of.values()]
     assert order == [call_of[step] for step in steps]

@@ -1,19 +1,21 @@
-"""Hydra entry point of the GCPO recipe: ``python -m recipe.gcpo.main_gcpo [key=value ...]``.
+"""Hydra entry point of the GCPO recipe: ``python -m recipe.gcpo.main_gcpo [key=value ...]``, with its task runner.
 
-verl 0.9.1's V1 PPO entry point (``verl.trainer.main_ppo``) with one difference: in verl's ``sync`` trainer mode
-its task runner (:mod:`recipe.gcpo.task_runner`) builds the recipe's ``GCPOTrainer`` (verl's ``PPOTrainerSync`` plus
-the credit actor) where verl builds ``PPOTrainerSync``; in verl's other modes verl's own trainer runs (the GCPO
-estimators are refused there).
+verl 0.9.1's V1 PPO entry point (``verl.trainer.main_ppo``) on Hydra's public API (``hydra.main``, as verl-recipe's
+``dapo/main_dapo.py``) with two differences: in verl's ``sync`` trainer mode its task runner (:class:`GCPOTaskRunner`)
+builds the recipe's ``GCPOTrainer`` (verl's ``PPOTrainerSync`` plus the credit actor) where verl builds
+``PPOTrainerSync`` (in verl's other modes verl's own trainer runs; the GCPO estimators are refused there), and every
+run is checked before Ray or any GPU is touched.
 
-Before Ray or any GPU is touched it composes the config once (:mod:`recipe.gcpo.compose`: the recipe's
-``config/gcpo_trainer.yaml``, or a config of the user's own named with ``--config-path`` / ``--config-name``),
-validates it and checks that this machine can start the run (:mod:`recipe.gcpo.preflight`); the run then trains on
-that same config object. Every refusal is a :class:`~recipe.gcpo.config.ConfigError` (or another exception of the
-composition and the checks), turned here, in :func:`start`, into one line, ``error: <message>``, exit status 2
-(``HYDRA_FULL_ERROR=1`` adds the traceback between two copies of that line). With ``GCPO_DRY_RUN=1`` it stops after
-validation and prints the composed config (the launchers' ``--dry-run``) and writes nothing; a training run keeps
-Hydra's run directory beside its checkpoints (``hydra.run.dir``), made only once every check has passed. Hydra's
-inspection commands (``--help``, ``--cfg``, ``--info``) show that same composition; a multirun is refused.
+The checks are a Hydra callback (:class:`StartUpChecks`) that every composition of this process carries, the
+recipe's ``config/gcpo_trainer.yaml`` or a config of the user's own (``--config-path`` / ``--config-name``, verl's
+``ppo_trainer`` plus their keys): Hydra calls it on the composed config before it makes the run directory, so a
+refused run writes nothing. It validates the config, checks that this machine can start the run
+(:mod:`recipe.gcpo.preflight`), and the task trains on that config (Hydra copies it after the callback). A refusal
+is one line, ``error: <message>``, exit status 2 (``HYDRA_FULL_ERROR=1`` adds the traceback between two copies of
+that line). With ``GCPO_DRY_RUN=1`` it stops after validation, prints the composed config (the launchers'
+``--dry-run``) and writes nothing. What Hydra itself refuses (an override of a key that does not exist, an override
+its grammar cannot read, an unknown flag) is Hydra's own report, which names the key (exit 1; argparse's: 2).
+Hydra's ``--help``, ``--cfg``, ``--info`` show the composition before the checks; a multirun is refused.
 """
 
 from __future__ import annotations
@@ -23,9 +25,15 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from pprint import pprint
 from typing import Mapping, NoReturn, Optional, Sequence
 
+import hydra
 import ray
+from hydra.conf import HydraConf
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 
 
 class _NoPlatformFallbackWarning(logging.Filter):
@@ -41,20 +49,33 @@ class _NoPlatformFallbackWarning(logging.Filter):
 
 # before verl is imported: verl looks for its platform once per process, possibly while being imported
 logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_NoPlatformFallbackWarning())
-from omegaconf import DictConfig
-from verl.trainer.main_ppo import run_ppo
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.utils.device import auto_set_device
 
-from recipe.gcpo.compose import compose, hydra_session, one_line, parse_command_line, run_composed, run_hydra_command
-from recipe.gcpo.config import ConfigError
+from recipe.gcpo.config import SYNC_TRAINER_MODE, ConfigError
 from recipe.gcpo.preflight import check_verl_config, validate
 from recipe.gcpo.preflight.legacy_reward import migrate_legacy_reward
 from recipe.gcpo.preflight.machine import check_accelerator, check_data_files, check_model_path
 from recipe.gcpo.run_summary import print_dry_run, print_startup
-from recipe.gcpo.task_runner import GCPOTaskRunner
 
 # exit status of a run stopped by its config or by this machine (Hydra's own is 1)
 CONFIG_ERROR_EXIT = 2
+CONFIG_DIR = Path(__file__).resolve().parent / "config"
+# config/gcpo_keys/recipe.yaml: algorithm.gcpo and the baselines' blocks, for a user's config that lacks them
+RECIPE_KEYS = CONFIG_DIR / "gcpo_keys" / "recipe.yaml"
+
+_store = ConfigStore.instance()
+# Hydra's own config (hydra/config, a structured config) with the start-up checks among its callbacks: every
+# composition of this process, the recipe's config or a user's own, carries them; other Hydra apps are untouched.
+# (The recipe's groups, protocol/ and gcpo_keys/, are on the search path of a user's config through
+# hydra_plugins/gcpo_recipe.)
+_store.store(
+    group="hydra",
+    name="config",
+    node=HydraConf(callbacks={"gcpo_start_up_checks": {"_target_": "recipe.gcpo.main_gcpo.StartUpChecks"}}),
+    provider="hydra",
+)
 
 
 def fail(reason: str, error: BaseException | None = None) -> NoReturn:
@@ -66,6 +87,29 @@ def fail(reason: str, error: BaseException | None = None) -> NoReturn:
         traceback.print_exception(error)
         print(line, file=sys.stderr, flush=True)
     raise SystemExit(CONFIG_ERROR_EXIT)
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (OmegaConf's span several)."""
+    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
+    return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"
+
+
+def add_recipe_keys(config: DictConfig, config_name: Optional[str]) -> list[str]:
+    """The recipe's ``algorithm`` blocks (``config/gcpo_keys/recipe.yaml``) that ``config`` lacks, added with their
+    defaults (a user's own config); returns a line saying so, or none."""
+    recipe = OmegaConf.load(RECIPE_KEYS).algorithm
+    missing = [key for key in recipe if key not in config.algorithm]
+    with open_dict(config.algorithm):
+        for key in missing:
+            config.algorithm[key] = recipe[key]
+    if not missing:
+        return []
+    blocks = ", ".join(f"algorithm.{key}" for key in missing)
+    return [
+        f"your config ({config_name}) has no {blocks}: the recipe's keys are added (from {RECIPE_KEYS}; "
+        "+gcpo_keys=recipe before them lets the command line override them)"
+    ]
 
 
 def adapt(config: DictConfig) -> list[str]:
@@ -80,7 +124,7 @@ def accept_run(config: DictConfig, choices: Mapping[str, Optional[str]], notes: 
     """Every check a run must pass before anything is started or written: the config's, then (once the start-up
     lines have said what will run) the model path's, this machine's and the data files'. A dry run stops short of
     this machine's checks and warns about the model path. ``choices``: the config's group choices, which name the
-    protocol; ``notes``: what the composition added.
+    protocol; ``notes``: what the entry point added.
 
     Raises:
         ConfigError: the first check that fails (verl's own checks raise their own types).
@@ -104,39 +148,147 @@ def dry_run_requested() -> bool:
     return os.environ.get("GCPO_DRY_RUN", "0") == "1"
 
 
+# whether the start-up checks accepted this call's config (the task refuses to train otherwise)
+_accepted = False
+
+
+class StartUpChecks(Callback):
+    """The start-up checks as a Hydra callback: Hydra calls ``on_run_start`` on the composed config before
+    ``run_job`` makes the run directory and copies the config (without Hydra's node) for the task."""
+
+    def on_run_start(self, config: DictConfig, config_name: Optional[str] = None, **kwargs) -> None:
+        HydraConfig.instance().set_config(config)  # ${hydra:...} resolves in the checks as in the run
+        with read_write(config), open_dict(config):
+            node = config.pop("hydra")  # the checks read the task's keys, as the task gets them
+        try:
+            notes = add_recipe_keys(config, config_name)
+            accept_run(config, OmegaConf.to_container(node.runtime.choices), notes)
+            if dry_run_requested():
+                print_dry_run(config, entry_point=Path(__file__))
+        except Exception as error:  # the checks read only the config and this machine: what they raise is the
+            fail(one_line(error), error)  # config's (verl's own checks raise their own types)
+        finally:
+            with read_write(config), open_dict(config):
+                config.hydra = node
+        if dry_run_requested():
+            raise SystemExit(0)  # before the run directory: a dry run writes nothing
+        global _accepted
+        _accepted = True
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        fail(
+            "--multirun (-m) is not supported: the entry point composes, checks and starts one training run per "
+            "call; start one call per setting (python -m recipe.gcpo.main_gcpo key=value ..., or a launcher with "
+            "its overrides)"
+        )
+
+
+# the folder by its path: as a module path, recipe.gcpo.config would name config.py
+@hydra.main(config_path=str(CONFIG_DIR), config_name="gcpo_trainer", version_base=None)
+def main(config: DictConfig) -> None:
+    """Hydra's task, in the run directory: train on the config the start-up checks accepted."""
+    if not _accepted:
+        fail("the start-up checks did not run on this config (hydra.callbacks.gcpo_start_up_checks was removed)")
+    train(config)
+
+
 def train(config: DictConfig) -> None:
     """verl's V1 run (Ray, the workers, training) with the recipe's task runner, on an accepted config."""
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(GCPOTaskRunner))
 
 
-def start(argv: list[str]) -> None:
-    """The entry point: compose the config once, check it (and this machine), then train on it in Hydra's run
-    directory, made only once every check passed (a refused run writes nothing); a dry run stops after the checks
-    and makes no run directory. The one place a refusal becomes its line (:func:`fail`)."""
-    with hydra_session():
-        try:
-            command = parse_command_line(argv)
-            if command.hydra_command:  # --help, --cfg, --info ... on the same composition; a multirun is refused
-                run_hydra_command(command)
-                return
-            composed = compose(command)
-            accept_run(composed.config, composed.choices, composed.notes)
-        except Exception as error:  # composing and checking read only the config and this machine: what they
-            fail(one_line(error), error)  # raise is the config's (verl's own checks raise their own types)
-        if dry_run_requested():
-            print_dry_run(composed.config, entry_point=Path(__file__))
-            return
-        run_composed(composed, lambda: train(composed.config))  # a failure in training is Hydra's to report
-
-
 def cli(argv: Optional[list[str]] = None) -> None:
     """``python -m recipe.gcpo.main_gcpo [key=value ...]`` (``argv``: the arguments, by default the command line's)."""
+    program = sys.argv[:1]
+    if argv is not None:  # hydra.main reads sys.argv
+        sys.argv = [*program, *argv]
+    global _accepted
+    _accepted = False
     try:
-        start(sys.argv[1:] if argv is None else list(argv))
+        main()
     except KeyboardInterrupt:
         print("error: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
+    finally:
+        if argv is not None:
+            sys.argv = program
+
+
+# ---- the task runner (in its own Ray process, the only one of the driver's side that builds the trainer) ---------
+
+
+def trainer_class(mode: str):
+    """The trainer the recipe runs in verl's trainer mode ``mode``: GCPOTrainer for ``sync``, verl's own else."""
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    if mode == SYNC_TRAINER_MODE:
+        # imported where the trainer is built (the task runner), not in the driver: the dry run never builds one,
+        # and the trainer pulls in TransferQueue and verl's trainer stack
+        from recipe.gcpo.gcpo_trainer import GCPOTrainer
+
+        return GCPOTrainer
+    return get_trainer_cls(mode)
+
+
+class GCPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
+    """verl's V1 task runner, building ``trainer_class(mode)`` with the recipe's estimators registered."""
+
+    def run(self, config: DictConfig):
+        """verl 0.9.1's ``TaskRunnerV1.run`` line for line, but for the trainer class (verl looks it up in its
+        trainer registry by the mode string, which would need a second name for the same mode)."""
+        from verl.utils.logging_utils import configure_verl_logging
+
+        import recipe.gcpo.register  # noqa: F401  (the recipe's estimators, in this process)
+
+        configure_verl_logging()
+
+        import transfer_queue as tq
+
+        trainer_cls = trainer_class(config.trainer.v1.trainer_mode)
+
+        config.transfer_queue.enable = True
+        pprint(OmegaConf.to_container(config, resolve=True))
+        OmegaConf.resolve(config)
+        self.config = config
+
+        # initialize transfer queue
+        tq.init(config.transfer_queue)
+        succeeded = False
+        try:
+            self.trainer = trainer_cls(config=config)
+            self.trainer.init()
+            self.init_agent_loop_manager()
+            self.trainer.fit(self.agent_loop_manager)
+            succeeded = True
+        finally:
+            try:
+                stop_dataloader_workers(getattr(self, "trainer", None))
+                tracking = getattr(self.trainer, "logger", None)
+                if tracking is not None:
+                    tracking.finish(exit_code=0 if succeeded else 1)
+            finally:
+                tq.close()
+
+
+def stop_dataloader_workers(trainer) -> None:
+    """Stop the training data loader's worker processes once training is over.
+
+    verl keeps the training data iterator (``trainer.train_dataloader_it``, for the loader's checkpoint state), and
+    with it ``data.dataloader_num_workers`` worker processes, after ``fit`` returns. When Ray then stops the task
+    runner it kills those children first, and torch's SIGCHLD handler prints ``RuntimeError: DataLoader worker
+    (pid ...) is killed by signal: Killed`` after a run that succeeded. Nothing reads the iterator after ``fit``.
+    """
+    iterator = getattr(trainer, "train_dataloader_it", None)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()
+    if iterator is not None:
+        trainer.train_dataloader_it = None
 
 
 if __name__ == "__main__":
-    cli()
+    # run from the module's importable copy: Hydra instantiates the callback (recipe.gcpo.main_gcpo.StartUpChecks)
+    # from it, and Ray ships GCPOTaskRunner by reference to it
+    from recipe.gcpo.main_gcpo import cli as _cli
+
+    _cli()

@@ -75,15 +75,15 @@ RECIPE_LAYERS = {
     "config": ["config", "credit_shards", "reward"],
     "step": ["estimator", "credit_actor", "baselines", "settings"],
     "trainer": ["gcpo_trainer", "preflight", "run_summary"],
-    "entry": ["register", "compose", "task_runner", "main_gcpo"],
+    "entry": ["register", "main_gcpo"],
 }
 # what a training run does not import: the smoke harness and CPU platform (tests/special_e2e/) and the miniature
 # experiment (experiments/) use the recipe, never the other way round
 TOOL_PACKAGES = ("tests", "experiments")
 # recipe imports made inside a function, each for a reason other than an import cycle
 LATE_IMPORTS = {
-    ("task_runner", "recipe.gcpo.gcpo_trainer"): "only the task runner builds the trainer; the driver never imports it",
-    ("task_runner", "recipe.gcpo.register"): "registers the estimators in the task runner's process",
+    ("main_gcpo", "recipe.gcpo.gcpo_trainer"): "only the task runner builds the trainer; the driver never imports it",
+    ("main_gcpo", "recipe.gcpo.register"): "registers the estimators in the task runner's process",
 }
 
 
@@ -132,7 +132,7 @@ def test_the_recipe_rule_sees_imports_at_any_depth():
     imports = {(m, inside) for _, m, inside in _recipe_imports(RECIPE / "main_gcpo.py")}
     assert ("recipe.gcpo.preflight", False) in imports
     assert ("recipe.gcpo.gcpo_trainer", True) in {
-        (m, inside) for _, m, inside in _recipe_imports(RECIPE / "task_runner.py")
+        (m, inside) for _, m, inside in _recipe_imports(RECIPE / "main_gcpo.py")
     }
 
 

@@ -29,7 +29,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
-from recipe.gcpo.task_runner import GCPOTaskRunner
+from recipe.gcpo.main_gcpo import GCPOTaskRunner
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.scripts.launch import launcher_overrides
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 import pytest
+from hydra import compose, initialize_config_dir
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from recipe.gcpo import main_gcpo
-from recipe.gcpo.compose import compose, hydra_session, parse_command_line
 from recipe.gcpo.config import ConfigError
 from recipe.gcpo.preflight import schema
 from recipe.gcpo.preflight.verl_keys import VALUE_RULES, Range
@@ -53,12 +53,15 @@ def bases(tmp_path_factory):
     folder = tmp_path_factory.mktemp("own")
     (folder / "my_ppo.yaml").write_text(OWN_CONFIG + "trainer:\n  project_name: mine\n")
     data = tmp_path_factory.mktemp("data")
-    own = ["--config-path", str(folder), "--config-name", "my_ppo", "algorithm.adv_estimator=gcpo"]
     result = {}
-    for kind, argv in (("recipe", []), ("own", own)):
-        with hydra_session():
-            composed = compose(parse_command_line([*argv, *VALID, f"trainer.default_local_dir={data}/ckpt"]))
-        result[kind] = OmegaConf.create(schema.check_resolves(composed.config))
+    for kind, where, name, estimator in (
+        ("recipe", main_gcpo.CONFIG_DIR, "gcpo_trainer", []),
+        ("own", folder, "my_ppo", ["algorithm.adv_estimator=gcpo"]),
+    ):
+        with initialize_config_dir(config_dir=str(where), version_base=None):
+            config = compose(name, [*estimator, *VALID, f"trainer.default_local_dir={data}/ckpt"])
+        main_gcpo.add_recipe_keys(config, name)  # as the start-up checks do
+        result[kind] = OmegaConf.create(schema.check_resolves(config))
     return result
 
 
