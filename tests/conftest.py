@@ -15,14 +15,43 @@ os.environ.setdefault("WANDB_MODE", "offline")
 
 # Everything the tests and what they start write to the temporary folder (Ray's session folders, verl's checkpoint
 # locks, vLLM's and TransferQueue's sockets, pytest's own tmp_path) goes into one folder of this session, removed
-# when the session ends: the machine's temporary folder is left as it was. Short, for Ray's socket paths.
-SESSION_TMP = tempfile.mkdtemp(prefix="gcpo-tests-", dir="/tmp" if os.path.isdir("/tmp") else None)
+# when the session ends: the machine's temporary folder is left as it was. Short, for Ray's socket paths. An xdist
+# worker takes its controller's (where pytest's tmp_path lives); whoever made the folder removes it.
+_MADE_HERE = not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("GCPO_TESTS_TMP"))
+if _MADE_HERE:
+    os.environ["GCPO_TESTS_TMP"] = tempfile.mkdtemp(prefix="gcpo-tests-", dir="/tmp" if os.path.isdir("/tmp") else None)
+SESSION_TMP = os.environ["GCPO_TESTS_TMP"]
 os.environ["TMPDIR"] = os.environ["RAY_TMPDIR"] = SESSION_TMP
 tempfile.tempdir = SESSION_TMP
 
 
 def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(SESSION_TMP, ignore_errors=True)
+    if _MADE_HERE:
+        shutil.rmtree(SESSION_TMP, ignore_errors=True)
+
+
+# The suite runs on two pytest-xdist workers (pyproject.toml: most of its time is single-threaded: subprocesses that
+# import verl, a Ray actor's calls), in groups (--dist loadgroup): a file's tests stay on one worker (its module
+# fixtures start once), and every file that starts Ray, a cluster, a container or a smoke shares one group, since
+# one such thing runs on a machine at a time.
+EXCLUSIVE_FOLDERS = ("special_e2e", "docker")
+EXCLUSIVE_MARKS = ("ray.init(", "ray.shutdown(", "RAY_ADDRESS", "smoke_cpu.sh", "smoke_cluster_cpu.sh")
+
+
+def _exclusive(path: Path) -> bool:
+    if any(part in EXCLUSIVE_FOLDERS for part in path.parts):
+        return True
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return any(mark in text for mark in EXCLUSIVE_MARKS)
+
+
+def pytest_collection_modifyitems(config, items):
+    groups: dict[Path, str] = {}
+    for item in items:
+        path = Path(item.fspath)
+        if path not in groups:
+            groups[path] = "exclusive" if _exclusive(path) else str(path)
+        item.add_marker(pytest.mark.xdist_group(groups[path]))
 
 
 settings.register_profile(

@@ -50,6 +50,8 @@ def test_a_test_without_the_shared_data_is_skipped_saying_where_to_get_it(tmp_pa
             "-rs",
             "-p",
             "no:cacheprovider",
+            "-n",
+            "0",
             "tests/gcpo_core/cli/test_eval_report_cli.py::test_generation_without_vllm_is_a_clear_error",
         ],
         cwd=ROOT,
