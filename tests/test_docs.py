@@ -158,9 +158,9 @@ def test_the_start_up_lines_in_training_md_are_the_main_launchers():
     """docs/training.md's "what will run" block: the main launcher's lines from a machine without a GPU (run from
     /root, the checkout at /opt/gcpo-verl, as in the Docker image)."""
     from recipe.gcpo.compose import compose, hydra_session, parse_command_line
-    from recipe.gcpo.config import gcpo_settings
     from recipe.gcpo.main_gcpo import adapt
     from recipe.gcpo.run_summary import memory_lines, protocol_line, startup_lines
+    from tests.recipe.gcpo.conftest import gcpo_settings
     from tests.scripts.launch import launcher_overrides
 
     with hydra_session():  # the entry point's one composition of the launcher's command line

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from recipe.gcpo import run_summary
-from recipe.gcpo.config import gcpo_settings
-from tests.recipe.gcpo.conftest import BASE, DAPO_REWARD, compose_gcpo
+from tests.recipe.gcpo.conftest import BASE, DAPO_REWARD, compose_gcpo, gcpo_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 
