@@ -160,9 +160,9 @@ def test_the_start_up_lines_in_training_md_are_the_main_launchers():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf, open_dict
 
-    from recipe.gcpo.config import gcpo_settings
     from recipe.gcpo.main_gcpo import CONFIG_DIR, adapt
     from recipe.gcpo.run_summary import memory_lines, protocol_line, startup_lines
+    from tests.recipe.gcpo.conftest import gcpo_settings
     from tests.scripts.launch import launcher_overrides
 
     overrides = launcher_overrides("run_qwen3_4b_gcpo.sh", env={"HOME": "/root"})

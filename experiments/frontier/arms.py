@@ -15,6 +15,7 @@ Nothing here re-implements a credit: every number comes from ``gcpo_core``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -98,6 +99,6 @@ def scores_and_advantages(
         return r, r, group_normalize(r, mask, norm_by_std=norm_by_std)
     config = arm.config()
     if not norm_by_std:
-        config = CreditConfig(**{**config.to_dict(), "norm_by_std": False})
+        config = dataclasses.replace(config, norm_by_std=False)
     credit = compute_group_credit(rewards.to(torch.float64), embeddings, mask, config)
     return credit.shapley, credit.score, credit.advantage

@@ -7,10 +7,9 @@ accepts.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Optional
 
 from gcpo_core.credit.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
 from gcpo_core.credit.kernels import KERNELS
@@ -100,18 +99,6 @@ class CreditConfig:
         _finite_at_least("std_floor", self.std_floor, 0.0)
         if self.rbf_bandwidth is not None:
             _finite_at_least("rbf_bandwidth", self.rbf_bandwidth, 0.0, strict=True)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "CreditConfig":
-        """Build from a dict / OmegaConf node; unknown keys fail naming the known ones."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"credit config: unknown key(s) {unknown}; known: {sorted(known)}")
-        return cls(**{k: values[k] for k in values})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def _one_of(name: str, value: object, allowed: list[str]) -> None:

@@ -41,15 +41,6 @@ EMBEDDING_ESTIMATORS: dict[str, dict] = {
     # by its own std with epsilon 1e-4, as the official code (xiwenc1/DRA-GRPO, grpo_trainer.py) does
     "dra_grpo": {"advantage": "dra", "all_correct_scale": "group", "epsilon": 1e-4},
 }
-# DIVER's shaped reward needs the response texts, which only the GCPO trainer decodes
-DIVER_ESTIMATOR = "diver"
-COPO_ESTIMATOR = "copo"
-MC_GRPO_ESTIMATOR = "mc_grpo"
-# estimators whose inputs only the GCPO trainer computes (embeddings, or the response texts for DIVER)
-TRAINER_ESTIMATORS = (*EMBEDDING_ESTIMATORS, DIVER_ESTIMATOR)
-# every estimator recipe.gcpo.register registers in verl's registry (the driver checks a name against these and
-# verl's own without importing the trainer; tests/recipe/gcpo/preflight/test_verl_keys.py compares them with the registry)
-RECIPE_ESTIMATORS = (*TRAINER_ESTIMATORS, COPO_ESTIMATOR, MC_GRPO_ESTIMATOR)
 # reward_extra_info key written by recipe.gcpo.reward: constant within a group exactly when GCPO has no signal
 GCPO_FILTER_METRIC = "gcpo_signal"
 GCPO_KEYS = {"encoder", "credit", "actor", "filter_all_correct", "dump"}
@@ -260,14 +251,6 @@ def credit_config(algorithm: Any, block: Optional[Mapping[str, Any]], fixed: Map
     return build_section(CreditConfig, credit, "algorithm.gcpo.credit")
 
 
-def gcpo_settings(config: DictConfig) -> Optional[GCPOSettings]:
-    """The GCPO settings of a full config whose estimator embeds the responses; None for any other estimator, whose
-    ``algorithm.gcpo`` block is still parsed (a bad value there fails under every estimator, as a typo does)."""
-    estimator = config.algorithm.adv_estimator
-    settings = GCPOSettings.from_algorithm_config(config.algorithm, estimator)
-    return settings if estimator in EMBEDDING_ESTIMATORS else None
-
-
 class TrainerNeed(NamedTuple):
     """A setting only the GCPO trainer serves: the ``setting`` as written, what the trainer ``does`` for it, and
     ``instead``: advice for running without it ("" when there is none)."""
@@ -278,37 +261,17 @@ class TrainerNeed(NamedTuple):
 
 
 def estimator_need(estimator: str) -> TrainerNeed:
-    """Why a :data:`TRAINER_ESTIMATORS` estimator needs the GCPO trainer."""
+    """Why an estimator whose inputs only the GCPO trainer computes (an embedding one, or ``diver``, whose shaped
+    reward needs the response texts) needs that trainer."""
     inputs = (
         "decodes the responses for DIVER's diversity bonus"
-        if estimator == DIVER_ESTIMATOR
+        if estimator == "diver"
         else "embeds the responses and computes their credit"
     )
     return TrainerNeed(
         f"algorithm.adv_estimator={estimator}",
         f"{inputs} before the advantages (verl's stock trainers give an estimator neither)",
     )
-
-
-def setting_needing_recipe_trainer(config: DictConfig) -> Optional[TrainerNeed]:
-    """The first setting of ``config`` that only the GCPO trainer serves (None: verl's own trainers serve it all)."""
-    estimator = config.algorithm.adv_estimator
-    if estimator in TRAINER_ESTIMATORS:
-        return estimator_need(estimator)
-    if OmegaConf.select(config, "algorithm.div_r1.enable", default=False):
-        return TrainerNeed("algorithm.div_r1.enable=true", "gives the actor workers the Div-R1 loss")
-    if estimator == COPO_ESTIMATOR and OmegaConf.select(config, "algorithm.copo.blend", default="loss") == "loss":
-        return TrainerNeed(
-            "algorithm.copo.blend=loss",
-            "gives the actor workers COPO's blended loss",
-            "; or use algorithm.copo.blend=advantage, which any trainer runs",
-        )
-    if OmegaConf.select(config, "algorithm.group_contrastive.enable", default=False):
-        return TrainerNeed(
-            "algorithm.group_contrastive.enable=true",
-            "injects the reference solutions before the old log-probabilities",
-        )
-    return None
 
 
 def recipe_trainer_message(need: TrainerNeed, found: str) -> str:

@@ -188,10 +188,9 @@ class CreditActor:
         encoder, credit: the encoder's and the credit engine's settings, as the config layer parsed them (each
             dataclass validates itself on construction); the actors receive them as they are.
         options: resources, shards and failure handling.
-        placement_group, bundle_index: where a single actor is placed.
         placements: one (placement group, bundle index) per shard actor (see
-            :func:`recipe.gcpo.credit_shards.credit_placements`); overrides ``placement_group``.
-            Without placements, ``options.shards`` unplaced actors are created (``auto``: one).
+            :func:`recipe.gcpo.credit_shards.credit_placements`); without them, ``options.shards`` unplaced actors
+            are created (``auto``: one).
         wait: wait here until the actors are ready (their encoder loaded); False returns at once, and the first
             :meth:`wait_ready` (or :attr:`info`) waits instead: the trainer starts them before verl's rollout
             servers and waits before the first credit call, so their start-up overlaps verl's.
@@ -202,18 +201,13 @@ class CreditActor:
         encoder: EncoderConfig = EncoderConfig(),
         credit: CreditConfig = CreditConfig(),
         options: CreditActorOptions = CreditActorOptions(),
-        placement_group=None,
-        bundle_index: int = 0,
         placements: Optional[Sequence[tuple[Any, int]]] = None,
         wait: bool = True,
     ):
         self.options = options
         self._prefetch: list = []
         if placements is None:
-            if placement_group is not None:
-                placements = [(placement_group, bundle_index)]
-            else:
-                placements = [(None, 0)] * (options.shards if isinstance(options.shards, int) else 1)
+            placements = [(None, 0)] * (options.shards if isinstance(options.shards, int) else 1)
         if not placements:
             raise ValueError("credit actor: no placement for any shard")
         for group, index in placements:
@@ -254,13 +248,8 @@ class CreditActor:
         return self._infos
 
     @property
-    def infos(self) -> list[dict]:
-        """Each actor's device, encoder and limits (waits for the actors' start-up the first time)."""
-        return self.wait_ready()
-
-    @property
     def info(self) -> dict:
-        """The gathering actor's :attr:`infos` entry."""
+        """The gathering actor's device, encoder and limits (waits for the actors' start-up the first time)."""
         return self.wait_ready()[0]
 
     def _create(self, encoder: EncoderConfig, credit: CreditConfig, group, index: int):

@@ -10,7 +10,8 @@ log-probabilities. Each step's ``_compute_advantage`` then has the actors comput
 in one call (embedding whatever was not prefetched; ``timing_s/gcpo_*`` say where the step's time went); verl's
 own advantage step then runs unchanged
 (KL-in-reward, rollout correction, write-back) with the ``gcpo`` estimator, which normalises that credit per
-prompt. With any other estimator the trainer is verl's sync trainer.
+prompt. A baseline's hooks (its actor loss, its step before balancing, its advantage step) come from the registry
+(:mod:`recipe.gcpo.baselines`). With any other estimator the trainer is verl's sync trainer.
 
 Sync mode only: in sync mode vLLM sleeps during the advantage step (so the encoder can share GPU 0) and all
 rollouts of a group come from one policy version.
@@ -24,19 +25,12 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
-import torch
 import transfer_queue as tq
-from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
-from verl.workers.utils.padding import response_to_nested
 
-from recipe.gcpo.baselines.copo import GLOBAL_ADVANTAGE_FIELD, copo_loss_fn, provide_copo, step_copo
-from recipe.gcpo.baselines.div_r1 import div_r1_loss_fn
-from recipe.gcpo.baselines.diver import diver_credit
-from recipe.gcpo.baselines.group_contrastive import inject_references
-from recipe.gcpo.config import SYNC_TRAINER_MODE
+from recipe.gcpo.baselines import read_rows, valid_rows
 from recipe.gcpo.credit_actor import CreditActor
 from recipe.gcpo.credit_shards import credit_placements
 from recipe.gcpo.estimator import StepCredit, provide_credit
@@ -58,9 +52,9 @@ def reward_timeout_metrics(batch: KVBatchMeta) -> dict[str, float]:
     if "extra_fields" not in data.keys():
         return {}
     flags, retried = [], 0
-    for tag, extra in zip(batch.tags, data["extra_fields"]):
+    for valid, extra in zip(valid_rows(batch), data["extra_fields"]):
         info = extra.get("reward_extra_info") if isinstance(extra, dict) else None
-        if not tag.get("is_padding", False) and isinstance(info, dict) and info.get("timeout") is not None:
+        if valid and isinstance(info, dict) and info.get("timeout") is not None:
             flags.append(float(info["timeout"]) > 0)
             retried += float(info.get("timeout_retried") or 0.0) > 0
     if not flags:
@@ -80,21 +74,11 @@ class GCPOTrainer(PPOTrainerSync):
     _decoder: ThreadPoolExecutor | None = None
 
     def __init__(self, config):
-        mode = config.trainer.v1.trainer_mode
-        if mode != SYNC_TRAINER_MODE:  # verl's mode branches would then not match the sync trainer's hooks
-            raise ValueError(
-                f"GCPOTrainer is verl's sync trainer: trainer.v1.trainer_mode must be {SYNC_TRAINER_MODE}, got {mode}"
-            )
         # the recipe's blocks, parsed once in this process by the code the driver's pre-flight ran on the same config
         # (so nothing here fails that start-up passed); the settings objects then travel as they are: to the credit
         # actors, and with each step's credit
         self.settings = RecipeSettings.parse(config)
         self.gcpo = self.settings.gcpo
-        self.diver = self.settings.diver
-        self.diver_normalisation = self.settings.diver_normalisation
-        self.group_contrastive = self.settings.group_contrastive
-        self.copo = self.settings.copo
-        self.div_r1 = self.settings.div_r1
         self.credit_actor: CreditActor | None = None
         super().__init__(config)
 
@@ -102,11 +86,12 @@ class GCPOTrainer(PPOTrainerSync):
         super()._setup()
         if self.gcpo is not None:
             self.credit_actor = self._create_credit_actor()
-        # Div-R1 (algorithm.div_r1): verl's PPO loss plus its term; COPO's loss blend: verl's PPO loss plus the
-        # global one. Either is given to the actor workers as their loss (the start-up checks refuse both at once).
-        loss_fn = div_r1_loss_fn(self.config, self.div_r1) or copo_loss_fn(self.config, self.copo)
-        if loss_fn is not None:
-            self.actor_rollout_wg.set_loss_fn(loss_fn)
+        # a baseline's actor loss (Div-R1's, COPO's loss blend): verl's PPO loss plus its term, given to the actor
+        # workers (the start-up checks refuse two at once)
+        for baseline, settings in self.settings.selected:
+            loss_fn = baseline.loss_fn(self.config, settings) if baseline.loss_fn is not None else None
+            if loss_fn is not None:
+                self.actor_rollout_wg.set_loss_fn(loss_fn)
 
     def _create_credit_actor(self) -> CreditActor:
         """The actors take a fraction of a GPU inside verl's global placement groups (outside them, they would
@@ -136,13 +121,12 @@ class GCPOTrainer(PPOTrainerSync):
             self.credit_actor = None
 
     def _balance_batch(self, batch: KVBatchMeta, metrics, *args, **kwargs) -> KVBatchMeta:
-        """Group Contrastive PO (when enabled) puts reference solutions into all-wrong groups first, before the
-        old log-probabilities are computed; then the credit actor starts embedding the final responses."""
-        if self.group_contrastive.enable:
-            batch, injected = inject_references(
-                batch, self.tokenizer, self.group_contrastive, int(self.config.data.max_response_length)
-            )
-            metrics.update(injected)
+        """A baseline's step before balancing first (Group Contrastive PO puts reference solutions into all-wrong
+        groups before the old log-probabilities are computed); then the credit actor starts embedding the final
+        responses."""
+        for baseline, settings in self.settings.selected:
+            if baseline.before_balance is not None:
+                batch = baseline.before_balance(self, settings, batch, metrics)
         batch = super()._balance_batch(batch, metrics, *args, **kwargs)
         self._start_embedding(batch)
         return batch
@@ -182,7 +166,7 @@ class GCPOTrainer(PPOTrainerSync):
 
     def _decode_responses(self, batch: KVBatchMeta) -> list[str]:
         """The batch's responses as text, "" for verl's padding rows."""
-        valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
+        valid = valid_rows(batch)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["responses"])
         responses = [ids.tolist() for ids in data["responses"].unbind()]
         decoded = self.tokenizer.batch_decode([responses[i] for i in np.flatnonzero(valid)], skip_special_tokens=True)
@@ -193,55 +177,17 @@ class GCPOTrainer(PPOTrainerSync):
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         metrics.update(reward_timeout_metrics(batch))
-        if self.copo is not None:
-            return self._compute_copo_advantage(batch, metrics)
-        if self.diver is not None:
-            credit, diver_metrics = diver_credit(
-                batch,
-                self._decode_responses(batch),
-                self.diver,
-                self.diver_normalisation,
-                int(getattr(self, "global_steps", 0)),
-            )
-            metrics.update(diver_metrics)
-            with provide_credit(credit):
-                return super()._compute_advantage(batch, metrics)
-        if self.gcpo is None:
-            return super()._compute_advantage(batch, metrics)
-        credit = self._compute_credit(batch, metrics)
-        with provide_credit(credit):
-            return super()._compute_advantage(batch, metrics)
 
-    def _compute_copo_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """COPO's loss blend: the local term becomes verl's ``advantages`` (through the ``copo`` estimator), the
-        global term is written beside it for the actor's loss."""
-        data = tq.kv_batch_get(
-            keys=batch.keys,
-            partition_id=batch.partition_id,
-            select_fields=["uid", "rm_scores", "response_mask", "extra_fields"],
-        )
-        valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
-        extras = data["extra_fields"]
-        extras = extras.tolist() if hasattr(extras, "tolist") else list(extras)
-        algorithm = self.config.algorithm
-        step = step_copo(
-            list(data["uid"]),
-            data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).double().cpu().numpy(),
-            extras,
-            valid,
-            self.copo,
-            norm_by_std=bool(algorithm.get("norm_adv_by_std_in_grpo", True)),
-        )
-        metrics.update(step.metrics)
-        with provide_copo(step):
-            batch = super()._compute_advantage(batch, metrics)
-        response_mask = data["response_mask"]
-        padded = response_mask.to_padded_tensor(padding=0)
-        global_adv = torch.as_tensor(step.global_, dtype=torch.float32).unsqueeze(-1) * padded.to(torch.float32)
-        output = TensorDict(
-            {GLOBAL_ADVANTAGE_FIELD: response_to_nested(global_adv, response_mask)}, batch_size=len(batch)
-        )
-        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+        def verl_step() -> KVBatchMeta:
+            return super(GCPOTrainer, self)._compute_advantage(batch, metrics)
+
+        for baseline, settings in self.settings.selected:  # at most one: each is selected by its estimator
+            if baseline.advantage is not None:
+                return baseline.advantage(self, settings, batch, metrics, verl_step)
+        if self.gcpo is None:
+            return verl_step()
+        with provide_credit(self._compute_credit(batch, metrics)):
+            return verl_step()
 
     def _compute_credit(self, batch: KVBatchMeta, metrics: dict) -> StepCredit:
         """Credit the batch's responses (decoded when they were prefetched, else now); rows are grouped by uid,
@@ -249,10 +195,8 @@ class GCPOTrainer(PPOTrainerSync):
         timing_raw = getattr(self, "timing_raw", None)
         timing_raw = timing_raw if timing_raw is not None else {}
         with marked_timer("gcpo_total", timing_raw):
-            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores"])
-            uids = np.array(list(data["uid"]), dtype=object)  # a LinkedList, NonTensorStack or array by backend
-            valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
-            reward = data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).double().cpu().numpy()
+            rows = read_rows(batch)
+            uids, valid, reward = rows.uids, rows.valid, rows.scores
             texts = self._prefetched_texts(batch, timing_raw)
             if texts is None:
                 with marked_timer("gcpo_fetch_decode", timing_raw):

@@ -5,7 +5,7 @@ Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator), ``diver`` (re
 (recipe.gcpo.baselines.copo) and ``mc_grpo`` (recipe.gcpo.baselines.mc_grpo) in verl's estimator registry. It
 registers no trainer mode: the GCPO trainer is built by the recipe's entry point, ``python -m recipe.gcpo.main_gcpo``,
 for verl's own ``trainer.v1.trainer_mode=sync``. Which settings need that trainer, and the message, are
-:func:`recipe.gcpo.config.setting_needing_recipe_trainer` and :func:`recipe.gcpo.config.recipe_trainer_message`,
+:meth:`recipe.gcpo.settings.RecipeSettings.trainer_need` and :func:`recipe.gcpo.config.recipe_trainer_message`,
 which the entry point's pre-flight uses too.
 
 Under verl's stock entry point (``VERL_USE_EXTERNAL_MODULES=recipe.gcpo.register python -m verl.trainer.main_ppo
@@ -28,12 +28,10 @@ import functools
 
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-import recipe.gcpo.baselines.copo  # noqa: F401  (registers "copo")
-import recipe.gcpo.baselines.diver  # noqa: F401  (registers "diver")
-import recipe.gcpo.baselines.mc_grpo  # noqa: F401  (registers "mc_grpo")
 import recipe.gcpo.estimator  # noqa: F401  (registers "gcpo", "dqo" and "dra_grpo")
-from recipe.gcpo.config import recipe_trainer_message, setting_needing_recipe_trainer
+from recipe.gcpo.config import recipe_trainer_message
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
+from recipe.gcpo.settings import RecipeSettings  # its baselines register "diver", "copo" and "mc_grpo"
 
 
 def install_startup_check() -> None:
@@ -44,9 +42,11 @@ def install_startup_check() -> None:
 
     @functools.wraps(original)
     def checked_init(self, config, *args, **kwargs):
-        need = setting_needing_recipe_trainer(config)
-        if need is not None and not isinstance(self, GCPOTrainer):
-            raise ValueError(recipe_trainer_message(need, f"trainer class {type(self).__name__}"))
+        if not isinstance(self, GCPOTrainer):  # which parses the settings itself
+            # parsed once in this process: verl's estimators then read these settings each step
+            need = RecipeSettings.parse(config).trainer_need()
+            if need is not None:
+                raise ValueError(recipe_trainer_message(need, f"trainer class {type(self).__name__}"))
         original(self, config, *args, **kwargs)
 
     checked_init._gcpo_startup_check = True

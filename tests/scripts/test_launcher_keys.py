@@ -27,6 +27,7 @@ import verl
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.utils import need_critic, need_reference_policy, need_reward_model
 
+from recipe.gcpo.settings import recipe_blocks
 from tests.recipe.gcpo.conftest import CONFIG_DIR, compose_gcpo
 from tests.scripts.launch import LAUNCHERS, launcher_overrides
 
@@ -34,14 +35,10 @@ VERL_ROOT = Path(verl.__file__).resolve().parent
 
 # key prefix -> where it is read instead (keys the name test cannot judge)
 READ_ELSEWHERE = {
-    "algorithm.gcpo.": "the recipe's block: parsed whole by recipe.gcpo.config.GCPOSettings, which refuses unknown keys",
-    "algorithm.group_contrastive.": "the recipe's block: parsed whole by "
-    "recipe.gcpo.baselines.group_contrastive.group_contrastive_settings",
-    "algorithm.diver.": "the recipe's block: parsed whole by recipe.gcpo.baselines.diver.diver_settings",
-    "algorithm.div_r1.": "the recipe's block: parsed whole by recipe.gcpo.baselines.div_r1.div_r1_settings",
-    "algorithm.copo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.copo.copo_settings, which refuses "
-    "unknown keys",
-    "algorithm.mc_grpo.": "the recipe's block: parsed whole by recipe.gcpo.baselines.mc_grpo.MCGRPOSettings",
+    **{
+        f"{block}.": "the recipe's block: parsed whole by recipe.gcpo.settings.RecipeSettings, which refuses unknown keys"
+        for block in recipe_blocks()
+    },
     "reward.reward_kwargs.": "read from the raw config by verl's DAPO reward manager; the entry point checks the names "
     "against what it reads (recipe.gcpo.preflight.reward.check_reward_kwargs)",
     "ray_kwargs.ray_init.": "passed whole to ray.init(**ray_kwargs.ray_init) by verl's run_ppo",

@@ -30,15 +30,21 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
+import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.core_algos import register_adv_est
+from verl.workers.utils.padding import response_to_nested
 
 from gcpo_core.baselines.copo import COPO_GATES, copo_advantages, copo_terms
 from gcpo_core.credit.config import FieldError
 from gcpo_core.credit.grouping import layout_groups
-from recipe.gcpo.config import COPO_ESTIMATOR, ConfigError, algorithm_block, build_section, check_actor_loss
+from recipe.gcpo.baselines import Baseline, block_settings, read_rows
+from recipe.gcpo.config import ConfigError, TrainerNeed, check_actor_loss, check_rollout_groups
 from recipe.gcpo.estimator import grouped_outcome_advantage
 
+COPO_ESTIMATOR = "copo"
 BLENDS = ("loss", "advantage")
 GLOBAL_ADVANTAGE_FIELD = "copo_global_advantages"
 _active = threading.local()
@@ -75,27 +81,17 @@ class CopoSettings:
             raise FieldError("copo", "reward_coef", f"must be true or false, got {self.reward_coef!r}")
 
 
-def copo_settings(algorithm: Any) -> CopoSettings:
-    """Parse ``algorithm.copo`` (absent, or no ``algorithm`` at all: the defaults)."""
-    return build_section(CopoSettings, algorithm_block(algorithm, "copo"), "algorithm.copo")
-
-
-def copo_loss_settings(config: DictConfig) -> Optional[CopoSettings]:
-    """``algorithm.copo`` (always parsed, so a typo fails even when COPO is not selected) when ``copo`` trains with
-    the loss blend, the one that needs the GCPO trainer; else None."""
-    settings = copo_settings(config.algorithm)
-    if config.algorithm.adv_estimator != COPO_ESTIMATOR or settings.blend != "loss":
-        return None
-    return settings
-
-
-def check_copo(config: DictConfig) -> None:
-    """Start-up checks of COPO's loss blend (``algorithm.adv_estimator=copo``, ``algorithm.copo.blend=loss``).
+def check_copo(config: DictConfig, settings: CopoSettings) -> None:
+    """Start-up checks of ``algorithm.adv_estimator=copo``: it compares a prompt's rollouts; and, with the loss blend
+    (``algorithm.copo.blend=loss``), no distillation, a policy loss that is verl's ``vanilla`` PPO-clip (the blend
+    relies on its homogeneity), and no Div-R1 (each replaces the actor's loss).
 
     Raises:
-        ConfigError: distillation, a policy loss other than verl's ``vanilla`` PPO-clip (the blend relies on its
-            homogeneity), or Div-R1 (each replaces the actor's loss).
+        ConfigError: the first of these that fails.
     """
+    check_rollout_groups(config, COPO_ESTIMATOR)
+    if settings.blend != "loss":
+        return
     check_actor_loss(config, "algorithm.copo.blend=loss", "COPO's blended loss")
     loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
     if loss_mode != "vanilla":
@@ -118,7 +114,7 @@ def compute_copo_outcome_advantage(token_level_rewards, response_mask, index=Non
     (:func:`provide_copo`; the actor's loss adds the global term). ``blend=advantage``: GRPO's local advantage
     blended with the prompt's batch-standardised mean reward by the group's right/wrong entropy
     (:func:`gcpo_core.baselines.copo.copo_advantages`). Shapes: (bs, response_length)."""
-    if config is not None and copo_settings(config).blend == "loss":
+    if config is not None and block_settings(BASELINE, config).blend == "loss":
         step = provided_copo(index)
         local = torch.as_tensor(step.local, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
         out = local.unsqueeze(-1) * response_mask
@@ -247,10 +243,9 @@ def copo_loss(config, model_output: dict, data, dp_group=None, *, global_config)
     return loss + global_loss, metrics
 
 
-def copo_loss_fn(config: DictConfig, settings: Optional[CopoSettings]) -> Optional[Callable[..., Any]]:
-    """The actor loss for ``actor_rollout_wg.set_loss_fn`` when ``copo`` trains with the loss blend (``settings``:
-    :func:`copo_loss_settings`, None otherwise), else None."""
-    if settings is None:
+def copo_loss_fn(config: DictConfig, settings: CopoSettings) -> Optional[Callable[..., Any]]:
+    """The actor loss for ``actor_rollout_wg.set_loss_fn`` when ``copo`` trains with the loss blend, else None."""
+    if settings.blend != "loss":
         return None
     from verl.utils.config import omega_conf_to_dataclass
 
@@ -259,3 +254,48 @@ def copo_loss_fn(config: DictConfig, settings: Optional[CopoSettings]) -> Option
     object.__setattr__(global_config, "entropy_coeff", 0.0)
     object.__setattr__(global_config, "use_kl_loss", False)
     return functools.partial(copo_loss, config=actor_config, global_config=global_config)
+
+
+def copo_advantage(trainer, settings: CopoSettings, batch: KVBatchMeta, metrics: dict, verl_step) -> KVBatchMeta:
+    """The trainer's advantage step under COPO's loss blend: the local term becomes verl's ``advantages`` (through
+    the ``copo`` estimator), the global term is written beside it for the actor's loss. The advantage blend is
+    verl's step as it is."""
+    if settings.blend != "loss":
+        return verl_step()
+    rows = read_rows(batch, "response_mask", "extra_fields")
+    extras = rows.fields["extra_fields"]
+    step = step_copo(
+        list(rows.uids),
+        rows.scores,
+        extras.tolist() if hasattr(extras, "tolist") else list(extras),
+        rows.valid,
+        settings,
+        norm_by_std=bool(trainer.config.algorithm.get("norm_adv_by_std_in_grpo", True)),
+    )
+    metrics.update(step.metrics)
+    with provide_copo(step):
+        batch = verl_step()
+    response_mask = rows.fields["response_mask"]
+    padded = response_mask.to_padded_tensor(padding=0)
+    global_adv = torch.as_tensor(step.global_, dtype=torch.float32).unsqueeze(-1) * padded.to(torch.float32)
+    output = TensorDict({GLOBAL_ADVANTAGE_FIELD: response_to_nested(global_adv, response_mask)}, batch_size=len(batch))
+    return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+
+
+BASELINE = Baseline(
+    "copo",
+    CopoSettings,
+    estimator=COPO_ESTIMATOR,
+    needs_trainer=lambda settings: (
+        TrainerNeed(
+            "algorithm.copo.blend=loss",
+            "gives the actor workers COPO's blended loss",
+            "; or use algorithm.copo.blend=advantage, which any trainer runs",
+        )
+        if settings.blend == "loss"
+        else None
+    ),
+    check=check_copo,
+    loss_fn=copo_loss_fn,
+    advantage=copo_advantage,
+)

@@ -28,7 +28,8 @@ from omegaconf import DictConfig
 
 from gcpo_core.baselines.div_r1 import SAMPLE_SETS, diversity_rows, sampled_token_entropy
 from gcpo_core.credit.config import FieldError
-from recipe.gcpo.config import ConfigError, algorithm_block, build_section, check_actor_loss
+from recipe.gcpo.baselines import Baseline
+from recipe.gcpo.config import ConfigError, TrainerNeed, check_actor_loss
 
 ENTROPY_ESTIMATES = ("sampled", "exact")
 # verl's agg_loss modes (verl/trainer/ppo/core_algos.py)
@@ -76,12 +77,6 @@ class DivR1Settings:
         ):
             if getattr(self, name) not in allowed:
                 raise FieldError("div_r1", name, f"must be one of {list(allowed)}, got {getattr(self, name)!r}")
-
-
-def div_r1_settings(config: DictConfig) -> Optional[DivR1Settings]:
-    """``algorithm.div_r1`` (always parsed, so a typo fails even when Div-R1 is off) when enabled, else None."""
-    settings = build_section(DivR1Settings, algorithm_block(config.algorithm, "div_r1"), "algorithm.div_r1")
-    return settings if settings.enable else None
 
 
 def check_div_r1(config: DictConfig, settings: DivR1Settings) -> None:
@@ -201,16 +196,26 @@ def div_r1_loss(config, model_output: dict, data, dp_group=None, *, settings: Di
     return loss - settings.coef * term, metrics
 
 
-def div_r1_loss_fn(config: DictConfig, settings: Optional[DivR1Settings]) -> Optional[Callable[..., Any]]:
-    """The actor loss for ``actor_rollout_wg.set_loss_fn`` when Div-R1 is enabled (``settings``:
-    :func:`div_r1_settings`, None when off), else None.
+def div_r1_loss_fn(config: DictConfig, settings: DivR1Settings) -> Optional[Callable[..., Any]]:
+    """The actor loss for ``actor_rollout_wg.set_loss_fn`` when Div-R1 is enabled, else None.
 
     The actor's config is built here from ``actor_rollout_ref.actor`` as verl's worker builds it
     (``omega_conf_to_dataclass``); ``ppo_loss`` reads only its loss keys, which the worker does not change.
     """
-    if settings is None:
+    if not settings.enable:
         return None
     from verl.utils.config import omega_conf_to_dataclass
 
     actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     return functools.partial(div_r1_loss, config=actor_config, settings=settings)
+
+
+BASELINE = Baseline(
+    "div_r1",
+    DivR1Settings,
+    needs_trainer=lambda settings: TrainerNeed(
+        "algorithm.div_r1.enable=true", "gives the actor workers the Div-R1 loss"
+    ),
+    check=check_div_r1,
+    loss_fn=div_r1_loss_fn,
+)

@@ -11,44 +11,30 @@ runs on the driver (no GPU, no encoder): ``scripts/bench_diver.py`` times it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Sequence
 
-import numpy as np
-import transfer_queue as tq
 from omegaconf import DictConfig
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from gcpo_core.baselines.diver import DiverConfig, diver_bonus
 from gcpo_core.credit.config import CreditConfig
-from recipe.gcpo.config import (
-    DIVER_ESTIMATOR,
-    algorithm_block,
-    build_section,
-    check_rollout_groups,
-    credit_config,
-)
-from recipe.gcpo.estimator import StepCredit, compute_gcpo_outcome_advantage
+from recipe.gcpo.baselines import Baseline, read_rows
+from recipe.gcpo.config import check_rollout_groups, estimator_need
+from recipe.gcpo.estimator import StepCredit, compute_gcpo_outcome_advantage, provide_credit
 
+DIVER_ESTIMATOR = "diver"
 register_adv_est(DIVER_ESTIMATOR)(compute_gcpo_outcome_advantage)
 
 
-def diver_settings(config: DictConfig) -> Optional[DiverConfig]:
-    """``algorithm.diver`` (always parsed, so a typo fails even when DIVER is not selected) when
-    ``algorithm.adv_estimator=diver``, else None."""
-    settings = build_section(DiverConfig, algorithm_block(config.algorithm, "diver"), "algorithm.diver")
-    return settings if config.algorithm.adv_estimator == DIVER_ESTIMATOR else None
-
-
-def diver_normalisation(algorithm: DictConfig) -> CreditConfig:
+def diver_normalisation(credit: CreditConfig) -> CreditConfig:
     """How the ``diver`` estimator normalises the shaped reward: as GRPO normalises a reward, every group by its own
-    std (``all_correct_scale=group``), with ``algorithm.gcpo.credit``'s epsilon and floor and verl's
-    ``norm_adv_by_std_in_grpo``."""
-    gcpo = algorithm_block(algorithm, "gcpo") or {}
-    return dataclasses.replace(credit_config(algorithm, gcpo.get("credit"), {}), all_correct_scale="group")
+    std (``all_correct_scale=group``), with ``algorithm.gcpo.credit``'s epsilon and floor (``credit``, as the
+    recipe's settings parsed it) and verl's ``norm_adv_by_std_in_grpo``."""
+    return dataclasses.replace(credit, all_correct_scale="group")
 
 
-def check_diver(config: DictConfig) -> None:
+def check_diver(config: DictConfig, settings: DiverConfig) -> None:
     """Start-up check of DIVER (``algorithm.adv_estimator=diver``): its bonus compares the rollouts of a prompt.
 
     Raises:
@@ -66,20 +52,43 @@ def diver_credit(
         batch: the balanced batch (its rows' ``uid``, ``rm_scores`` and ``response_mask`` are read from
             TransferQueue).
         texts: the decoded responses, row-aligned ("" at verl's padding rows).
-        normalisation: :func:`diver_normalisation` of the run's ``algorithm`` config.
+        normalisation: :func:`diver_normalisation` of the run's credit settings.
         step: verl's ``global_steps`` (lambda's schedule).
     Returns:
         (credit whose ``score`` is reward + bonus, ``diver/*`` metrics).
     """
-    data = tq.kv_batch_get(
-        keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "response_mask"]
-    )
-    uids = np.array(list(data["uid"]), dtype=object)
-    valid = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
-    reward = data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).double().cpu().numpy()
-    lengths = data["response_mask"].to_padded_tensor(padding=0).sum(dim=-1).cpu().numpy()
+    rows = read_rows(batch, "response_mask")
+    lengths = rows.fields["response_mask"].to_padded_tensor(padding=0).sum(dim=-1).cpu().numpy()
     result = diver_bonus(
-        list(texts), reward, uids.tolist(), step=step, config=settings, response_lengths=lengths, valid=valid
+        list(texts),
+        rows.scores,
+        rows.uids.tolist(),
+        step=step,
+        config=settings,
+        response_lengths=lengths,
+        valid=rows.valid,
     )
-    credit = StepCredit(uids=uids, reward=reward, score=reward + result.bonus, valid=valid, config=normalisation)
+    credit = StepCredit(
+        uids=rows.uids, reward=rows.scores, score=rows.scores + result.bonus, valid=rows.valid, config=normalisation
+    )
     return credit, result.metrics
+
+
+def diver_advantage(trainer, settings: DiverConfig, batch: KVBatchMeta, metrics: dict, verl_step) -> KVBatchMeta:
+    """The trainer's advantage step under DIVER: the shaped rewards, then verl's step with the ``diver`` estimator."""
+    normalisation = diver_normalisation(trainer.settings.credit)
+    step = int(getattr(trainer, "global_steps", 0))
+    credit, diver_metrics = diver_credit(batch, trainer._decode_responses(batch), settings, normalisation, step)
+    metrics.update(diver_metrics)
+    with provide_credit(credit):
+        return verl_step()
+
+
+BASELINE = Baseline(
+    "diver",
+    DiverConfig,
+    estimator=DIVER_ESTIMATOR,
+    needs_trainer=lambda settings: estimator_need(DIVER_ESTIMATOR),
+    check=check_diver,
+    advantage=diver_advantage,
+)

@@ -23,7 +23,8 @@ from verl.trainer.ppo.padding_utils import build_padding_position_ids
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from gcpo_core.credit.config import FieldError
-from recipe.gcpo.config import ConfigError, algorithm_block, build_section
+from recipe.gcpo.baselines import Baseline, read_rows
+from recipe.gcpo.config import ConfigError, TrainerNeed
 
 # per-token fields rebuilt for the injected response; any other per-token field cannot be made up
 _REBUILT = {
@@ -57,13 +58,6 @@ class GroupContrastiveSettings:
             )
 
 
-def group_contrastive_settings(config: DictConfig) -> GroupContrastiveSettings:
-    """``algorithm.group_contrastive`` (absent: off); ``enable`` says whether the references are injected."""
-    return build_section(
-        GroupContrastiveSettings, algorithm_block(config.algorithm, "group_contrastive"), "algorithm.group_contrastive"
-    )
-
-
 def inject_references(
     batch: KVBatchMeta, tokenizer, settings: GroupContrastiveSettings, max_response_length: int
 ) -> tuple[KVBatchMeta, dict[str, float]]:
@@ -71,16 +65,12 @@ def inject_references(
 
     Returns the batch (tags updated with the new lengths) and ``group_contrastive/*`` metrics.
     """
-    data = tq.kv_batch_get(
-        keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "extra_info"]
-    )
-    uids = list(data["uid"])
-    rewards = data["rm_scores"].to_padded_tensor(padding=0.0).sum(dim=-1).tolist()
-    extras = [getattr(e, "data", e) for e in data["extra_info"]]
+    data = read_rows(batch, "extra_info")
+    rewards = data.scores
+    extras = [getattr(e, "data", e) for e in data.fields["extra_info"]]
     rows_by_uid: dict = defaultdict(list)
-    for row, (uid, tag) in enumerate(zip(uids, batch.tags)):
-        if not tag.get("is_padding", False):
-            rows_by_uid[uid].append(row)
+    for row in np.flatnonzero(data.valid):
+        rows_by_uid[data.uids[row]].append(int(row))
 
     tags = [dict(t) for t in batch.tags]
     all_wrong = injected = missing = 0
@@ -200,3 +190,23 @@ def check_group_contrastive(config: DictConfig, settings: GroupContrastiveSettin
                 f"extra_info.{settings.solution_key} (DAPO-Math-17K has none; prepare a set that does, "
                 "e.g. `scripts/prepare_data.py --datasets math`)",
             )
+
+
+def reference_injection(trainer, settings: GroupContrastiveSettings, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+    """The trainer's hook before verl balances the batch: the references go in before the old log-probabilities."""
+    batch, injected = inject_references(
+        batch, trainer.tokenizer, settings, int(trainer.config.data.max_response_length)
+    )
+    metrics.update(injected)
+    return batch
+
+
+BASELINE = Baseline(
+    "group_contrastive",
+    GroupContrastiveSettings,
+    needs_trainer=lambda settings: TrainerNeed(
+        "algorithm.group_contrastive.enable=true", "injects the reference solutions before the old log-probabilities"
+    ),
+    check=check_group_contrastive,
+    before_balance=reference_injection,
+)

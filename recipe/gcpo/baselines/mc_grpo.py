@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from gcpo_core.baselines.mc_grpo import MAD_ZERO_RULES, median_centred_advantages
 from gcpo_core.credit.config import FieldError
-from recipe.gcpo.config import MC_GRPO_ESTIMATOR, algorithm_block, build_section
+from recipe.gcpo.baselines import Baseline, block_settings
+from recipe.gcpo.config import check_rollout_groups
 from recipe.gcpo.estimator import grouped_outcome_advantage
+
+MC_GRPO_ESTIMATOR = "mc_grpo"
 
 
 @dataclass(frozen=True)
@@ -32,11 +34,6 @@ class MCGRPOSettings:
         if not isinstance(self.rescale, bool):
             raise FieldError("mc_grpo", "rescale", f"must be true or false, got {self.rescale!r}")
 
-    @classmethod
-    def from_algorithm_config(cls, algorithm: Any) -> "MCGRPOSettings":
-        """Parse ``algorithm.mc_grpo`` (absent, or no ``algorithm`` at all: the defaults)."""
-        return build_section(cls, algorithm_block(algorithm, "mc_grpo"), "algorithm.mc_grpo")
-
 
 @register_adv_est(MC_GRPO_ESTIMATOR)
 def compute_mc_grpo_outcome_advantage(
@@ -45,10 +42,18 @@ def compute_mc_grpo_outcome_advantage(
     """MC-GRPO (see :func:`gcpo_core.baselines.mc_grpo.median_centred_advantages`): of each prompt's G + 1 rollouts the
     median one is the pivot (advantage 0), the others get (r - median) / (MAD + 1e-3), rescaled. verl's epsilon is
     not used (the paper's 1e-3 is). Shapes: (bs, response_length)."""
-    settings = MCGRPOSettings.from_algorithm_config(config)
+    settings = block_settings(BASELINE, config)
     advantage_fn = functools.partial(median_centred_advantages, mad_zero=settings.mad_zero, rescale=settings.rescale)
 
     def with_paper_epsilon(scores, mask, norm_by_std, epsilon):
         return advantage_fn(scores, mask, norm_by_std=norm_by_std)
 
     return grouped_outcome_advantage(with_paper_epsilon, token_level_rewards, response_mask, index, config, epsilon)
+
+
+def check_mc_grpo(config, settings: MCGRPOSettings) -> None:
+    """Start-up check of ``algorithm.adv_estimator=mc_grpo``: it compares the rollouts of a prompt."""
+    check_rollout_groups(config, MC_GRPO_ESTIMATOR)
+
+
+BASELINE = Baseline("mc_grpo", MCGRPOSettings, estimator=MC_GRPO_ESTIMATOR, check=check_mc_grpo)

@@ -63,8 +63,7 @@ def validate(config: DictConfig) -> RecipeSettings:
     check_batch_geometry(config)
     settings = check_recipe(config)
     check_reward_kwargs(config)
-    check_reward_function(config)
-    check_custom_reward_kwargs(config)
+    check_custom_reward_kwargs(config, check_reward_function(config))
     check_filter_signal(config)
     if settings.gcpo is not None:  # an estimator that embeds the responses
         check_encoder(settings.gcpo.encoder.model)

@@ -1,6 +1,6 @@
 """Start-up checks of the recipe's blocks in a whole config: parsed once (:class:`RecipeSettings`), run by the
 trainer they need, and each checked against verl's keys it depends on. GCPO's checks are here; each baseline's are
-in its own module (``recipe/gcpo/baselines/<name>.py``).
+in its own module (``recipe/gcpo/baselines/<name>.py``), reached through the registry.
 """
 
 from __future__ import annotations
@@ -10,21 +10,15 @@ from typing import Optional
 from omegaconf import DictConfig, OmegaConf
 
 from gcpo_core.credit.shapley.exact import EXACT_LIMIT
-from recipe.gcpo.baselines.copo import check_copo
-from recipe.gcpo.baselines.div_r1 import check_div_r1
-from recipe.gcpo.baselines.diver import check_diver
-from recipe.gcpo.baselines.group_contrastive import check_group_contrastive
 from recipe.gcpo.config import (
-    COPO_ESTIMATOR,
     GCPO_FILTER_METRIC,
-    MC_GRPO_ESTIMATOR,
     SYNC_TRAINER_MODE,
     ConfigError,
     GCPOSettings,
     check_rollout_groups,
     recipe_trainer_message,
-    setting_needing_recipe_trainer,
 )
+from recipe.gcpo.preflight.verl_keys import uses_v1
 from recipe.gcpo.settings import RecipeSettings
 
 
@@ -35,40 +29,33 @@ def check_recipe(config: DictConfig) -> RecipeSettings:
         ConfigError: a bad recipe value, a setting that needs the GCPO trainer outside it, or one of the checks below.
     """
     settings = RecipeSettings.parse(config)  # what the trainer will parse, by the same code
-    check_recipe_trainer(config)
+    check_recipe_trainer(config, settings)
     if settings.gcpo is not None:
         check_gcpo(config, settings.gcpo)
-    if settings.diver is not None:
-        check_diver(config)
-    if settings.div_r1 is not None:
-        check_div_r1(config, settings.div_r1)
-    if config.algorithm.adv_estimator in (COPO_ESTIMATOR, MC_GRPO_ESTIMATOR):  # each compares a prompt's rollouts
-        check_rollout_groups(config, config.algorithm.adv_estimator)
-    if settings.copo is not None:
-        check_copo(config)
-    if settings.group_contrastive.enable:
-        check_group_contrastive(config, settings.group_contrastive)
+    for baseline, block in settings.selected:
+        if baseline.check is not None:
+            baseline.check(config, block)
     return settings
 
 
 def in_recipe_trainer_mode(config: DictConfig) -> bool:
     """Whether the recipe's entry point builds the GCPO trainer for this config (verl's V1 trainer in sync mode)."""
-    return bool(config.trainer.get("use_v1", True)) and trainer_mode(config) == SYNC_TRAINER_MODE
+    return uses_v1(config) and trainer_mode(config) == SYNC_TRAINER_MODE
 
 
 def trainer_mode(config: DictConfig) -> Optional[str]:
     return OmegaConf.select(config, "trainer.v1.trainer_mode")
 
 
-def check_recipe_trainer(config: DictConfig) -> None:
+def check_recipe_trainer(config: DictConfig, settings: RecipeSettings) -> None:
     """A setting only the GCPO trainer serves runs in the mode the recipe's entry point builds it for.
 
     Raises:
         ConfigError: such a setting with ``trainer.use_v1=false`` or another ``trainer.v1.trainer_mode``.
     """
-    need = setting_needing_recipe_trainer(config)
+    need = settings.trainer_need()
     if need is not None and not in_recipe_trainer_mode(config):
-        found = f"trainer.use_v1={config.trainer.get('use_v1')}, trainer.v1.trainer_mode={trainer_mode(config)}"
+        found = f"trainer.use_v1={uses_v1(config)}, trainer.v1.trainer_mode={trainer_mode(config)}"
         raise ConfigError(need.setting.split("=")[0], recipe_trainer_message(need, found))
 
 

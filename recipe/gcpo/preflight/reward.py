@@ -12,7 +12,8 @@ import importlib.util
 import inspect
 import os
 import re
-from typing import Mapping, Optional
+import weakref
+from typing import Any, Callable, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -49,10 +50,18 @@ def reward_function(config: DictConfig) -> tuple[Optional[str], str]:
     return block.get("path"), block.get("name") or DEFAULT_REWARD_FN_NAME
 
 
-def check_reward_function(config: DictConfig, written_as: str = "reward.custom_reward_function") -> None:
+# the reward function each config's start-up loaded, by the config's identity: loaded once (a legacy block is
+# checked as it is migrated, then validate reads the same config)
+_loaded: dict[int, tuple[weakref.ref, tuple[str, str], Callable]] = {}
+
+
+def check_reward_function(
+    config: DictConfig, written_as: str = "reward.custom_reward_function"
+) -> Optional[Callable[..., Any]]:
     """The reward function verl's reward workers will load: the file (or package module) exists, loads here, defines
     the function, and the function takes the arguments verl passes by name. ``written_as``: the block the user wrote
     it in, which the messages name (verl's legacy ``custom_reward_function`` is read here after its migration).
+    Returns the function (loaded once per config), None for verl's data_source dispatch.
 
     Raises:
         ConfigError: a missing file or module, a module that fails to import, a missing or uncallable name, or a
@@ -60,7 +69,10 @@ def check_reward_function(config: DictConfig, written_as: str = "reward.custom_r
     """
     path, name = reward_function(config)
     if not path:
-        return
+        return None
+    hit = _loaded.get(id(config))
+    if hit is not None and hit[0]() is config and hit[1] == (path, name):
+        return hit[2]
     key, name_key = f"{written_as}.path", f"{written_as}.name"
     if path.startswith("pkg://"):
         module = path[len("pkg://") :]
@@ -94,7 +106,7 @@ def check_reward_function(config: DictConfig, written_as: str = "reward.custom_r
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
-        return  # a builtin or C function: verl will find out
+        return _remember(config, path, name, function)  # a builtin or C function: verl will find out
     kinds = {p.kind for p in parameters.values()}
     if inspect.Parameter.VAR_KEYWORD not in kinds:
         takes = {
@@ -124,6 +136,14 @@ def check_reward_function(config: DictConfig, written_as: str = "reward.custom_r
             f"{path}:{name} requires {', '.join(required)}, which verl does not pass: give them a default "
             f"or set {written_as}.reward_kwargs",
         )
+    return _remember(config, path, name, function)
+
+
+def _remember(config: DictConfig, path: str, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` as the checked reward function of ``config`` (for as long as the config lives)."""
+    forget = weakref.ref(config, lambda _, key=id(config): _loaded.pop(key, None))
+    _loaded[id(config)] = (forget, (path, name), function)
+    return function
 
 
 def check_reward_kwargs(config: DictConfig) -> None:
@@ -201,11 +221,12 @@ REWARD_FN_ROUTER_ARGS = ("reward_router_address", "reward_model_tokenizer")
 STRICT_REWARD_MODULES = ("recipe.gcpo.reward",)
 
 
-def check_custom_reward_kwargs(config: DictConfig) -> None:
+def check_custom_reward_kwargs(config: DictConfig, function: Optional[Callable[..., Any]] = None) -> None:
     """Start-up check of ``reward.custom_reward_function.reward_kwargs``: verl passes them to the reward function as
     keyword arguments, so a misspelt one is dropped by a ``**kwargs`` or fails in every reward worker after the
     models are up. Each name must be a keyword parameter of the function (any name, where the function takes
-    ``**kwargs`` for its own use), and none may replace an argument verl passes.
+    ``**kwargs`` for its own use), and none may replace an argument verl passes. ``function``: the reward function
+    as :func:`check_reward_function` loaded it (None: loaded here).
 
     Raises:
         ConfigError: an unknown or clashing keyword, or a reward function that cannot be loaded to check it.
@@ -236,7 +257,7 @@ def check_custom_reward_kwargs(config: DictConfig) -> None:
     from verl.utils.import_utils import load_extern_object
 
     try:
-        function = load_extern_object(module_path=path, object_name=name)
+        function = function or load_extern_object(module_path=path, object_name=name)
     except Exception as err:
         raise ConfigError(
             "reward.custom_reward_function",

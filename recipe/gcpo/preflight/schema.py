@@ -27,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from recipe.gcpo.config import ConfigError
 from recipe.gcpo.preflight.verl_keys import VALUE_RULES
+from recipe.gcpo.settings import recipe_blocks
 
 # Blocks whose keys are not verl's to know: verl hands them on as they are (`**kwargs` to vLLM / SGLang / Ray /
 # transformers / the reward function, or a model's config overrides). Where verl's reference config says so: an
@@ -45,15 +46,6 @@ FREE_FORM = (
     "data.mm_processor_kwargs",
     "ray_kwargs.ray_init",
     "trainer.v1.sync",
-)
-# the recipe's blocks, parsed and checked key by key by recipe.gcpo.settings.RecipeSettings
-RECIPE_BLOCKS = (
-    "algorithm.gcpo",
-    "algorithm.diver",
-    "algorithm.div_r1",
-    "algorithm.copo",
-    "algorithm.mc_grpo",
-    "algorithm.group_contrastive",
 )
 # ppo_trainer's Hydra group choice (dp, megatron, ...), kept in the composed config but not in the generated one
 GROUP_CHOICES = {"model_engine": "dp"}
@@ -151,7 +143,7 @@ def _leaves(node: DictConfig, path: str) -> Iterator[tuple[str, Any]]:
 
 def check_schema(resolved: dict) -> None:
     """Every key of the config (``resolved``: as :func:`check_resolves` returns it) is one verl's schema lists
-    (outside :data:`FREE_FORM` and :data:`RECIPE_BLOCKS`), and each value where verl's default is a boolean is a
+    (outside :data:`FREE_FORM` and the recipe's blocks, :func:`recipe.gcpo.settings.recipe_blocks`), and each value where verl's default is a boolean is a
     boolean, where it is a number a number (or null); every float anywhere is finite.
 
     Raises:
@@ -161,7 +153,7 @@ def check_schema(resolved: dict) -> None:
 
 
 def _free(path: str) -> bool:
-    return path in RECIPE_BLOCKS or any(fnmatch.fnmatchcase(path, pattern) for pattern in FREE_FORM)
+    return path in recipe_blocks() or any(fnmatch.fnmatchcase(path, pattern) for pattern in FREE_FORM)
 
 
 def _walk(node: dict, schema: Optional[dict], path: str) -> None:

@@ -11,7 +11,13 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipe.gcpo.config import RECIPE_ESTIMATORS, ConfigError
+from recipe.gcpo.config import ConfigError
+from recipe.gcpo.settings import recipe_estimators
+
+
+def uses_v1(config: DictConfig) -> bool:
+    """Whether the config selects verl's V1 trainer (``trainer.use_v1``, verl's default true)."""
+    return bool(config.trainer.get("use_v1", True))
 
 
 def check_v1_trainer(config: DictConfig) -> None:
@@ -20,7 +26,7 @@ def check_v1_trainer(config: DictConfig) -> None:
     Raises:
         ConfigError: ``trainer.use_v1=false``.
     """
-    if not config.trainer.get("use_v1", True):
+    if not uses_v1(config):
         raise ConfigError(
             "trainer.use_v1",
             "trainer.use_v1=false selects verl's legacy trainer, which this entry point does not run: "
@@ -39,7 +45,7 @@ def check_estimator(config: DictConfig) -> None:
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 
     name = str(config.algorithm.adv_estimator)
-    known = sorted({*ADV_ESTIMATOR_REGISTRY, *RECIPE_ESTIMATORS})
+    known = sorted({*ADV_ESTIMATOR_REGISTRY, *recipe_estimators()})
     if name not in known:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f": did you mean {close[0]}?" if close else ""

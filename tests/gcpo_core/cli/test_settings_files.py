@@ -16,7 +16,7 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 def test_the_default_settings_file_is_the_engines_defaults():
     settings = yaml.safe_load((CONFIGS / "credit_default.yaml").read_text())
-    assert CreditConfig.from_mapping(settings["credit"]) == CreditConfig()
+    assert CreditConfig(**settings["credit"]) == CreditConfig()
     assert EncoderConfig(**settings["encoder"]) == EncoderConfig()
 
 
@@ -39,7 +39,7 @@ def test_a_settings_file_writes_only_what_differs_from_the_defaults(name):
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
 def test_every_settings_file_is_valid(name):
     settings = yaml.safe_load((CONFIGS / name).read_text())
-    CreditConfig.from_mapping(settings.get("credit") or {})
+    CreditConfig(**(settings.get("credit") or {}))
     EncoderConfig(**(settings.get("encoder") or {}))
     assert settings_file_defaults(str(CONFIGS / name))
 

@@ -7,6 +7,7 @@ from hydra import compose, initialize_config_dir
 from verl.protocol import DataProto
 
 import recipe.gcpo
+from recipe.gcpo.settings import RecipeSettings
 
 CONFIG_DIR = Path(recipe.gcpo.__file__).resolve().parent / "config"
 
@@ -36,6 +37,11 @@ DAPO_REWARD = [
     "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
     "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
 ]
+
+
+def gcpo_settings(config):
+    """The GCPO settings of a full config (None for an estimator that does not embed), as the trainer parses them."""
+    return RecipeSettings.parse(config).gcpo
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from gcpo_core.credit.config import CreditConfig, FieldError
-from recipe.gcpo.config import GCPOSettings, TrainerNeed, build_section, gcpo_settings, recipe_trainer_message
+from recipe.gcpo.config import GCPOSettings, TrainerNeed, build_section, recipe_trainer_message
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
-from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.recipe.gcpo.conftest import compose_gcpo, gcpo_settings
 
 
 def test_the_recipe_config_parses_to_the_engine_defaults():

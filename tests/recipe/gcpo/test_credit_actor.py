@@ -15,7 +15,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from gcpo_core.cli.demo import load_demo_rollouts
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.encoding.encoder import EncoderConfig
-from recipe.gcpo.config import CreditActorOptions
+from recipe.gcpo.config import CreditActorOptions, build_section
 from recipe.gcpo.credit_actor import CreditActor, CreditActorTimeout
 
 CPU_ONLY = CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=120, timeout_s=300)
@@ -143,7 +143,7 @@ def test_placement_inside_a_group_that_reserves_everything(local_ray, batch):
         unplaced = CreditActor(options=CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=5), wait=False)
         with pytest.raises(CreditActorTimeout, match="not ready within 5 s"):
             unplaced.wait_ready()
-        inside = CreditActor(options=CPU_ONLY, placement_group=pg, bundle_index=0)
+        inside = CreditActor(options=CPU_ONLY, placements=[(pg, 0)])
         try:
             assert inside.compute(*batch).advantage.shape == (len(batch[0]),)
         finally:
@@ -201,7 +201,7 @@ def test_bad_configs_fail_where_they_are_built_before_any_actor_starts():
     with pytest.raises(ValueError, match="long_text must be one of"):
         EncoderConfig(long_text="middle")
     with pytest.raises(ValueError, match="unknown key"):
-        CreditConfig.from_mapping({"method": "exact", "permutation": 3})
+        build_section(CreditConfig, {"method": "exact", "permutation": 3}, "algorithm.gcpo.credit")
     with pytest.raises(ValueError, match="num_gpus must be in"):
         CreditActorOptions(num_gpus=-1)
     with pytest.raises(ValueError, match="prefetch must be true or false"):
@@ -234,7 +234,7 @@ def test_sharded_actors_credit_a_batch_as_one_actor_does_even_when_a_shard_is_ki
 
     sharded = CreditActor(options=dataclasses.replace(CPU_ONLY, shards=2))
     try:
-        assert sharded.shards == 2 and len({info["pid"] for info in sharded.infos}) == 2
+        assert sharded.shards == 2 and len({info["pid"] for info in sharded.wait_ready()}) == 2
         calm = sharded.compute(texts, rewards, groups, valid=valid, expected_group_size=8, seed=7)
         # the same credit, in row order (embeddings differ only by float rounding: other forward batches)
         for name in ("shapley", "advantage"):
@@ -247,7 +247,7 @@ def test_sharded_actors_credit_a_batch_as_one_actor_does_even_when_a_shard_is_ki
         with pytest.raises(ValueError, match="grouped by their prompt's uid"):
             sharded.compute(texts, rewards, ["one-uid"] * len(texts), expected_group_size=8)
 
-        victim = sharded.infos[1]["pid"]
+        victim = sharded.wait_ready()[1]["pid"]
         out = {}
         call = threading.Thread(
             target=lambda: out.update(
@@ -301,7 +301,7 @@ def test_an_actor_that_does_not_fit_its_bundle_is_refused_in_the_driver(local_ra
     ray.get(pg.ready(), timeout=60)
     try:
         with pytest.raises(ValueError, match="num_cpus=2 does not fit placement-group bundle 0, which has 1"):
-            CreditActor(options=dataclasses.replace(CPU_ONLY, num_cpus=2), placement_group=pg)
+            CreditActor(options=dataclasses.replace(CPU_ONLY, num_cpus=2), placements=[(pg, 0)])
     finally:
         remove_placement_group(pg)
 

@@ -85,14 +85,14 @@ def test_placements_one_per_gpu_per_node_or_a_count_spread_over_nodes(two_nodes_
     ],
 )
 def test_the_recipe_config_refuses_bad_encoder_and_shard_values(gcpo_config, override, message):
-    from recipe.gcpo.config import gcpo_settings
+    from tests.recipe.gcpo.conftest import gcpo_settings
 
     with pytest.raises(ValueError, match=message):
         gcpo_settings(gcpo_config(["actor_rollout_ref.rollout.n=8", override]))
 
 
 def test_the_recipe_defaults_shard_one_actor_per_gpu(gcpo_config):
-    from recipe.gcpo.config import gcpo_settings
+    from tests.recipe.gcpo.conftest import gcpo_settings
 
     settings = gcpo_settings(gcpo_config(["actor_rollout_ref.rollout.n=8"]))
     assert settings.actor.shards == "auto" and settings.actor.num_cpus == 1

@@ -454,7 +454,7 @@ def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_p
 
     config = compose_gcpo(BASE_OVERRIDES + ["algorithm.adv_estimator=grpo", "algorithm.group_contrastive.enable=true"])
     trainer = _trainer(GCPOTrainer, config, tiny_tokenizer)
-    assert trainer.group_contrastive == GroupContrastiveSettings(enable=True)  # from the config
+    assert trainer.settings.blocks["group_contrastive"] == GroupContrastiveSettings(enable=True)  # from the config
     monkeypatch.setattr(PPOTrainerSync, "_balance_batch", lambda self, batch, metrics, *a, **k: batch)
     metrics = {}
     batch = trainer._balance_batch(batch, metrics)

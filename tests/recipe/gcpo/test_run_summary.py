@@ -4,8 +4,7 @@ beside vLLM's share (its computation: tests/gcpo_core/encoding/test_memory.py)."
 import pytest
 
 from recipe.gcpo import run_summary
-from recipe.gcpo.config import gcpo_settings
-from tests.recipe.gcpo.conftest import BASE, DAPO_REWARD, compose_gcpo
+from tests.recipe.gcpo.conftest import BASE, DAPO_REWARD, compose_gcpo, gcpo_settings
 
 
 def test_the_reward_line_names_the_recipes_default_and_the_shaping():

@@ -15,12 +15,12 @@ from recipe.gcpo.baselines.copo import (
     CopoSettings,
     compute_copo_outcome_advantage,
     copo_loss_fn,
-    copo_loss_settings,
     provide_copo,
     step_copo,
 )
 from recipe.gcpo.preflight import validate
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
+from recipe.gcpo.settings import RecipeSettings
 from tests.recipe.gcpo.baselines.test_div_r1 import (
     DYNAMIC_BSZ,
     PROMPT_LENS,
@@ -71,6 +71,12 @@ def _copo_batch(rows=None, global_info=None):
         [torch.full((RESPONSE_LENS[i],), (1 - WEIGHT[i]) * GLOBAL[i], dtype=torch.float64) for i in rows]
     )
     return data, output, flat
+
+
+def copo_loss_settings(config):
+    """``algorithm.copo`` (parsed under every estimator) when ``copo`` trains with the loss blend, else None."""
+    settings = RecipeSettings.parse(config).blocks["copo"]
+    return settings if config.algorithm.adv_estimator == "copo" and settings.blend == "loss" else None
 
 
 @pytest.fixture(scope="module")

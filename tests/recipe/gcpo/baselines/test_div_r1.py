@@ -11,7 +11,7 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.losses import ppo_loss
 
-from recipe.gcpo.baselines.div_r1 import DivR1Settings, div_r1_loss, div_r1_loss_fn, div_r1_settings, div_r1_term
+from recipe.gcpo.baselines.div_r1 import BASELINE, DivR1Settings, div_r1_loss, div_r1_loss_fn, div_r1_term
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
@@ -155,9 +155,9 @@ def test_a_batch_without_rewards_is_refused_clearly():
 
 def test_the_loss_function_is_built_from_the_composed_config_and_survives_pickling():
     off = compose_gcpo(DYNAMIC_BSZ)
-    assert div_r1_loss_fn(off, div_r1_settings(off)) is None  # off by default
+    assert div_r1_loss_fn(off, BASELINE.parse(off.algorithm)) is None  # off by default
     config = compose_gcpo(DYNAMIC_BSZ + ["algorithm.div_r1.enable=true", "algorithm.div_r1.coef=0.02"])
-    fn = div_r1_loss_fn(config, div_r1_settings(config))
+    fn = div_r1_loss_fn(config, BASELINE.parse(config.algorithm))
     fn = pickle.loads(pickle.dumps(fn))  # what Ray does to hand it to every actor worker
     data, output, _ = _micro_batch()
     loss, _ = fn(model_output=output, data=data, dp_group=None)  # how verl's engines call it
@@ -199,7 +199,7 @@ def test_exact_entropy_is_accepted_when_the_actor_computes_it():
             "actor_rollout_ref.actor.calculate_entropy=true",
         ]
     )
-    assert check_recipe(config).div_r1.entropy == "exact"
+    assert check_recipe(config).blocks["div_r1"].entropy == "exact"
 
 
 def test_the_verdict_decides_not_the_shaped_score(actor_config):

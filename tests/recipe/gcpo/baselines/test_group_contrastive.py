@@ -8,7 +8,7 @@ from tests.recipe.gcpo.conftest import compose_gcpo
 
 
 def _group_contrastive(config):
-    return check_recipe(config).group_contrastive
+    return check_recipe(config).blocks["group_contrastive"]
 
 
 def test_group_contrastive_needs_solutions_and_no_rollout_correction(tmp_path):

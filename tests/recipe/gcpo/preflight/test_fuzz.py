@@ -30,6 +30,7 @@ from recipe.gcpo.config import ConfigError
 from recipe.gcpo.preflight import schema
 from recipe.gcpo.preflight.verl_keys import VALUE_RULES, Range
 from recipe.gcpo.run_summary import print_dry_run
+from recipe.gcpo.settings import recipe_blocks
 from tests.recipe.gcpo.test_main_gcpo import OWN_CONFIG, VALID
 
 SEED = 53
@@ -191,7 +192,7 @@ def unknown_keys(rng: random.Random, count: int) -> list[Case]:
         level = rng.randrange(len(parts))
         parts[level] = _typo(parts[level], rng)
         typo = ".".join(parts[: level + 1])
-        if _in_schema(typo) or schema._free(typo) or any(typo.startswith(f"{b}.") for b in schema.RECIPE_BLOCKS):
+        if _in_schema(typo) or schema._free(typo) or any(typo.startswith(f"{b}.") for b in recipe_blocks()):
             continue
         full = ".".join(parts)
         how = rng.choice(("+", "++", "yaml"))
