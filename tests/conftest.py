@@ -32,10 +32,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 # The suite runs on two pytest-xdist workers (pyproject.toml: most of its time is single-threaded: subprocesses that
 # import verl, a Ray actor's calls), in groups (--dist loadgroup): a file's tests stay on one worker (its module
-# fixtures start once), and every file that starts Ray, a cluster, a container or a smoke shares one group, since
-# one such thing runs on a machine at a time.
+# fixtures start once), and every file that starts Ray in its process (ray.init), and the smoke's and the image's
+# tests (clusters, containers), share one group: one such thing runs on a machine at a time.
 EXCLUSIVE_FOLDERS = ("special_e2e", "docker")
-EXCLUSIVE_MARKS = ("ray.init(", "ray.shutdown(", "RAY_ADDRESS", "smoke_cpu.sh", "smoke_cluster_cpu.sh")
+EXCLUSIVE_MARKS = ("ray.init(", "ray.shutdown(")
 
 
 def _exclusive(path: Path) -> bool:
