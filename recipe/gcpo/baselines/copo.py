@@ -270,7 +270,7 @@ def copo_advantage(trainer, settings: CopoSettings, batch: KVBatchMeta, metrics:
         extras.tolist() if hasattr(extras, "tolist") else list(extras),
         rows.valid,
         settings,
-        norm_by_std=bool(trainer.config.algorithm.get("norm_adv_by_std_in_grpo", True)),
+        norm_by_std=trainer.settings.credit.norm_by_std,  # verl's norm_adv_by_std_in_grpo, parsed once
     )
     metrics.update(step.metrics)
     with provide_copo(step):
