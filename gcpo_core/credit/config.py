@@ -23,7 +23,7 @@ class FieldError(ValueError):
     """A setting's bad value: which ``field``, and the ``problem`` (what it accepts, what it got).
 
     ``str()`` reads ``"<section>: <field> <problem>"``; a caller that knows where the value came from (the recipe's
-    config builders: a Hydra key path) names it as ``f"{path}.{field} {problem}"`` without rewriting the text.
+    config builders: a Hydra key path) names it as ``f"{path}.{field}: {problem}"`` without rewriting the text.
     """
 
     def __init__(self, section: str, field: str, problem: str):

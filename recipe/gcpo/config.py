@@ -3,7 +3,7 @@
 Every recipe module reads its settings through here, once per process: the driver's pre-flight
 (:mod:`recipe.gcpo.preflight`) and the trainer each parse ``algorithm.*`` once; the parsed objects then travel as
 they are (to the credit actors through Ray, to the estimator with each step's credit). A wrong value fails in one
-line naming its full key path (``algorithm.gcpo.credit.method must be one of [...]``) and what it accepts; an
+line naming its full key path (``algorithm.gcpo.credit.method: must be one of [...]``) and what it accepts; an
 unknown key fails naming the closest known one. No Ray or verl import: this module is the bottom of the recipe's
 layers (config -> estimator, credit actor, baselines -> trainer, pre-flight -> entry point; see
 ``tests/gcpo_core/test_layering.py``).
@@ -49,13 +49,15 @@ Section = TypeVar("Section")
 
 
 class ConfigError(ValueError):
-    """A config (or command line) the recipe refuses at start-up: ``key`` is the key path at fault (None when no
-    single key is), the message says why and what to do, on one line. The entry point turns it into its one line
-    (``error: <message>``, exit status 2); a ValueError, which it is, reads the same everywhere else."""
+    """A config (or command line) the recipe refuses at start-up, on one line: ``<key>: <problem>``, the key path at
+    fault named once, here, and the problem saying why and what to do (the problem alone when no single key is at
+    fault: ``key`` None). The entry point turns it into ``error: <message>``, exit status 2; a ValueError, which it
+    is, reads the same everywhere else."""
 
-    def __init__(self, key: Optional[str], message: str):
-        super().__init__(message)
+    def __init__(self, key: Optional[str], problem: str):
+        super().__init__(f"{key}: {problem}" if key else problem)
         self.key = key
+        self.problem = problem
 
 
 def plain(value: Any) -> Any:
@@ -75,7 +77,7 @@ def check_known(key_path: str, block: Mapping, allowed: set[str]) -> None:
     if unknown:
         close = [match for key in unknown for match in difflib.get_close_matches(key, sorted(allowed), n=1)]
         hint = f" (did you mean {', '.join(repr(m) for m in close)}?)" if close else ""
-        raise ConfigError(key_path, f"{key_path}: unknown key(s) {unknown}{hint}; known: {sorted(allowed)}")
+        raise ConfigError(key_path, f"unknown key(s) {unknown}{hint}; known: {sorted(allowed)}")
 
 
 def build_section(cls: type[Section], values: Optional[Mapping[str, Any]], key_path: str) -> Section:
@@ -85,18 +87,18 @@ def build_section(cls: type[Section], values: Optional[Mapping[str, Any]], key_p
     key path plus the field's problem, as the dataclass wrote it.
 
     Raises:
-        ConfigError: ``<key_path>.<field> must be ...``, an unknown key, or a block that is not a mapping.
+        ConfigError: ``<key_path>.<field>: must be ...``, an unknown key, or a block that is not a mapping.
     """
     values = plain(values)
     if values is None:
         values = {}
     if not isinstance(values, Mapping):
-        raise ConfigError(key_path, f"{key_path} must be a mapping, got {values!r}")
+        raise ConfigError(key_path, f"must be a mapping, got {values!r}")
     check_known(key_path, values, {f.name for f in dataclasses.fields(cls)})
     try:
         return cls(**values)
     except FieldError as err:
-        raise ConfigError(f"{key_path}.{err.field}", f"{key_path}.{err.field} {err.problem}") from None
+        raise ConfigError(f"{key_path}.{err.field}", err.problem) from None
 
 
 def algorithm_block(algorithm: Any, name: str) -> Optional[Mapping[str, Any]]:
@@ -201,14 +203,11 @@ class GCPOSettings:
         """Parse ``algorithm.gcpo`` (absent: defaults), with the keys ``estimator`` fixes applied."""
         block = algorithm_block(algorithm, "gcpo") or {}
         if not isinstance(block, Mapping):
-            raise ConfigError("algorithm.gcpo", f"algorithm.gcpo must be a mapping, got {block!r}")
+            raise ConfigError("algorithm.gcpo", f"must be a mapping, got {block!r}")
         check_known("algorithm.gcpo", block, GCPO_KEYS)
         filter_all_correct = block.get("filter_all_correct", False)
         if not isinstance(filter_all_correct, bool):
-            raise ConfigError(
-                "algorithm.gcpo.filter_all_correct",
-                f"algorithm.gcpo.filter_all_correct must be true or false, got {filter_all_correct!r}",
-            )
+            raise ConfigError("algorithm.gcpo.filter_all_correct", f"must be true or false, got {filter_all_correct!r}")
         return cls(
             encoder=build_section(EncoderConfig, block.get("encoder"), "algorithm.gcpo.encoder"),
             credit=credit_config(algorithm, block.get("credit"), EMBEDDING_ESTIMATORS.get(estimator, {})),
@@ -223,28 +222,23 @@ def credit_config(algorithm: Any, block: Optional[Mapping[str, Any]], fixed: Map
     keys an estimator fixes (``fixed``) applied over the user's."""
     credit = plain(block) or {}
     if not isinstance(credit, Mapping):
-        raise ConfigError("algorithm.gcpo.credit", f"algorithm.gcpo.credit must be a mapping, got {credit!r}")
+        raise ConfigError("algorithm.gcpo.credit", f"must be a mapping, got {credit!r}")
     if "norm_by_std" in credit:
         raise ConfigError(
-            "algorithm.gcpo.credit.norm_by_std",
-            "algorithm.gcpo.credit.norm_by_std is not a key: use verl's algorithm.norm_adv_by_std_in_grpo",
+            "algorithm.gcpo.credit.norm_by_std", "not a key: use verl's algorithm.norm_adv_by_std_in_grpo"
         )
     # the user's keys: every field but norm_by_std, which is verl's switch
     check_known("algorithm.gcpo.credit", credit, {f.name for f in dataclasses.fields(CreditConfig)} - {"norm_by_std"})
     norm_by_std = algorithm.get("norm_adv_by_std_in_grpo", True)
     if not isinstance(norm_by_std, bool):  # bool("false") is True
-        raise ConfigError(
-            "algorithm.norm_adv_by_std_in_grpo",
-            f"algorithm.norm_adv_by_std_in_grpo must be true or false, got {norm_by_std!r}",
-        )
+        raise ConfigError("algorithm.norm_adv_by_std_in_grpo", f"must be true or false, got {norm_by_std!r}")
     defaults = {f.name: f.default for f in dataclasses.fields(CreditConfig)}
     for key, value in fixed.items():  # a value of the user's the estimator would replace: refused, not dropped
         if credit.get(key, value) not in (value, defaults.get(key)):
             estimator = algorithm.get("adv_estimator")
             raise ConfigError(
                 f"algorithm.gcpo.credit.{key}",
-                f"algorithm.gcpo.credit.{key}={credit[key]!r}: algorithm.adv_estimator={estimator} fixes it to "
-                f"{value!r}; leave it out",
+                f"{credit[key]!r}: algorithm.adv_estimator={estimator} fixes it to {value!r}; leave it out",
             )
     credit = {**credit, "norm_by_std": norm_by_std}
     credit.update(fixed)
@@ -274,13 +268,21 @@ def estimator_need(estimator: str) -> TrainerNeed:
     )
 
 
-def recipe_trainer_message(need: TrainerNeed, found: str) -> str:
-    """The one message for a setting run without the GCPO trainer (``found``: what runs instead)."""
+def recipe_trainer_problem(need: TrainerNeed, found: str) -> str:
+    """What is wrong with a setting run without the GCPO trainer (``found``: what runs instead), the setting itself
+    not named: the start-up check names its key (:class:`ConfigError`), :func:`recipe_trainer_message` the whole
+    setting."""
     return (
-        f"{need.setting} needs the GCPO trainer, which {need.does}: launch with `python -m recipe.gcpo.main_gcpo` "
-        f"(or a launcher in scripts/), which runs the recipe's trainer as verl's V1 sync trainer (trainer.use_v1="
-        f"true, trainer.v1.trainer_mode={SYNC_TRAINER_MODE}: verl's defaults){need.instead} (found: {found})."
+        f"needs the GCPO trainer, which {need.does}: launch with `python -m recipe.gcpo.main_gcpo` (or a launcher "
+        f"in scripts/), which runs the recipe's trainer as verl's V1 sync trainer (trainer.use_v1=true, "
+        f"trainer.v1.trainer_mode={SYNC_TRAINER_MODE}: verl's defaults){need.instead} (found: {found})."
     )
+
+
+def recipe_trainer_message(need: TrainerNeed, found: str) -> str:
+    """The one message for a setting run without the GCPO trainer, found after start-up (by the estimator or the
+    trainer)."""
+    return f"{need.setting} {recipe_trainer_problem(need, found)}"
 
 
 # ---- start-up checks every estimator or loss of its kind shares (the baselines' modules and recipe.gcpo.preflight)
@@ -296,14 +298,13 @@ def check_rollout_groups(config: DictConfig, estimator: str) -> None:
     if n < 2:
         raise ConfigError(
             "actor_rollout_ref.rollout.n",
-            f"{estimator} credits rollouts within a group: actor_rollout_ref.rollout.n must be >= 2, got {n}",
+            f"{estimator} credits rollouts within a group, so it needs at least 2, got {n}",
         )
     if OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable"):
         raise ConfigError(
             "actor_rollout_ref.rollout.multi_turn.enable",
-            f"algorithm.adv_estimator={estimator} credits one output per rollout; multi-turn agent loops "
-            "(actor_rollout_ref.rollout.multi_turn.enable=true) put several outputs under one rollout and "
-            "are not supported",
+            f"true is not supported: algorithm.adv_estimator={estimator} credits one output per rollout, and "
+            "multi-turn agent loops put several outputs under one rollout",
         )
 
 
@@ -316,6 +317,6 @@ def check_actor_loss(config: DictConfig, selected: str, what: str) -> None:
     if OmegaConf.select(config, "distillation.enabled"):
         raise ConfigError(
             "distillation.enabled",
-            f"{selected} gives the actor {what}; with distillation.enabled=true the actor runs the "
-            "distillation loss instead: use one or the other",
+            f"true makes the actor run the distillation loss instead of {what}, which {selected} gives it: use one "
+            "or the other",
         )

@@ -139,7 +139,7 @@ def test_a_bad_override_fails_with_one_short_line(tmp_path):
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert (
-        lines[-1] == "error: algorithm.gcpo.credit.method must be one of ['auto', 'exact', 'mc', 'loo'], got 'banana'"
+        lines[-1] == "error: algorithm.gcpo.credit.method: must be one of ['auto', 'exact', 'mc', 'loo'], got 'banana'"
     )
     assert not any(line.startswith(("+ python3", "Error executing job", "Traceback")) for line in lines)
     # verl's import-time warnings, and the launcher's warning that the hub is off (the tests run offline)

@@ -97,14 +97,13 @@ def check_copo(config: DictConfig, settings: CopoSettings) -> None:
     if loss_mode != "vanilla":
         raise ConfigError(
             "actor_rollout_ref.actor.policy_loss.loss_mode",
-            f"algorithm.copo.blend=loss blends two PPO-clip losses (verl's 'vanilla' policy loss); "
-            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} is not supported with it",
+            f"{loss_mode} is not supported with algorithm.copo.blend=loss, which blends two PPO-clip losses "
+            "(verl's 'vanilla' policy loss)",
         )
     if OmegaConf.select(config, "algorithm.div_r1.enable"):
         raise ConfigError(
             "algorithm.div_r1.enable",
-            "algorithm.copo.blend=loss and algorithm.div_r1.enable=true each replace the actor's loss: "
-            "use one or the other",
+            "true and algorithm.copo.blend=loss each replace the actor's loss: use one or the other",
         )
 
 

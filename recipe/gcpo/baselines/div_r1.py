@@ -91,7 +91,7 @@ def check_div_r1(config: DictConfig, settings: DivR1Settings) -> None:
     if settings.entropy == "exact" and not (actor.get("calculate_entropy", False) or actor.get("entropy_coeff", 0)):
         raise ConfigError(
             "algorithm.div_r1.entropy",
-            "algorithm.div_r1.entropy=exact uses the entropies verl's actor computes only when asked: set "
+            "exact uses the entropies verl's actor computes only when asked: set "
             "actor_rollout_ref.actor.calculate_entropy=true (or use entropy=sampled, the paper's estimate)",
         )
 

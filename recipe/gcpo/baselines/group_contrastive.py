@@ -177,8 +177,8 @@ def check_group_contrastive(config: DictConfig, settings: GroupContrastiveSettin
         raise ConfigError(
             "algorithm.rollout_correction",
             "algorithm.group_contrastive injects reference solutions that were never sampled, so they "
-            "have no rollout log-probs: set algorithm.rollout_correction.rollout_is=null, rollout_rs=null "
-            "and bypass_mode=false (bypass mode would use them as the old log-probs)",
+            "have no rollout log-probs: set rollout_is=null, rollout_rs=null and bypass_mode=false (bypass mode "
+            "would use them as the old log-probs)",
         )
     train_files = OmegaConf.select(config, "data.train_files")
     for path in [train_files] if isinstance(train_files, str) else list(train_files or []):
@@ -186,9 +186,9 @@ def check_group_contrastive(config: DictConfig, settings: GroupContrastiveSettin
         if path.endswith(".parquet") and os.path.isfile(path) and solution_coverage(path, settings.solution_key) == 0:
             raise ConfigError(
                 "data.train_files",
-                f"algorithm.group_contrastive needs reference solutions, but {path} has no "
-                f"extra_info.{settings.solution_key} (DAPO-Math-17K has none; prepare a set that does, "
-                "e.g. `scripts/prepare_data.py --datasets math`)",
+                f"{path} has no reference solutions (extra_info.{settings.solution_key}) for "
+                "algorithm.group_contrastive: DAPO-Math-17K has none; prepare a set that does, e.g. "
+                "`scripts/prepare_data.py --datasets math`",
             )
 
 

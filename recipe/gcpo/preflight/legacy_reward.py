@@ -52,8 +52,8 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
         if classic.get("path") is None and OmegaConf.select(config, "reward.custom_reward_function.path") is None:
             raise ConfigError(
                 "custom_reward_function.name",
-                f"custom_reward_function.name={classic.get('name')} without custom_reward_function.path: verl "
-                "would run its data_source dispatch and ignore the name; set the path of the file that defines it",
+                f"{classic.get('name')} without custom_reward_function.path: verl would run its data_source "
+                "dispatch and ignore the name; set the path of the file that defines it",
             )
         keep_reward_function(config, classic)
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
@@ -99,9 +99,9 @@ def keep_reward_function(config: DictConfig, classic: Mapping) -> None:
     if clash:
         raise ConfigError(
             f"custom_reward_function.{clash[0]}",
-            f"custom_reward_function ({classic.get('path')}:{classic.get('name')}, verl's legacy key, which the V1 "
-            f"trainer does not read) and reward.custom_reward_function ({path}:{name}) name different reward "
-            f"functions ({' and '.join(clash)}): keep one, reward.custom_reward_function",
+            f"verl's legacy block ({classic.get('path')}:{classic.get('name')}), which the V1 trainer does not read, "
+            f"and reward.custom_reward_function ({path}:{name}) name different reward functions "
+            f"({' and '.join(clash)}): keep one, reward.custom_reward_function",
         )
     with open_dict(config):
         for key, value in given.items():

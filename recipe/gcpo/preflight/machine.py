@@ -58,21 +58,21 @@ def check_accelerator(config: DictConfig) -> None:
     if visible == 0:
         raise ConfigError(
             "trainer.device",
-            f"no GPU found on this machine (trainer.device={device}: 0 visible) and no Ray cluster to join "
+            f"{device}, but no GPU found on this machine (0 visible) and no Ray cluster to join "
             "(RAY_ADDRESS): training needs GPUs. To check a config on a machine without GPUs, use the dry run "
             "(--dry-run / GCPO_DRY_RUN=1): it composes and validates the config and starts nothing.",
         )
     if nnodes > 1:
         raise ConfigError(
             "trainer.nnodes",
-            f"trainer.nnodes={nnodes}, but no Ray cluster to join: start one over the {nnodes} nodes and set "
+            f"{nnodes}, but no Ray cluster to join: start one over the {nnodes} nodes and set "
             "RAY_ADDRESS=<head-ip>:6379 (docker/slurm_gcpo.sbatch does both)",
         )
     if visible < per_node:
         raise ConfigError(
             "trainer.n_gpus_per_node",
-            f"trainer.n_gpus_per_node={per_node}, but this machine has {visible} visible {device} device(s): set "
-            f"trainer.n_gpus_per_node={visible} (GPUS_PER_NODE in the launchers)",
+            f"{per_node}, but this machine has {visible} visible {device} device(s): set it to {visible} "
+            "(GPUS_PER_NODE in the launchers)",
         )
 
 
@@ -91,7 +91,7 @@ def check_cluster(address: str, timeout_s: float = 5.0) -> None:
     except (OSError, ValueError) as error:
         raise ConfigError(
             "ray_kwargs.ray_init.address",
-            f"no Ray cluster answers at {address} (RAY_ADDRESS or ray_kwargs.ray_init.address; {error}): start "
+            f"no Ray cluster answers at {address} (from RAY_ADDRESS or this key; {error}): start "
             "it (`ray start --head` on the head node; docker/slurm_gcpo.sbatch does it) or unset RAY_ADDRESS to "
             "train on this machine's GPUs",
         ) from None
@@ -119,26 +119,26 @@ def check_model_path(config: DictConfig) -> None:
         absolute = os.path.abspath(os.path.expanduser(path))
         raise ConfigError(
             key,
-            f"{key}={path} is not an absolute path: the workers start in other folders and do not expand ~; "
+            f"{path} is not an absolute path: the workers start in other folders and do not expand ~; "
             f"give it (the launchers' MODEL_PATH) as {absolute}",
         )
     if path.startswith("/"):
         if not os.path.isdir(path):
             raise ConfigError(
                 key,
-                f"{key}={path} is not a folder on this machine: set it (the launchers' MODEL_PATH) to the folder of "
+                f"{path} is not a folder on this machine: set it (the launchers' MODEL_PATH) to the folder of "
                 f"a downloaded model (python scripts/prepare_model.py <hub id> {path} downloads one there)",
             )
         if not os.path.isfile(os.path.join(path, "config.json")):
             raise ConfigError(
                 key,
-                f"{key}={path} holds no model (no config.json): set it (the launchers' MODEL_PATH) to the folder of "
+                f"{path} holds no model (no config.json): set it (the launchers' MODEL_PATH) to the folder of "
                 f"a downloaded model (python scripts/prepare_model.py <hub id> <folder> downloads one)",
             )
     elif _hub_off() and not os.path.isdir(path):
         raise ConfigError(
             key,
-            f"{key}={path} is not a local folder, and the hub is off (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download "
+            f"{path} is not a local folder, and the hub is off (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download "
             f"it once to shared storage (python scripts/prepare_model.py {path} /shared/models/{os.path.basename(path)}) "
             "and set it (the launchers' MODEL_PATH) to that folder",
         )
@@ -168,9 +168,9 @@ def check_encoder(name: str) -> None:
     local = os.path.expanduser(name)
     if name.startswith(("/", "./", "../", "~")) or os.path.exists(local):
         if not os.path.isdir(local):
-            raise ConfigError(key, f"{key}={name} is not a folder")
+            raise ConfigError(key, f"{name} is not a folder")
         if not any(os.path.isfile(os.path.join(local, f)) for f in ("modules.json", "config.json")):
-            raise ConfigError(key, f"{key}={name} holds no model (no modules.json or config.json)")
+            raise ConfigError(key, f"{name} holds no model (no modules.json or config.json)")
         return
     if not _hub_off():
         return  # downloaded by the credit actors at start-up
@@ -180,8 +180,8 @@ def check_encoder(name: str) -> None:
     if not isinstance(try_to_load_from_cache(repo, "config.json"), str):
         raise ConfigError(
             key,
-            f"{key}={name} is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE / "
-            f"TRANSFORMERS_OFFLINE): download it once (huggingface-cli download {repo}) or set {key} to a "
+            f"{name} is not in the Hugging Face cache and the hub is off (HF_HUB_OFFLINE / "
+            f"TRANSFORMERS_OFFLINE): download it once (huggingface-cli download {repo}) or set it to a "
             "local folder every node can read",
         )
 
@@ -203,20 +203,19 @@ def check_loggers(config: DictConfig, environ: Mapping[str, str] = os.environ) -
             close = difflib.get_close_matches(str(backend), known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(
-                "trainer.logger",
-                f"trainer.logger: {backend!r} is not a backend verl knows{hint}; known: {', '.join(known)}",
+                "trainer.logger", f"{backend!r} is not a backend verl knows{hint}; known: {', '.join(known)}"
             )
         module = LOGGER_MODULES.get("wandb" if backend == "tracking" else backend)
         if module is not None and importlib.util.find_spec(module) is None:
             raise ConfigError(
                 "trainer.logger",
-                f"trainer.logger: {backend} needs the {module} package, which is not installed here "
+                f"{backend} needs the {module} package, which is not installed here "
                 f"(pip install {module}, or drop it from trainer.logger)",
             )
     if ("wandb" in loggers or "tracking" in loggers) and not _wandb_can_log(environ):
         raise ConfigError(
             "trainer.logger",
-            "trainer.logger has wandb, but W&B has no API key here (WANDB_API_KEY, or `wandb login`) and "
+            "has wandb, but W&B has no API key here (WANDB_API_KEY, or `wandb login`) and "
             "is not offline: set WANDB_API_KEY, or WANDB_MODE=offline, or log without it "
             '(trainer.logger=\'["console","tensorboard"]\')',
         )
@@ -243,7 +242,7 @@ def data_files(config: DictConfig, key: str) -> list[str]:
     value = OmegaConf.select(config, f"data.{key}")
     files = [value] if isinstance(value, str) else list(value) if isinstance(value, ListConfig) else None
     if not files or not all(isinstance(f, str) and f.strip() for f in files):
-        raise ConfigError(f"data.{key}", f"data.{key} must be a data file or a list of them, got {plain(value)!r}")
+        raise ConfigError(f"data.{key}", f"must be a data file or a list of them, got {plain(value)!r}")
     return files
 
 
@@ -257,7 +256,7 @@ def check_data_config(config: DictConfig) -> None:
         for path in data_files(config, key):
             problem = data_file_problem(path) if os.path.exists(os.path.expanduser(path)) else None
             if problem is not None:
-                raise ConfigError(f"data.{key}", f"data.{key}: {path} {problem}")
+                raise ConfigError(f"data.{key}", f"{path} {problem}")
 
 
 def missing_data_files(config: DictConfig) -> list[str]:
@@ -286,6 +285,6 @@ def check_data_files(config: DictConfig) -> None:
         in_train = missing[0] == train or missing[0] in ([] if isinstance(train, str) else list(train or []))
         raise ConfigError(
             "data.train_files" if in_train else "data.val_files",
-            f"{missing[0]} does not exist (data.train_files / data.val_files): {missing_data_hint(missing[0])}"
+            f"{missing[0]} does not exist: {missing_data_hint(missing[0])}"
             + (f" ({len(missing) - 1} more missing)" if len(missing) > 1 else ""),
         )

@@ -16,7 +16,7 @@ from recipe.gcpo.config import (
     ConfigError,
     GCPOSettings,
     check_rollout_groups,
-    recipe_trainer_message,
+    recipe_trainer_problem,
 )
 from recipe.gcpo.preflight.verl_keys import uses_v1
 from recipe.gcpo.settings import RecipeSettings
@@ -56,7 +56,8 @@ def check_recipe_trainer(config: DictConfig, settings: RecipeSettings) -> None:
     need = settings.trainer_need()
     if need is not None and not in_recipe_trainer_mode(config):
         found = f"trainer.use_v1={uses_v1(config)}, trainer.v1.trainer_mode={trainer_mode(config)}"
-        raise ConfigError(need.setting.split("=")[0], recipe_trainer_message(need, found))
+        key, _, value = need.setting.partition("=")
+        raise ConfigError(key, f"{value} {recipe_trainer_problem(need, found)}")
 
 
 def check_gcpo(config: DictConfig, settings: GCPOSettings) -> None:
@@ -72,23 +73,21 @@ def check_gcpo(config: DictConfig, settings: GCPOSettings) -> None:
     if settings.credit.method == "exact" and n > EXACT_LIMIT:
         raise ConfigError(
             "algorithm.gcpo.credit.method",
-            f"algorithm.gcpo.credit.method=exact enumerates 2^n coalitions: with rollout.n={n} > "
-            f"{EXACT_LIMIT} use method=auto or mc",
+            f"exact enumerates 2^n coalitions: with rollout.n={n} > {EXACT_LIMIT} use auto or mc",
         )
     if n > settings.credit.max_group_size:
         raise ConfigError(
             "actor_rollout_ref.rollout.n",
-            f"actor_rollout_ref.rollout.n={n} exceeds algorithm.gcpo.credit.max_group_size="
-            f"{settings.credit.max_group_size}",
+            f"{n} exceeds algorithm.gcpo.credit.max_group_size={settings.credit.max_group_size}",
         )
     filter_groups = config.algorithm.get("filter_groups") or {}
     metric = filter_groups.get("metric")
     if filter_groups.get("enable", False) and metric != GCPO_FILTER_METRIC and not settings.filter_all_correct:
         raise ConfigError(
             "algorithm.filter_groups.metric",
-            f"algorithm.filter_groups.enable=true with metric={metric!r} drops every group whose rollouts are "
+            f"{metric!r} with algorithm.filter_groups.enable=true drops every group whose rollouts are "
             "all correct, which is where GCPO gives a signal GRPO does not. Use "
-            f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} with the GCPO reward function "
+            f"{GCPO_FILTER_METRIC} with the GCPO reward function "
             "(recipe/gcpo/reward.py: it drops only groups without a GCPO signal), or set "
             "algorithm.gcpo.filter_all_correct=true to accept DAPO's filtering.",
         )

@@ -81,12 +81,11 @@ def check_reward_function(
         except (ImportError, ValueError):
             found = False
         if not found:
-            raise ConfigError(key, f"{key}={path}: no module {module} is importable here")
+            raise ConfigError(key, f"{path}: no module {module} is importable here")
     elif not os.path.isfile(os.path.expanduser(path)):
         raise ConfigError(
             key,
-            f"{key}={path} does not exist (a reward file every node can read: a path on shared storage, "
-            "or pkg://<module>)",
+            f"{path} does not exist (a reward file every node can read: a path on shared storage, or pkg://<module>)",
         )
     from verl.utils.import_utils import load_extern_object
 
@@ -94,15 +93,15 @@ def check_reward_function(
         function = load_extern_object(module_path=path, object_name=name)
     except SystemExit as stop:  # a module that exits as it is imported would end the start-up with its status
         raise ConfigError(
-            key, f"{key}={path} exits as it is imported (sys.exit({stop.code!r})): verl's reward workers import it"
+            key, f"{path} exits as it is imported (sys.exit({stop.code!r})): verl's reward workers import it"
         ) from None
     except AttributeError:
-        raise ConfigError(name_key, f"{path} defines no {name!r} ({name_key})") from None
+        raise ConfigError(name_key, f"{path} defines no {name!r}") from None
     except Exception as err:
         cause = err.__cause__ or err  # verl wraps an import's error in its own RuntimeError
-        raise ConfigError(key, f"{key}={path} fails to load here: {type(cause).__name__}: {cause}") from None
+        raise ConfigError(key, f"{path} fails to load here: {type(cause).__name__}: {cause}") from None
     if not callable(function):
-        raise ConfigError(name_key, f"{path}:{name} is not a function ({name_key})")
+        raise ConfigError(name_key, f"{path}:{name} is not a function")
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
@@ -158,7 +157,7 @@ def check_reward_kwargs(config: DictConfig) -> None:
     if not kwargs:
         return
     if not isinstance(kwargs, Mapping):
-        raise ConfigError("reward.reward_kwargs", f"reward.reward_kwargs must be a mapping, got {kwargs!r}")
+        raise ConfigError("reward.reward_kwargs", f"must be a mapping, got {kwargs!r}")
     manager = config.reward.reward_manager
     if manager.get("source", "register") != "register":
         return  # a reward manager of the user's own (source=importlib) reads what it reads
@@ -167,7 +166,7 @@ def check_reward_kwargs(config: DictConfig) -> None:
         readers = ", ".join(sorted(REWARD_KWARGS))
         raise ConfigError(
             "reward.reward_kwargs",
-            f"reward.reward_kwargs ({sorted(kwargs)}) is read only by reward.reward_manager.name="
+            f"{sorted(kwargs)} is read only by reward.reward_manager.name="
             f"{readers} in verl 0.9.1: reward_manager.name={manager.name} would ignore it",
         )
     check_known("reward.reward_kwargs", kwargs, set(accepted))
@@ -175,40 +174,37 @@ def check_reward_kwargs(config: DictConfig) -> None:
         value = kwargs.get(key)
         if fields is not None and value is not None:
             if not isinstance(value, Mapping):
-                raise ConfigError(
-                    f"reward.reward_kwargs.{key}", f"reward.reward_kwargs.{key} must be a mapping, got {value!r}"
-                )
+                raise ConfigError(f"reward.reward_kwargs.{key}", f"must be a mapping, got {value!r}")
             check_known(f"reward.reward_kwargs.{key}", value, set(fields))
     buffer = kwargs.get("overlong_buffer_cfg") or {}
     if buffer and "enable" not in buffer:  # verl's DAPO manager reads .enable first, in every reward worker
         raise ConfigError(
             "reward.reward_kwargs.overlong_buffer_cfg.enable",
-            f"reward.reward_kwargs.overlong_buffer_cfg ({sorted(buffer)}) has no enable: set "
-            "reward.reward_kwargs.overlong_buffer_cfg.enable=true or false (a protocol=<name> sets it)",
+            f"missing from overlong_buffer_cfg ({sorted(buffer)}): set it to true or false (a protocol=<name> sets it)",
         )
     if buffer.get("enable"):
         missing = sorted(REWARD_KWARGS["dapo"]["overlong_buffer_cfg"] - set(buffer))
         if missing:
             raise ConfigError(
                 "reward.reward_kwargs.overlong_buffer_cfg",
-                f"reward.reward_kwargs.overlong_buffer_cfg.enable=true: the DAPO reward manager also reads "
+                f"enable=true, but the DAPO reward manager also reads "
                 f"{', '.join(f'overlong_buffer_cfg.{key}' for key in missing)}; set them",
             )
         max_len, length = kwargs.get("max_resp_len"), buffer["len"]
         if max_len is None:
             raise ConfigError(
                 "reward.reward_kwargs.max_resp_len",
-                "reward.reward_kwargs.overlong_buffer_cfg.enable=true needs reward.reward_kwargs.max_resp_len",
+                "missing: reward.reward_kwargs.overlong_buffer_cfg.enable=true needs it",
             )
         if not length or length <= 0:
             raise ConfigError(
                 "reward.reward_kwargs.overlong_buffer_cfg.len",
-                f"reward.reward_kwargs.overlong_buffer_cfg.len must be > 0 when the buffer is enabled, got {length}",
+                f"must be > 0 when the buffer is enabled, got {length}",
             )
         if max_len < length:
             raise ConfigError(
                 "reward.reward_kwargs.max_resp_len",
-                f"reward.reward_kwargs.max_resp_len={max_len} must be >= overlong_buffer_cfg.len={length}",
+                f"{max_len} must be >= overlong_buffer_cfg.len={length}",
             )
 
 
@@ -236,23 +232,18 @@ def check_custom_reward_kwargs(config: DictConfig, function: Optional[Callable[.
     if not kwargs:
         return
     if not isinstance(kwargs, Mapping):
-        raise ConfigError(
-            "reward.custom_reward_function.reward_kwargs",
-            f"reward.custom_reward_function.reward_kwargs must be a mapping, got {kwargs!r}",
-        )
+        raise ConfigError("reward.custom_reward_function.reward_kwargs", f"must be a mapping, got {kwargs!r}")
     path, name = function_config.get("path"), function_config.get("name")
     if not path:
         raise ConfigError(
             "reward.custom_reward_function.reward_kwargs",
-            "reward.custom_reward_function.reward_kwargs is set but custom_reward_function.path is not: "
-            "verl would ignore them",
+            "set, but custom_reward_function.path is not: verl would ignore them",
         )
     clash = sorted(set(kwargs) & set(REWARD_FN_ARGS + REWARD_FN_ROUTER_ARGS))
     if clash:
         raise ConfigError(
             "reward.custom_reward_function.reward_kwargs",
-            f"reward.custom_reward_function.reward_kwargs: {clash} would replace the argument(s) verl "
-            "passes the reward function for each response",
+            f"{clash} would replace the argument(s) verl passes the reward function for each response",
         )
     from verl.utils.import_utils import load_extern_object
 
@@ -261,8 +252,7 @@ def check_custom_reward_kwargs(config: DictConfig, function: Optional[Callable[.
     except Exception as err:
         raise ConfigError(
             "reward.custom_reward_function",
-            f"reward.custom_reward_function ({path}, {name}) cannot be loaded here to check its "
-            f"reward_kwargs: {type(err).__name__}: {err}",
+            f"{path}:{name} cannot be loaded here to check its reward_kwargs: {type(err).__name__}: {err}",
         ) from err
     parameters = inspect.signature(function).parameters.values()
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
@@ -301,7 +291,7 @@ def check_filter_signal(config: DictConfig) -> None:
             return
         raise ConfigError(
             "algorithm.filter_groups.metric",
-            f"algorithm.filter_groups.metric={metric} is read from each response's reward_extra_info, but neither "
+            f"{metric} is read from each response's reward_extra_info, but neither "
             f"reward manager {manager} nor the reward function ({path or DATA_SOURCE_DISPATCH}) reports it: use "
             f"{FILTER_GROUPS_REWARD_METRIC} (the reward itself), a key the function returns, or "
             f"{', '.join(MANAGER_METRICS.get(manager, ())) or 'acc with the dapo manager'}",
@@ -314,15 +304,14 @@ def check_filter_signal(config: DictConfig) -> None:
     if not path:
         raise ConfigError(
             "algorithm.filter_groups.metric",
-            f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} is read from the reward, but verl's "
-            f"built-in reward does not report it: {fix}",
+            f"{GCPO_FILTER_METRIC} is read from the reward, but verl's built-in reward does not report it: {fix}",
         )
     source = _reward_source(path)
     if source is not None and GCPO_FILTER_METRIC not in source:
         raise ConfigError(
             "algorithm.filter_groups.metric",
-            f"algorithm.filter_groups.metric={GCPO_FILTER_METRIC} is read from the reward, but the reward "
-            f"function {path}:{name} never reports {GCPO_FILTER_METRIC!r}: {fix}",
+            f"{GCPO_FILTER_METRIC} is read from the reward, but the reward function {path}:{name} never reports "
+            f"{GCPO_FILTER_METRIC!r}: {fix}",
         )
 
 

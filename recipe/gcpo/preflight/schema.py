@@ -123,7 +123,7 @@ def check_resolves(config: DictConfig) -> dict:
     if failures:
         named = [f for f in failures if any(f"'{name}'" in f[2] for name in _names(f[1]))]
         key, raw, reason = (named or failures)[0]
-        raise ConfigError(key, f"{key}={raw} does not resolve: {reason}")
+        raise ConfigError(key, f"{raw} does not resolve: {reason}")
     raise ConfigError(None, "the config does not resolve")  # an interpolation inside a list: OmegaConf names none
 
 
@@ -176,22 +176,22 @@ def unknown_key_message(full: str, key: str, known: dict) -> str:
     close = difflib.get_close_matches(key, [str(k) for k in known], n=1, cutoff=0.6)
     hint = f": did you mean {parent}{close[0]}?" if close else ""
     return (
-        f"{full} is not a key verl 0.9.1 or the recipe reads{hint} (verl would ignore it; a free-form block takes "
+        f"not a key verl 0.9.1 or the recipe reads{hint} (verl would ignore it; a free-form block takes "
         "any key: docs/training.md#keys-verl-does-not-check)"
     )
 
 
 def _check_kind(key: str, value: Any, default: Any) -> None:
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(key, f"{key} must be a finite number, got {value!r}")
+        raise ConfigError(key, f"must be a finite number, got {value!r}")
     if value is None or default is None or isinstance(default, str) and default.startswith("${"):
         return
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ConfigError(key, f"{key} must be true or false, got {value!r}")
+            raise ConfigError(key, f"must be true or false, got {value!r}")
     elif isinstance(default, (int, float)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(key, f"{key} must be a number, got {value!r}")
+            raise ConfigError(key, f"must be a number, got {value!r}")
 
 
 # ---- verl's config dataclasses, built as its workers build them -----------------------------------------------
@@ -233,7 +233,7 @@ def check_verl_dataclasses(config: DictConfig, resolved: dict, use_critic: bool)
         except Exception as error:  # verl's dataclasses raise what their checks raise
             cause = error.__cause__ or error
             reason = " ".join(str(cause).split())
-            raise ConfigError(key, f"{key}: verl's config refuses it: {type(cause).__name__}: {reason}") from None
+            raise ConfigError(key, f"verl's config refuses it: {type(cause).__name__}: {reason}") from None
 
 
 def data_file_problem(path: Any) -> Optional[str]:

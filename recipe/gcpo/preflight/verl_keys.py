@@ -29,7 +29,7 @@ def check_v1_trainer(config: DictConfig) -> None:
     if not uses_v1(config):
         raise ConfigError(
             "trainer.use_v1",
-            "trainer.use_v1=false selects verl's legacy trainer, which this entry point does not run: "
+            "false selects verl's legacy trainer, which this entry point does not run: "
             "use verl's own `python -m verl.trainer.main_ppo` for it",
         )
 
@@ -51,8 +51,7 @@ def check_estimator(config: DictConfig) -> None:
         hint = f": did you mean {close[0]}?" if close else ""
         raise ConfigError(
             "algorithm.adv_estimator",
-            f"algorithm.adv_estimator={name} is not an estimator verl or the recipe registers{hint} (known: "
-            f"{', '.join(known)})",
+            f"{name} is not an estimator verl or the recipe registers{hint} (known: {', '.join(known)})",
         )
 
 
@@ -186,10 +185,10 @@ def check_values(config: DictConfig) -> None:
         if not isinstance(block, DictConfig) or last not in block.keys():  # `in` is false for a ??? value
             continue
         if OmegaConf.is_missing(block, last):  # verl's ??? (rollout.name): verl stops on it as a worker starts
-            raise ConfigError(key, f"{key} is not set (verl's config leaves it ???): it {rule.problem('???')}")
+            raise ConfigError(key, f"not set (verl's config leaves it ???): it {rule.problem('???')}")
         problem = rule.problem(OmegaConf.select(config, key))
         if problem is not None:
-            raise ConfigError(key, f"{key} {problem}")
+            raise ConfigError(key, problem)
 
 
 def _geometry(config: DictConfig) -> dict[str, Any]:
@@ -223,47 +222,46 @@ GEOMETRY_RULES: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
     (
         f"{ACTOR}.fsdp_config.ulysses_sequence_parallel_size",
         lambda g: g["world"] % g["sp"] == 0,
-        "{key}={sp} must divide the {world} GPUs (" + G + ")",
+        "{sp} must divide the {world} GPUs (" + G + ")",
     ),
     (
         f"{ROLLOUT}.tensor_model_parallel_size",
         lambda g: g["world"] % g["tp"] == 0,
-        "{key}={tp} must divide the {world} GPUs (" + G + "): vLLM's engines each take {tp}",
+        "{tp} must divide the {world} GPUs (" + G + "): vLLM's engines each take {tp}",
     ),
     (
         f"{ACTOR}.ppo_mini_batch_size",
         lambda g: g["train"] % g["mini"] == 0,
-        "{key}={mini} must divide data.train_batch_size={train}: each step is split into mini-batches of "
-        "{mini} prompts",
+        "{mini} must divide data.train_batch_size={train}: each step is split into mini-batches of {mini} prompts",
     ),
     (
         f"{ACTOR}.ppo_mini_batch_size",
         lambda g: g["samples"] % g["dp"] == 0,
-        "a mini-batch of {mini} prompts x {n} rollouts ({key} x actor_rollout_ref.rollout.n = {samples}) must "
-        "split evenly over the {dp} data-parallel ranks ({world} GPUs / sequence parallel {sp})",
+        "{mini} prompts x {n} rollouts (actor_rollout_ref.rollout.n) = {samples} samples a mini-batch must split "
+        "evenly over the {dp} data-parallel ranks ({world} GPUs / sequence parallel {sp})",
     ),
     (
         f"{ACTOR}.ppo_micro_batch_size_per_gpu",
         lambda g: g["micro"] is None or g["samples"] % g["dp"] or (g["samples"] // g["dp"]) % g["micro"] == 0,
-        "{key}={micro} must divide each GPU's share of a mini-batch ({samples} samples / {dp} ranks), or use "
+        "{micro} must divide each GPU's share of a mini-batch ({samples} samples / {dp} ranks), or use "
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
     ),
     (
         f"{ACTOR}.ppo_max_token_len_per_gpu",
         lambda g: g["actor_tokens"] is None or g["actor_tokens"] >= g["seq"],
-        "{key}={actor_tokens} is shorter than one sequence (data.max_prompt_length + data.max_response_length = "
+        "{actor_tokens} is shorter than one sequence (data.max_prompt_length + data.max_response_length = "
         "{seq}): dynamic batching cannot fit it",
     ),
     (
         f"{ROLLOUT}.log_prob_max_token_len_per_gpu",
         lambda g: g["rollout_tokens"] is None or g["rollout_tokens"] >= g["seq"],
-        "{key}={rollout_tokens} is shorter than one sequence (data.max_prompt_length + data.max_response_length = "
+        "{rollout_tokens} is shorter than one sequence (data.max_prompt_length + data.max_response_length = "
         "{seq}): dynamic batching cannot fit it",
     ),
     (
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
         lambda g: g["ref_tokens"] is None or g["ref_tokens"] >= g["seq"],
-        "{key}={ref_tokens} is shorter than one sequence (data.max_prompt_length + data.max_response_length = "
+        "{ref_tokens} is shorter than one sequence (data.max_prompt_length + data.max_response_length = "
         "{seq}): dynamic batching cannot fit it",
     ),
 )
@@ -278,4 +276,4 @@ def check_batch_geometry(config: DictConfig) -> None:
     geometry = _geometry(config)
     for key, holds, message in GEOMETRY_RULES:
         if not holds(geometry):
-            raise ConfigError(key, message.format(key=key, **geometry))
+            raise ConfigError(key, message.format(**geometry))

@@ -27,15 +27,15 @@ def test_the_recipe_config_parses_to_the_engine_defaults():
     [
         (
             "algorithm.gcpo.credit.method=shap",
-            r"algorithm.gcpo.credit.method must be one of \['auto', 'exact', 'mc', 'loo'\]",
+            r"algorithm.gcpo.credit.method: must be one of \['auto', 'exact', 'mc', 'loo'\]",
         ),
-        ("algorithm.gcpo.credit.permutations=3", r"algorithm.gcpo.credit.permutations must be an integer in \[4"),
-        ("algorithm.gcpo.credit.epsilon=0", "algorithm.gcpo.credit.epsilon must be a finite number > 0"),
-        ("algorithm.gcpo.encoder.long_text=middle", "algorithm.gcpo.encoder.long_text must be one of"),
-        ("algorithm.gcpo.actor.num_gpus=-1", r"algorithm.gcpo.actor.num_gpus must be in \[0, 64\]"),
+        ("algorithm.gcpo.credit.permutations=3", r"algorithm.gcpo.credit.permutations: must be an integer in \[4"),
+        ("algorithm.gcpo.credit.epsilon=0", "algorithm.gcpo.credit.epsilon: must be a finite number > 0"),
+        ("algorithm.gcpo.encoder.long_text=middle", "algorithm.gcpo.encoder.long_text: must be one of"),
+        ("algorithm.gcpo.actor.num_gpus=-1", r"algorithm.gcpo.actor.num_gpus: must be in \[0, 64\]"),
         ("+algorithm.gcpo.credit.permutation=8", r"algorithm.gcpo.credit: unknown key\(s\) \['permutation'\]"),
         ("+algorithm.gcpo.colour=red", r"algorithm.gcpo: unknown key\(s\) \['colour'\]"),
-        ("algorithm.gcpo.dump.every_n_steps=-2", "algorithm.gcpo.dump.every_n_steps must be an integer >= 0"),
+        ("algorithm.gcpo.dump.every_n_steps=-2", "algorithm.gcpo.dump.every_n_steps: must be an integer >= 0"),
         ("+algorithm.gcpo.credit.norm_by_std=false", "use verl's algorithm.norm_adv_by_std_in_grpo"),
     ],
 )
@@ -66,11 +66,11 @@ def test_the_builders_name_the_key_path_from_the_field_error():
         CreditConfig(method="shap")
     assert error.value.field == "method"
     assert str(error.value).startswith("credit config: method must be one of")  # the engine's own message
-    with pytest.raises(ValueError, match=r"^a\.b\.method must be one of .* got 'shap'$"):
+    with pytest.raises(ValueError, match=r"^a\.b\.method: must be one of .* got 'shap'$"):
         build_section(CreditConfig, {"method": "shap"}, "a.b")
     with pytest.raises(ValueError, match=r"^a\.b: unknown key\(s\) \['methd'\] \(did you mean 'method'\?\)"):
         build_section(CreditConfig, {"methd": "mc"}, "a.b")
-    with pytest.raises(ValueError, match=r"^algorithm\.mc_grpo\.mad_zero must be one of"):  # once, not twice
+    with pytest.raises(ValueError, match=r"^algorithm\.mc_grpo\.mad_zero: must be one of"):  # once, not twice
         check_recipe(compose_gcpo(["algorithm.adv_estimator=grpo", "algorithm.mc_grpo.mad_zero=mean"]))
     copy = pickle.loads(pickle.dumps(error.value))  # crosses Ray with its parts
     assert (copy.field, copy.problem, str(copy)) == (error.value.field, error.value.problem, str(error.value))

@@ -77,11 +77,11 @@ def test_placements_one_per_gpu_per_node_or_a_count_spread_over_nodes(two_nodes_
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("algorithm.gcpo.actor.shards=banana", "shards must be an integer >= 1 or one of"),
-        ("algorithm.gcpo.actor.shards=0", "shards must be an integer >= 1 or one of"),
-        ("algorithm.gcpo.actor.num_cpus=0.5", "num_cpus must be 0 or >= 1"),
-        ("algorithm.gcpo.encoder.batch_tokens=4", "batch_tokens must be an integer >= 8"),
-        ("algorithm.gcpo.encoder.dtype=int8", "dtype must be one of"),
+        ("algorithm.gcpo.actor.shards=banana", "shards: must be an integer >= 1 or one of"),
+        ("algorithm.gcpo.actor.shards=0", "shards: must be an integer >= 1 or one of"),
+        ("algorithm.gcpo.actor.num_cpus=0.5", "num_cpus: must be 0 or >= 1"),
+        ("algorithm.gcpo.encoder.batch_tokens=4", "batch_tokens: must be an integer >= 8"),
+        ("algorithm.gcpo.encoder.dtype=int8", "dtype: must be one of"),
     ],
 )
 def test_the_recipe_config_refuses_bad_encoder_and_shard_values(gcpo_config, override, message):

@@ -107,7 +107,7 @@ def test_a_misspelt_key_is_hydras_report_naming_it_and_writes_nothing(tmp_path):
 def test_hydra_full_error_puts_the_traceback_between_two_copies_of_the_reason(tmp_path):
     proc = _entry_point(*VALID, "algorithm.gcpo.credit.kernel=laplace", cwd=tmp_path, HYDRA_FULL_ERROR="1")
     assert proc.returncode == 2
-    line = "error: algorithm.gcpo.credit.kernel must be one of ['cosine', 'rbf'], got 'laplace'"
+    line = "error: algorithm.gcpo.credit.kernel: must be one of ['cosine', 'rbf'], got 'laplace'"
     lines = [text for text in proc.stderr.splitlines() if text.strip()]
     assert lines[-1] == line and lines.index(line) < lines.index("Traceback (most recent call last):")
 
@@ -124,7 +124,8 @@ def test_a_machine_without_gpus_stops_before_ray_with_one_line(tmp_path):
     _assert_one_line_error(
         proc,
         (
-            "error: no GPU found on this machine (trainer.device=cuda: 0 visible) and no Ray cluster to join (RAY_ADDRESS): "
+            "error: trainer.device: cuda, but no GPU found on this machine (0 visible) and no Ray cluster to join "
+            "(RAY_ADDRESS): "
             "training needs GPUs. To check a config on a machine without GPUs, use the dry run (--dry-run / "
             "GCPO_DRY_RUN=1): it composes and validates the config and starts nothing."
         ),
@@ -141,14 +142,14 @@ def test_the_cluster_shape_must_be_positive_integers(override, shown):
     from recipe.gcpo.preflight import validate
 
     key = override.split("=")[0]
-    with pytest.raises(ValueError, match=f"{key} must be an integer >= 1, got {shown}"):
+    with pytest.raises(ValueError, match=f"{key}: must be an integer >= 1, got {shown}"):
         validate(compose_gcpo(VALID + [override]))
 
 
 def test_the_legacy_trainer_is_refused():
     from recipe.gcpo.preflight import validate
 
-    with pytest.raises(ValueError, match="trainer.use_v1=false selects verl's legacy trainer"):
+    with pytest.raises(ValueError, match="trainer.use_v1: false selects verl's legacy trainer"):
         validate(compose_gcpo(VALID + ["algorithm.adv_estimator=grpo", "trainer.use_v1=false"]))
 
 
@@ -227,11 +228,11 @@ def test_the_machine_is_checked_before_ray_starts_unless_a_cluster_is_joined(vis
     visible_gpus(8)
     assert accelerator_problem(config) is None
     two_nodes = accelerator_problem(compose_gcpo(VALID + ["trainer.n_gpus_per_node=8", "trainer.nnodes=2"]))
-    assert two_nodes.startswith("trainer.nnodes=2, but no Ray cluster to join")
+    assert two_nodes.startswith("trainer.nnodes: 2, but no Ray cluster to join")
     visible_gpus(4)
-    assert accelerator_problem(config).startswith("trainer.n_gpus_per_node=8, but this machine has 4 visible cuda")
+    assert accelerator_problem(config).startswith("trainer.n_gpus_per_node: 8, but this machine has 4 visible cuda")
     visible_gpus(0)
-    assert accelerator_problem(config).startswith("no GPU found on this machine")
+    assert accelerator_problem(config).startswith("trainer.device: cuda, but no GPU found on this machine")
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # the cluster's GPUs are verl's to check
     assert accelerator_problem(config) is None
 
@@ -278,16 +279,19 @@ def test_the_training_data_loaders_workers_are_stopped_when_training_ends():
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("trainer.total_training_steps=abc", "trainer.total_training_steps must be an integer >= 1 or null, got 'abc'"),
-        ("data.train_batch_size=0", "data.train_batch_size must be an integer >= 1, got 0"),
-        ("data.train_batch_size=3.5", "data.train_batch_size must be an integer >= 1, got 3.5"),
+        (
+            "trainer.total_training_steps=abc",
+            "trainer.total_training_steps: must be an integer >= 1 or null, got 'abc'",
+        ),
+        ("data.train_batch_size=0", "data.train_batch_size: must be an integer >= 1, got 0"),
+        ("data.train_batch_size=3.5", "data.train_batch_size: must be an integer >= 1, got 3.5"),
         (
             "actor_rollout_ref.actor.ppo_epochs=true",
-            "actor_rollout_ref.actor.ppo_epochs must be an integer >= 1, got True",
+            "actor_rollout_ref.actor.ppo_epochs: must be an integer >= 1, got True",
         ),
-        ("actor_rollout_ref.actor.optim.lr=0", "actor_rollout_ref.actor.optim.lr must be a number > 0, got 0"),
-        ("actor_rollout_ref.actor.optim.lr=fast", "actor_rollout_ref.actor.optim.lr must be a number > 0, got 'fast'"),
-        ("data.max_response_length=-8", "data.max_response_length must be an integer >= 1, got -8"),
+        ("actor_rollout_ref.actor.optim.lr=0", "actor_rollout_ref.actor.optim.lr: must be a number > 0, got 0"),
+        ("actor_rollout_ref.actor.optim.lr=fast", "actor_rollout_ref.actor.optim.lr: must be a number > 0, got 'fast'"),
+        ("data.max_response_length=-8", "data.max_response_length: must be an integer >= 1, got -8"),
     ],
 )
 def test_numeric_keys_are_checked_by_type_and_range(override, message):
@@ -328,7 +332,7 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
     proc = start()
     _assert_one_line_error(
         proc,
-        f"error: {absent} does not exist (data.train_files / data.val_files): point "
+        f"error: data.val_files: {absent} does not exist: point "
         "data.train_files / data.val_files at a file that exists on this machine",
     )
     assert "ray init kwargs" not in proc.stdout
@@ -338,7 +342,7 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
     proc = start()
     _assert_one_line_error(
         proc,
-        f"error: {launchers} does not exist (data.train_files / data.val_files): "
+        f"error: data.val_files: {launchers} does not exist: "
         "scripts/prepare_data.py writes it (--out-dir: the launchers' DATA_DIR)",
     )
 
@@ -347,7 +351,7 @@ def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
     "extra, reason",
     [
         ([], "no GPU found on this machine"),
-        (["data.train_batch_size=0"], "data.train_batch_size must be an integer >= 1, got 0"),
+        (["data.train_batch_size=0"], "data.train_batch_size: must be an integer >= 1, got 0"),
     ],
 )
 def test_a_refused_run_writes_nothing(tmp_path, extra, reason):
@@ -376,8 +380,9 @@ def test_a_ray_address_where_nothing_answers_stops_the_run_in_seconds(tmp_path):
     start = time.monotonic()
     proc = _entry_point(*VALID, cwd=tmp_path, dry_run=False, RAY_ADDRESS=f"127.0.0.1:{port}")
     assert time.monotonic() - start < 60  # ray.init would retry for minutes
-    assert proc.returncode == 2 and "error: no Ray cluster answers at " in proc.stderr  # Ray names the node's IP
-    assert f":{port} (RAY_ADDRESS or ray_kwargs.ray_init.address" in proc.stderr
+    assert proc.returncode == 2  # the address in the line is Ray's (the node's IP): its port is pinned
+    assert "error: ray_kwargs.ray_init.address: no Ray cluster answers at " in proc.stderr
+    assert f":{port} (from RAY_ADDRESS or this key" in proc.stderr
     assert "unset RAY_ADDRESS" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -470,13 +475,13 @@ def test_the_entry_point_stops_on_the_model_path_before_starting_anything_and_a_
     )
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith(
-        "error: actor_rollout_ref.model.path=Qwen/Qwen3-8B-Base is not a local folder, and the hub is off"
+        "error: actor_rollout_ref.model.path: Qwen/Qwen3-8B-Base is not a local folder, and the hub is off"
     )
     _assert_one_line_error(proc, line)
     proc = _entry_point(*keys, f"actor_rollout_ref.model.path={tmp_path}/absent", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (
-        f"# warning (a run stops here): actor_rollout_ref.model.path={tmp_path}/absent is not a folder" in proc.stderr
+        f"# warning (a run stops here): actor_rollout_ref.model.path: {tmp_path}/absent is not a folder" in proc.stderr
     )
 
 
@@ -647,7 +652,7 @@ def test_an_estimator_nobody_registers_is_one_line_with_the_closest_name(entry, 
     code, _, err = entry("algorithm.adv_estimator=gcp", dry_run=dry_run)
     line = err.strip().splitlines()[-1]
     assert line.startswith(
-        "error: algorithm.adv_estimator=gcp is not an estimator verl or the recipe registers: did you mean gcpo? "
+        "error: algorithm.adv_estimator: gcp is not an estimator verl or the recipe registers: did you mean gcpo? "
         "(known: copo, diver, dqo, dra_grpo, gae, gcpo, "
     ), line
     _one_line((code, "", err), line[len("error: ") :])
@@ -671,9 +676,9 @@ def test_a_classic_reward_block_that_differs_from_reward_is_refused_naming_both(
     mine = ["reward.custom_reward_function.path=r.py", "reward.custom_reward_function.name=my_score"]
     _one_line(
         entry(*mine, *classic, dry_run=dry_run),
-        f"custom_reward_function ({function}, verl's legacy key, which the V1 trainer does not read) and "
-        f"reward.custom_reward_function (r.py:my_score) name different reward functions ({differs}): keep one, "
-        "reward.custom_reward_function",
+        f"custom_reward_function.{differs.split()[0]}: verl's legacy block ({function}), which the V1 trainer does not "
+        f"read, and reward.custom_reward_function (r.py:my_score) name different reward functions ({differs}): keep "
+        "one, reward.custom_reward_function",
     )
 
 
@@ -692,7 +697,7 @@ def test_a_relative_model_path_of_any_form_is_refused_in_a_run_and_a_warning_in_
     """models/qwen exists where the driver runs, but every worker resolves it in another folder."""
     (tmp_path / "models" / "qwen").mkdir(parents=True)
     problem = (
-        "actor_rollout_ref.model.path=models/qwen is not an absolute path: the workers start in other folders and "
+        "actor_rollout_ref.model.path: models/qwen is not an absolute path: the workers start in other folders and "
         f"do not expand ~; give it (the launchers' MODEL_PATH) as {tmp_path}/models/qwen"
     )
     _one_line(entry("actor_rollout_ref.model.path=models/qwen", dry_run=False), problem)
@@ -705,7 +710,7 @@ def test_under_diver_a_bad_credit_value_is_refused_at_start_up(entry, dry_run):
     """diver normalises with algorithm.gcpo.credit, which the trainer parsed only after Ray was up."""
     _one_line(
         entry("algorithm.adv_estimator=diver", "algorithm.gcpo.credit.epsilon=0", dry_run=dry_run),
-        "algorithm.gcpo.credit.epsilon must be a finite number > 0.0, got 0",
+        "algorithm.gcpo.credit.epsilon: must be a finite number > 0.0, got 0",
     )
 
 
@@ -741,37 +746,37 @@ def test_a_multirun_is_refused_in_one_line(entry, flag):
     [
         (
             ["trainer.project_name=${oops}"],  # the dry run's print of the config ended in a 163-line traceback
-            "trainer.project_name=${oops} does not resolve: Interpolation key 'oops' not found",
+            "trainer.project_name: ${oops} does not resolve: Interpolation key 'oops' not found",
         ),
         (
             ["trainer.experiment_name=${oc.env:GCPO_TEST_NO_SUCH_VAR}"],
-            "trainer.experiment_name=${oc.env:GCPO_TEST_NO_SUCH_VAR} does not resolve: KeyError raised while "
+            "trainer.experiment_name: ${oc.env:GCPO_TEST_NO_SUCH_VAR} does not resolve: KeyError raised while "
             "resolving interpolation: \"Environment variable 'GCPO_TEST_NO_SUCH_VAR' not found\"",
         ),
         (
             ["+algorithm.adq_estimator=gcpo"],
-            "algorithm.adq_estimator is not a key verl 0.9.1 or the recipe reads: did you mean "
+            "algorithm.adq_estimator: not a key verl 0.9.1 or the recipe reads: did you mean "
             "algorithm.adv_estimator? (verl would ignore it; a free-form block takes any key: "
             "docs/training.md#keys-verl-does-not-check)",
         ),
         (
             ["actor_rollout_ref.rollout.temperature=nan"],
-            "actor_rollout_ref.rollout.temperature must be a number >= 0, got nan",
+            "actor_rollout_ref.rollout.temperature: must be a number >= 0, got nan",
         ),
         (
             ["algorithm.norm_adv_by_std_in_grpo='false'"],  # bool('false') is True: normalisation was on
-            "algorithm.norm_adv_by_std_in_grpo must be true or false, got 'false'",
+            "algorithm.norm_adv_by_std_in_grpo: must be true or false, got 'false'",
         ),
-        (["data.train_files=123"], "data.train_files must be a data file or a list of them, got 123"),
-        (["actor_rollout_ref.rollout.n=abc"], "actor_rollout_ref.rollout.n must be an integer >= 1, got 'abc'"),
+        (["data.train_files=123"], "data.train_files: must be a data file or a list of them, got 123"),
+        (["actor_rollout_ref.rollout.n=abc"], "actor_rollout_ref.rollout.n: must be an integer >= 1, got 'abc'"),
         (
             ["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=3"],
-            "actor_rollout_ref.actor.ppo_mini_batch_size=3 must divide data.train_batch_size=4: each step is split "
+            "actor_rollout_ref.actor.ppo_mini_batch_size: 3 must divide data.train_batch_size=4: each step is split "
             "into mini-batches of 3 prompts",
         ),
         (
             ["algorithm.adv_estimator=grpo", "algorithm.gcpo.credit.method=bogus"],
-            "algorithm.gcpo.credit.method must be one of ['auto', 'exact', 'mc', 'loo'], got 'bogus'",
+            "algorithm.gcpo.credit.method: must be one of ['auto', 'exact', 'mc', 'loo'], got 'bogus'",
         ),
     ],
 )
@@ -785,19 +790,19 @@ def test_the_fuzzs_named_mistakes_are_one_line_from_either_config(entry, overrid
     [
         (
             "actor_rollout_ref:\n  rollout:\n    temprature: 0.7\n",
-            "actor_rollout_ref.rollout.temprature is not a key verl 0.9.1 or the recipe reads: did you mean "
+            "actor_rollout_ref.rollout.temprature: not a key verl 0.9.1 or the recipe reads: did you mean "
             "actor_rollout_ref.rollout.temperature?",
         ),
-        ("algoritm:\n  gamma: 1.0\n", "algoritm is not a key verl 0.9.1 or the recipe reads: did you mean algorithm?"),
+        ("algoritm:\n  gamma: 1.0\n", "algoritm: not a key verl 0.9.1 or the recipe reads: did you mean algorithm?"),
         (
             # the start-up line used to say "function verl's data_source dispatch": the user's reward dropped
             "reward:\n  custom_reward_function:\n    pth: r.py\n",
-            "reward.custom_reward_function.pth is not a key verl 0.9.1 or the recipe reads: did you mean "
+            "reward.custom_reward_function.pth: not a key verl 0.9.1 or the recipe reads: did you mean "
             "reward.custom_reward_function.path?",
         ),
         (
             "trainer:\n  project_name: ${oc.env:GCPO_TEST_NO_SUCH_VAR}\n",
-            "trainer.project_name=${oc.env:GCPO_TEST_NO_SUCH_VAR} does not resolve",
+            "trainer.project_name: ${oc.env:GCPO_TEST_NO_SUCH_VAR} does not resolve",
         ),
     ],
 )
@@ -818,6 +823,6 @@ def test_a_reward_file_that_exits_at_import_is_refused_not_a_silent_exit_0(entry
     exits.write_text("import sys\n\nsys.exit(0)\n")
     _one_line(
         entry(f"reward.custom_reward_function.path={exits}"),
-        f"reward.custom_reward_function.path={exits} exits as it is imported (sys.exit(0)): verl's reward "
+        f"reward.custom_reward_function.path: {exits} exits as it is imported (sys.exit(0)): verl's reward "
         "workers import it",
     )

@@ -150,7 +150,7 @@ def test_diver_is_refused_outside_the_recipes_trainer():
         check_recipe(compose_gcpo(BASE + ["algorithm.adv_estimator=diver", "trainer.v1.trainer_mode=colocate_async"]))
     with pytest.raises(ValueError, match="needs the GCPO trainer"):  # verl's own trainer class in the recipe's mode
         PPOTrainerSync(compose_gcpo(BASE + ["algorithm.adv_estimator=diver", "trainer.v1.trainer_mode=sync"]))
-    with pytest.raises(ValueError, match="algorithm.diver.metric must be one of"):
+    with pytest.raises(ValueError, match="algorithm.diver.metric: must be one of"):
         check_recipe(compose_gcpo(BASE + ["algorithm.diver.metric=bleu"]))  # checked even when unused
     assert get_adv_estimator_fn("diver") is get_adv_estimator_fn("gcpo")
 

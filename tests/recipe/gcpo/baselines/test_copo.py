@@ -205,10 +205,10 @@ def test_the_estimator_returns_the_weighted_local_advantage_it_was_given():
         (["algorithm.copo.k=.nan"], "algorithm.copo.k"),
         (["algorithm.copo.blend=both"], "algorithm.copo.blend"),
         (["+algorithm.copo.gamma=20"], "algorithm.copo.*gamma"),
-        (["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"], "loss_mode=gspo"),
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"], "loss_mode: gspo"),
         (["algorithm.div_r1.enable=true"], "use one or the other"),
         (["trainer.v1.trainer_mode=async"], "recipe's trainer.*or use algorithm.copo.blend=advantage"),
-        (["distillation.enabled=true"], "runs the distillation loss instead"),
+        (["distillation.enabled=true"], "distillation.enabled: true makes the actor run the distillation loss instead"),
     ],
 )
 def test_bad_settings_fail_at_start_up_naming_the_key(overrides, message):

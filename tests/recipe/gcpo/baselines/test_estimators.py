@@ -71,7 +71,7 @@ def test_embedding_baselines_are_gcpo_trainer_estimators_with_fixed_credit_keys(
         assert getattr(settings.credit, key) == value
     assert settings.credit.mix_coef == 0.25
     assert get_adv_estimator_fn(estimator) is compute_gcpo_outcome_advantage
-    with pytest.raises(ValueError, match=f"adv_estimator={estimator} needs the GCPO trainer"):
+    with pytest.raises(ValueError, match=f"adv_estimator: {estimator} needs the GCPO trainer"):
         check_recipe(
             compose_gcpo(
                 [
@@ -148,5 +148,5 @@ def test_mc_grpo_reads_its_settings_from_the_algorithm_config_and_refuses_bad_on
         outcome_batch(rewards, uids, [5] * 9, width=6), adv_estimator="mc_grpo", config=official_config
     ).batch["advantages"]
     assert guarded.abs().max() < 10 and official.abs().max() > 1000
-    with pytest.raises(ValueError, match="algorithm.mc_grpo.mad_zero must be one of"):
+    with pytest.raises(ValueError, match="algorithm.mc_grpo.mad_zero: must be one of"):
         validate(compose_gcpo([*BASE, "algorithm.adv_estimator=mc_grpo", "algorithm.mc_grpo.mad_zero=clip"]))

@@ -62,7 +62,7 @@ def toy_registered():
 
 
 def test_unregistered_the_block_is_a_key_nothing_reads():
-    with pytest.raises(ConfigError, match="algorithm.toy is not a key verl 0.9.1 or the recipe reads"):
+    with pytest.raises(ConfigError, match="algorithm.toy: not a key verl 0.9.1 or the recipe reads"):
         check_verl_config(compose_gcpo(GRPO + TOY_BLOCK))
 
 
@@ -73,11 +73,11 @@ def test_the_driver_parses_and_checks_a_registered_baseline(toy_registered):
     assert settings.trainer_need() == TrainerNeed("algorithm.toy.enable=true", "counts the rows")
     with pytest.raises(ConfigError, match="the toy takes at most 4 rollouts, got 8"):
         check_recipe(compose_gcpo(GRPO + TOY_BLOCK + ["actor_rollout_ref.rollout.n=8"]))
-    with pytest.raises(ConfigError, match=r"^algorithm.toy.most_rollouts must be an integer >= 2, got 1$"):
+    with pytest.raises(ConfigError, match=r"^algorithm.toy.most_rollouts: must be an integer >= 2, got 1$"):
         check_recipe(compose_gcpo(GRPO + ["+algorithm.toy.most_rollouts=1"]))  # parsed even when not enabled
     with pytest.raises(ConfigError, match=r"algorithm.toy: unknown key\(s\) \['most_rolouts'\]"):
         check_recipe(compose_gcpo(GRPO + ["+algorithm.toy.most_rolouts=3"]))
-    with pytest.raises(ConfigError, match="algorithm.toy.enable=true needs the GCPO trainer, which counts the rows"):
+    with pytest.raises(ConfigError, match="algorithm.toy.enable: true needs the GCPO trainer, which counts the rows"):
         check_recipe(compose_gcpo(GRPO + TOY_BLOCK + ["trainer.v1.trainer_mode=colocate_async"]))
     assert check_recipe(compose_gcpo(GRPO + ["+algorithm.toy.most_rollouts=2"])).trainer_need() is None
 

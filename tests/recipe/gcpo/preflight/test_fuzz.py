@@ -440,8 +440,8 @@ def test_every_generated_mistake_gets_its_one_line_and_every_valid_config_passes
             named = None if refusal is None else (refusal.key or str(refusal))
             if case.key is None:
                 ok = refusal is None
-            elif case.other_key_ok:  # not refused by a rule of the key's own value ("<key> must be ...")
-                ok = refusal is None or not str(refusal).startswith(f"{case.key} must be")
+            elif case.other_key_ok:  # not refused by a rule of the key's own value ("<key>: must be ...")
+                ok = refusal is None or not str(refusal).startswith(f"{case.key}: must be")
             else:
                 ok = refusal is not None and (named == case.key or case.key in str(refusal))
             if not ok:

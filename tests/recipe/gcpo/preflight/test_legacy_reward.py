@@ -70,9 +70,12 @@ def test_both_a_legacy_and_a_new_reward_function_are_refused(tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["custom_reward_function.path=/no/such/reward.py"], "custom_reward_function.path=/no/such/reward.py does not"),
-        (["custom_reward_function.path={path}", "custom_reward_function.name=nope"], "defines no 'nope' (custom_rew"),
-        (["custom_reward_function.path=pkg://no_such_module_xyz"], "custom_reward_function.path=pkg://no_such_module"),
+        (
+            ["custom_reward_function.path=/no/such/reward.py"],
+            "custom_reward_function.path: /no/such/reward.py does not",
+        ),
+        (["custom_reward_function.path={path}", "custom_reward_function.name=nope"], "defines no 'nope'"),
+        (["custom_reward_function.path=pkg://no_such_module_xyz"], "custom_reward_function.path: pkg://no_such_module"),
     ],
 )
 def test_a_legacy_reward_function_is_reported_under_the_key_the_user_wrote(tmp_path, overrides, message):

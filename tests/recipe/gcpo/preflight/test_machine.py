@@ -24,7 +24,7 @@ def test_the_bundled_encoder_and_a_local_model_folder_pass(tmp_path):
 @pytest.mark.parametrize(
     "model, message",
     [
-        ("/no/such/encoder", "algorithm.gcpo.encoder.model=/no/such/encoder is not a folder"),
+        ("/no/such/encoder", "algorithm.gcpo.encoder.model: /no/such/encoder is not a folder"),
         ("EMPTY", r"holds no model \(no modules.json or config.json\)"),
         ("someone/not-cached-encoder", "is not in the Hugging Face cache and the hub is off"),
     ],
@@ -102,7 +102,7 @@ def _problem(path, monkeypatch, offline=False):
 def test_a_hub_id_is_refused_when_the_hub_is_off_with_the_download_command(monkeypatch):
     for offline in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "true")):
         problem = _problem("Qwen/Qwen3-4B-Base", monkeypatch, offline)
-        assert problem.startswith("actor_rollout_ref.model.path=Qwen/Qwen3-4B-Base is not a local folder, and the hub")
+        assert problem.startswith("actor_rollout_ref.model.path: Qwen/Qwen3-4B-Base is not a local folder, and the hub")
         assert "scripts/prepare_model.py Qwen/Qwen3-4B-Base /shared/models/Qwen3-4B-Base" in problem
         assert "MODEL_PATH" in problem
     assert _problem("Qwen/Qwen3-4B-Base", monkeypatch, ("HF_HUB_OFFLINE", "0")) is None
@@ -117,7 +117,7 @@ def test_an_absolute_folder_passes_offline_and_a_hub_id_online(monkeypatch, tmp_
 def test_a_path_that_is_not_an_absolute_folder_is_refused_hub_or_not_with_advice_that_fits(monkeypatch, tmp_path):
     absent = tmp_path / "models" / "Qwen3-4B-Base"
     problem = _problem(str(absent), monkeypatch)  # the hub is reachable, but this is no hub id
-    assert problem.startswith(f"actor_rollout_ref.model.path={absent} is not a folder on this machine")
+    assert problem.startswith(f"actor_rollout_ref.model.path: {absent} is not a folder on this machine")
     assert f"python scripts/prepare_model.py <hub id> {absent} downloads one there" in problem
     assert "/shared/models/" not in problem  # the hub-id advice does not fit a path
     # relative or ~: the workers start elsewhere and expand nothing, so even an existing folder is refused
@@ -125,7 +125,7 @@ def test_a_path_that_is_not_an_absolute_folder_is_refused_hub_or_not_with_advice
     (tmp_path / "models").mkdir()
     problem = _problem("~/models", monkeypatch, ("HF_HUB_OFFLINE", "1"))
     assert problem == (
-        "actor_rollout_ref.model.path=~/models is not an absolute path: the workers start in other folders and do "
+        "actor_rollout_ref.model.path: ~/models is not an absolute path: the workers start in other folders and do "
         f"not expand ~; give it (the launchers' MODEL_PATH) as {tmp_path / 'models'}"
     )
     monkeypatch.chdir(tmp_path)

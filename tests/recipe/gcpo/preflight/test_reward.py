@@ -78,8 +78,8 @@ def test_reward_functions_verl_can_call_pass(tmp_path, body):
             r"reward.reward_kwargs.overlong_buffer_cfg: unknown key\(s\) \['penalty'\] \(did you mean 'penalty_factor'\?\)",
         ),
         (["reward.reward_manager.name=naive"], r"read only by reward.reward_manager.name=dapo .*naive would ignore it"),
-        (["reward.reward_kwargs.max_resp_len=2048"], r"max_resp_len=2048 must be >= overlong_buffer_cfg.len=4096"),
-        (["reward.reward_kwargs.overlong_buffer_cfg.len=0"], r"overlong_buffer_cfg.len must be > 0"),
+        (["reward.reward_kwargs.max_resp_len=2048"], r"max_resp_len: 2048 must be >= overlong_buffer_cfg.len=4096"),
+        (["reward.reward_kwargs.overlong_buffer_cfg.len=0"], r"overlong_buffer_cfg.len: must be > 0"),
     ],
 )
 def test_reward_kwargs_are_checked_against_what_the_reward_manager_reads(overrides, message):
@@ -90,9 +90,14 @@ def test_reward_kwargs_are_checked_against_what_the_reward_manager_reads(overrid
 
 def test_an_enabled_overlong_buffer_needs_every_value_the_dapo_manager_reads():
     partial = [o for o in DAPO_REWARD if "penalty_factor" not in o and "max_resp_len" not in o]
-    with pytest.raises(ValueError, match="also reads overlong_buffer_cfg.penalty_factor"):
+    with pytest.raises(
+        ValueError,
+        match="overlong_buffer_cfg: enable=true, but the DAPO reward manager also reads overlong_buffer_cfg.penalty_factor",
+    ):
         reward.check_reward_kwargs(compose_gcpo(partial))
-    with pytest.raises(ValueError, match="needs reward.reward_kwargs.max_resp_len"):
+    with pytest.raises(
+        ValueError, match="max_resp_len: missing: reward.reward_kwargs.overlong_buffer_cfg.enable=true needs it"
+    ):
         reward.check_reward_kwargs(
             compose_gcpo(partial + ["+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1"])
         )
@@ -101,7 +106,10 @@ def test_an_enabled_overlong_buffer_needs_every_value_the_dapo_manager_reads():
 def test_an_overlong_buffer_without_enable_is_refused_before_the_reward_workers_read_it():
     # e.g. a launcher's buffer length with the protocol group removed (~protocol): verl's DAPO manager reads .enable
     without = [o for o in DAPO_REWARD if ".enable=" not in o]
-    with pytest.raises(ValueError, match=r"overlong_buffer_cfg \(\['len', 'log', 'penalty_factor'\]\) has no enable"):
+    with pytest.raises(
+        ValueError,
+        match=r"overlong_buffer_cfg.enable: missing from overlong_buffer_cfg \(\['len', 'log', 'penalty_factor'\]\)",
+    ):
         reward.check_reward_kwargs(compose_gcpo(without))
 
 
@@ -167,14 +175,14 @@ def test_the_reward_kwargs_table_is_what_verls_reward_managers_read():
         ),
         (
             ["reward.custom_reward_function.path=null", "+reward.custom_reward_function.reward_kwargs.correct_score=2"],
-            r"reward_kwargs is set but custom_reward_function.path is not",
+            r"reward_kwargs: set, but custom_reward_function.path is not",
         ),
         (
             [
                 "reward.custom_reward_function.path=/no/such/reward.py",
                 "+reward.custom_reward_function.reward_kwargs.a=1",
             ],
-            r"\(/no/such/reward.py, compute_score\) cannot be loaded here",
+            r"reward.custom_reward_function: /no/such/reward.py:compute_score cannot be loaded here",
         ),
     ],
 )
