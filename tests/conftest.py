@@ -31,7 +31,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 # The suite runs on two pytest-xdist workers (pyproject.toml: most of its time is single-threaded: subprocesses that
-# import verl, a Ray actor's calls), in groups (--dist loadgroup): a file's tests stay on one worker (its module
+# import verl, a Ray actor's calls), in groups (--dist loadscope, with the scopes below): a file's tests stay on one worker (its module
 # fixtures start once), and every file that starts Ray in its process (ray.init), and the smoke's and the image's
 # tests (clusters, containers), share one group: one such thing runs on a machine at a time.
 EXCLUSIVE_FOLDERS = ("special_e2e", "docker")
@@ -45,13 +45,23 @@ def _exclusive(path: Path) -> bool:
     return any(mark in text for mark in EXCLUSIVE_MARKS)
 
 
-def pytest_collection_modifyitems(config, items):
-    groups: dict[Path, str] = {}
-    for item in items:
-        path = Path(item.fspath)
-        if path not in groups:
-            groups[path] = "exclusive" if _exclusive(path) else str(path)
-        item.add_marker(pytest.mark.xdist_group(groups[path]))
+def pytest_xdist_make_scheduler(config, log):
+    """The groups above as xdist's scheduler sees them: a scope per test file, one scope for the exclusive ones. Not
+    ``--dist loadgroup`` with ``xdist_group`` marks: xdist 3.8 groups by suffixing ``item._nodeid``, which pytest 9
+    no longer reads (its node ids are ``item._id``), so the marks grouped nothing and a file's tests spread over both
+    workers, its module fixtures built twice and two Ray clusters up at once."""
+    if config.getvalue("dist") != "loadscope":
+        return None  # another --dist on the command line: xdist's own scheduler
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = root / nodeid.split("::", 1)[0]
+            return "exclusive" if _exclusive(path) else str(path)
+
+    return FileGroups(config, log)
 
 
 settings.register_profile(
