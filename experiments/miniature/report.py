@@ -114,6 +114,7 @@ def collect(out: Path) -> dict[str, dict[int, dict]]:
             "wall_s": record["wall_s"],
             "warm_seed": record.get("warm_seed"),
             "warm_start_sha256": record.get("warm_start_sha256"),
+            "started_at": record.get("started_at"),
             "spec": record.get("spec"),
         }
     return dict(runs)

@@ -68,6 +68,21 @@ def test_a_run_goes_through_main_gcpo_on_the_cpu_platform_and_is_kept_once_done(
     assert third["warm_start_sha256"] == hashlib.sha256(b"weights").hexdigest()
 
 
+def test_each_run_records_when_it_started_in_utc(tmp_path, fake_python, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    monkeypatch.setenv("STUB_SLEEP", "1.5")
+    before = datetime.now(timezone.utc)
+    record = train("grpo", 101, RunSpec(steps=3, eval_every=3), tmp_path / "out", 60, python=str(fake_python))
+    after = datetime.now(timezone.utc)
+    started = datetime.fromisoformat(record["started_at"])  # ISO 8601
+    assert started.utcoffset() == timedelta(0)  # in UTC
+    # the start, not the end: before the run's 1.5 s (whole seconds, truncated)
+    assert before - timedelta(seconds=1) < started <= after - timedelta(seconds=1.5) and record["wall_s"] >= 1.5
+    saved = json.loads((run_dir(tmp_path / "out", "grpo", 101) / "done.json").read_text())
+    assert saved["started_at"] == record["started_at"] and "warm_start_sha256" in saved
+
+
 def test_a_failed_or_stopped_run_is_an_error_and_starts_over_next_time(tmp_path, fake_python, monkeypatch):
     out = tmp_path / "out"
     monkeypatch.setenv("STUB_EXIT", "3")
