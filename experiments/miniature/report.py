@@ -2,7 +2,9 @@
 JSON line per sampled answer, with its prompt, answer and ground truth) and its metrics file.
 
 Per run and evaluation step: accuracy (avg@n), unbiased pass@k for k = 1, ..., n, distinct correct answers
-per prompt among the n samples, coverage (distinct correct / the prompt's answer set), the entropy of the
+per prompt **among 16 samples** (``DISTINCT_AMONG``: the plain count when a prompt has 16 or fewer, the unbiased
+estimate of :func:`expected_distinct` from more, so tables stay comparable whatever ``--eval-samples``), coverage
+(those distinct correct answers / the prompt's answer set), the entropy of the
 sampled answers (nats, per prompt; the policy's entropy over whole answers) and of the correct ones alone (how
 evenly the correct samples spread over distinct answers, whatever the accuracy; 0 when fewer than two differ). Per run: the mean step time (steps
 after the first) and the training metrics over steps (``actor/entropy``, ``gcpo/*``).
@@ -29,17 +31,34 @@ def _entropy(counts: Counter) -> float:
     return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
 
 
+# distinct correct answers (and coverage) are counted among this many samples of a prompt, however many were drawn
+DISTINCT_AMONG = 16
+
+
+def expected_distinct(counts: Mapping[str, int], n: int, k: int = DISTINCT_AMONG) -> float:
+    """The expected number of distinct answers among ``k`` of a prompt's ``n`` samples drawn without replacement,
+    where answer a occurs ``counts[a]`` times among the ``n``: sum over a of 1 - C(n - c_a, k) / C(n, k) (a is
+    missed only when all k draws come from the other n - c_a samples). Unbiased for the count among k fresh samples;
+    the plain count ``len(counts)`` when ``n <= k`` (all of them drawn)."""
+    if any(c < 0 for c in counts.values()) or sum(counts.values()) > n:
+        raise ValueError(f"counts {dict(counts)} do not fit in {n} samples")
+    if n <= k:
+        return float(sum(1 for c in counts.values() if c > 0))
+    total = math.comb(n, k)
+    return float(sum(1 - math.comb(n - c, k) / total for c in counts.values() if c > 0))
+
+
 def prompt_metrics(category: str, responses: list[str]) -> dict[str, float]:
-    """The metrics of one prompt's ``n`` sampled responses."""
+    """The metrics of one prompt's ``n`` sampled responses (distinct correct answers among ``DISTINCT_AMONG``)."""
     n = len(responses)
     if n == 0:
         raise ValueError("a prompt without responses")
     correct = [r for r in responses if is_correct(r, category)]
-    distinct = {parse_answer(r) for r in correct}
+    distinct = expected_distinct(Counter(parse_answer(r) for r in correct), n)
     metrics = {
         "accuracy": len(correct) / n,
-        "distinct_correct": float(len(distinct)),
-        "coverage": len(distinct) / len(answer_set(category)),
+        "distinct_correct": distinct,
+        "coverage": distinct / len(answer_set(category)),
         "answer_entropy": _entropy(Counter(parse_answer(r) or "<malformed>" for r in responses)),
         "correct_entropy": _entropy(Counter(parse_answer(r) for r in correct)),
     }
@@ -64,7 +83,10 @@ def eval_metrics(dump: Path) -> dict[str, float]:
     if len(sizes) != 1:
         raise ValueError(f"{dump}: prompts have different numbers of samples {sorted(sizes)}")
     per_prompt = [prompt_metrics(categories[p], r) for p, r in groups.items()]
-    return {key: float(np.mean([m[key] for m in per_prompt])) for key in per_prompt[0]} | {"prompts": len(groups)}
+    return {key: float(np.mean([m[key] for m in per_prompt])) for key in per_prompt[0]} | {
+        "prompts": len(groups),
+        "samples": sizes.pop(),
+    }
 
 
 def read_metrics(path: Path) -> dict[int, dict[str, float]]:
@@ -173,7 +195,24 @@ def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = No
             + " | ".join(cells)
             + " | %.1f ± %.1f |" % mean_sd(r["step_s"] for r in seeds.values())
         )
-    return "\n".join(lines)
+    note = distinct_note(runs)
+    return "\n".join(lines) + (f"\n\n{note}" if note else "")
+
+
+def distinct_note(runs: Mapping[str, Mapping[int, dict]]) -> str:
+    """What ``distinct_correct`` and ``coverage`` count: among 16 samples a prompt, estimated without bias where the
+    runs drew more; "" where the evaluations do not say how many they drew (results from before they did)."""
+    drawn = {e.get("samples") for seeds in runs.values() for r in seeds.values() for e in r["evals"].values()}
+    if None in drawn or not drawn:
+        return ""
+    counts = "/".join(str(n) for n in sorted(drawn))
+    if max(drawn) <= DISTINCT_AMONG:
+        among = "16" if drawn == {DISTINCT_AMONG} else f"the {counts} drawn (fewer than 16)"
+        return f"distinct_correct and coverage: among {among} samples a prompt."
+    return (
+        f"distinct_correct and coverage: among {DISTINCT_AMONG} samples a prompt, estimated without bias from the "
+        f"{counts} drawn (Σ over correct answers a of 1 − C(n − c_a, 16) / C(n, 16))."
+    )
 
 
 def warm_starts_line(runs: Mapping[str, Mapping[int, dict]]) -> str:

@@ -1,17 +1,20 @@
 import json
 import math
+from collections import Counter
 
 import pytest
 
 from experiments.miniature.report import (
     collect,
     eval_metrics,
+    expected_distinct,
     final_table,
     paired_table,
     paired_tests,
     plot,
     prompt_metrics,
 )
+from experiments.miniature.task import answer_set
 from tests.experiments.miniature.runs import collected_runs
 
 
@@ -36,6 +39,73 @@ def test_a_collapsed_policy_scores_as_accurate_but_not_diverse():
         half["correct_entropy"] == pytest.approx(math.log(2))
         and prompt_metrics("animal", ["x"])["correct_entropy"] == 0
     )
+
+
+def _brute_force_distinct(samples, k):
+    """The mean number of distinct answers over every k-subset of ``samples`` (by position)."""
+    from itertools import combinations
+
+    subsets = list(combinations(range(len(samples)), k))
+    return sum(len({samples[i] for i in subset}) for subset in subsets) / len(subsets)
+
+
+def test_distinct_among_16_is_the_plain_count_at_16_samples():
+    answers = ["tiger"] * 9 + ["lion"] * 4 + ["wolf", "fox", "bear"]
+    assert expected_distinct(Counter(answers), 16) == 5.0
+    m = prompt_metrics("animal", answers)
+    assert m["distinct_correct"] == 5.0 and m["coverage"] == pytest.approx(5 / len(answer_set("animal")))
+    assert expected_distinct({}, 16) == 0.0 and expected_distinct(Counter(["tiger"] * 3), 3) == 1.0  # fewer: all
+
+
+@pytest.mark.parametrize(
+    "samples, k",
+    [
+        (("a",) * 4 + ("b",) * 2 + ("c",), 3),  # 35 subsets
+        (("a",) * 10 + ("b",) * 5 + ("c",) * 2 + ("d",), 16),  # 18 samples, 153 subsets of 16
+        (("a",) * 12 + ("b",) * 3 + ("c",) * 2 + ("d",) * 2 + ("e",), 16),  # 20 samples, 4845 subsets
+    ],
+)
+def test_distinct_among_k_is_the_mean_over_every_subset_of_k(samples, k):
+    assert expected_distinct(Counter(samples), len(samples), k) == pytest.approx(
+        _brute_force_distinct(samples, k), rel=1e-12
+    )
+
+
+def test_distinct_correct_among_16_of_64_samples_matches_random_subsamples_and_is_not_the_plain_count():
+    import random
+
+    answers = ["tiger"] * 30 + ["lion"] * 12 + ["wolf"] * 6 + ["fox"] * 2 + ["bear"] + ["apple"] * 13
+    m = prompt_metrics("animal", answers)
+    assert m["accuracy"] == pytest.approx(51 / 64)
+    correct = ("tiger", "lion", "wolf", "fox", "bear")
+    rng = random.Random(0)
+    draws = [sum(1 for a in set(rng.sample(answers, 16)) if a in correct) for _ in range(20_000)]
+    # the subsamples' mean within 4 of its standard errors (sd < 1 answer: se < 0.007)
+    assert m["distinct_correct"] == pytest.approx(sum(draws) / len(draws), abs=0.03)
+    assert 3.0 < m["distinct_correct"] < 5.0  # not the 5 of all 64: the rare answers show up in few draws of 16
+    assert m["coverage"] == pytest.approx(m["distinct_correct"] / len(answer_set("animal")))
+    with pytest.raises(ValueError, match="do not fit"):
+        expected_distinct({"a": 10}, 8)
+
+
+def test_the_table_says_distinct_answers_are_counted_among_16(tmp_path):
+    from experiments.miniature.report import distinct_note
+
+    prompt = {"animal": ["tiger"] * 40 + ["lion"] * 20 + ["x"] * 4}
+    _write_run(tmp_path, "grpo", 1, {0: prompt, 3: prompt})
+    runs = collect(tmp_path)
+    assert runs["grpo"][1]["evals"][3]["samples"] == 64
+    table = final_table(runs)
+    assert table.splitlines()[-1].startswith(
+        "distinct_correct and coverage: among 16 samples a prompt, estimated without bias from the 64 drawn"
+    )
+    # lion is missed in a draw of 16 only when all 16 come from the 44 others
+    lion = 1 - math.comb(44, 16) / math.comb(64, 16)
+    assert runs["grpo"][1]["evals"][3]["distinct_correct"] == pytest.approx(1 + lion)
+    sixteen = {0: {"animal": ["tiger"] * 16}}
+    _write_run(tmp_path / "b", "grpo", 1, sixteen)
+    assert distinct_note(collect(tmp_path / "b")) == "distinct_correct and coverage: among 16 samples a prompt."
+    assert distinct_note({"grpo": {1: {"evals": {0: {"accuracy": 0.5}}}}}) == ""  # older results do not say
 
 
 def _write_run(root, arm, seed, outputs_by_step, step_s=3.0, warm_start_sha256=None):
