@@ -78,6 +78,7 @@ def report(out: Path, figures: Path | None, earlier: list[Path] = ()) -> str:
     from experiments.miniature.report import (
         ablation_tests,
         collect,
+        credit_shape_tests,
         final_table,
         paired_table,
         paired_tests,
@@ -92,6 +93,9 @@ def report(out: Path, figures: Path | None, earlier: list[Path] = ()) -> str:
     ablation = ablation_tests(runs)
     if ablation:  # Shapley vs leave-one-out credit vs the additive bonus, seed by seed
         table += "\n\n" + ablation
+    shape = credit_shape_tests(runs)
+    if shape:  # issue 56's pre-registered TOST, Holm and verdicts (only when all its runs are in)
+        table += "\n\n" + shape
     (out / "results.json").write_text(json.dumps(runs, indent=1, default=str) + "\n")
     (out / "table.md").write_text(table + "\n")
     if figures is not None:
