@@ -4,15 +4,20 @@
 # the same start with python -m recipe.gcpo.main_gcpo (vLLM generating, the FSDP actor updating, GCPO's credit
 # actor), evaluated on held-out prompts every EVAL_EVERY steps; then the table and the plots.
 #
-# Usage: bash scripts/miniature.sh [--arms grpo,gcpo_group,gcpo_loo,dqo] [--seeds N] [--steps N] [--eval-every N]
-#                                  [--lr LR] [--warm-seed per-seed|N] [--out DIR] [--figures DIR] [--dry-run] [key=value ...]
+# Usage: bash scripts/miniature.sh [--arms grpo,gcpo_group,gcpo_loo,dqo] [--seeds N] [--first-seed S] [--steps N]
+#                                  [--eval-every N] [--eval-samples N] [--lr LR] [--warm-seed per-seed|N] [--out DIR]
+#                                  [--figures DIR] [--dry-run] [key=value ...]
 #   --arms        which arms, comma-separated (default the ablation's four: grpo,gcpo_group,gcpo_loo,dqo; also
-#                 gcpo_batch; experiments/miniature/arms.py says what each is)
-#   --seeds N     seeds 1..N of every arm (default 4, about 2.5-3 h for four arms; the 2026-11-25 reference is
-#                 --arms grpo,gcpo_batch,gcpo_group --seeds 5, 1.8-2.2 h)
+#                 gcpo_batch and gcpo_loo_mix4; experiments/miniature/arms.py says what each is)
+#   --seeds N     N seeds of every arm, S..S+N-1 (default 4, about 2.5-3 h for four arms; the 2026-11-25 reference
+#                 is --arms grpo,gcpo_batch,gcpo_group --seeds 5, 1.8-2.2 h)
+#   --first-seed S the first seed (default 1); issue 56's credit-shape run is --arms
+#                 grpo,gcpo_group,gcpo_loo,gcpo_loo_mix4 --first-seed 101 --seeds 16 --eval-samples 64
 #   --steps N     training steps of every run (default 40); --eval-every N (default 10) held-out evaluations
+#   --eval-samples N held-out samples a prompt at each evaluation (default 16); distinct correct answers stay
+#                 "among 16", estimated without bias from more
 #   --lr LR       the actor's learning rate for every arm (default 1e-3)
-#   --warm-seed S per-seed (default): seed s of every arm trains from warm start s (built once, kept in
+#   --warm-seed W per-seed (default): seed s of every arm trains from warm start s (built once, kept in
 #                 DIR/policy-warm<s>), so the seeds' spread includes the start's; N: every run from warm start N
 #   --out DIR     data, warm start, runs, results.json and table.md (default ${TMPDIR:-/tmp}/gcpo-miniature);
 #                 finished runs there are kept and skipped, so a stopped experiment goes on where it stopped
@@ -38,10 +43,11 @@ while [[ $# -gt 0 ]]; do
     --out) [[ $# -ge 2 ]] || { echo "error: --out needs a folder" >&2; exit 2; }; out="$2"; shift ;;
     --out=*) out="${1#--out=}" ;;
     --dry-run) args+=("$1") ;;
-    --arms|--seeds|--steps|--eval-every|--lr|--warm-seed|--figures)
+    --arms|--seeds|--first-seed|--steps|--eval-every|--eval-samples|--lr|--warm-seed|--figures)
       [[ $# -ge 2 ]] || { echo "error: $1 needs a value" >&2; exit 2; }
       args+=("$1" "$2"); shift ;;
-    --arms=*|--seeds=*|--steps=*|--eval-every=*|--lr=*|--warm-seed=*|--figures=*) args+=("$1") ;;
+    --arms=*|--seeds=*|--first-seed=*|--steps=*|--eval-every=*|--eval-samples=*|--lr=*|--warm-seed=*|--figures=*)
+      args+=("$1") ;;
     --*) echo "error: unknown option $1 (bash scripts/miniature.sh --help)" >&2; exit 2 ;;
     *=*) overrides+=("$1") ;;
     *) echo "error: '$1' is neither an option nor a key=value override" >&2; exit 2 ;;

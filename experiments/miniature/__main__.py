@@ -78,6 +78,7 @@ def report(out: Path, figures: Path | None, earlier: list[Path] = ()) -> str:
     from experiments.miniature.report import (
         ablation_tests,
         collect,
+        credit_shape_tests,
         final_table,
         paired_table,
         paired_tests,
@@ -92,6 +93,9 @@ def report(out: Path, figures: Path | None, earlier: list[Path] = ()) -> str:
     ablation = ablation_tests(runs)
     if ablation:  # Shapley vs leave-one-out credit vs the additive bonus, seed by seed
         table += "\n\n" + ablation
+    shape = credit_shape_tests(runs)
+    if shape:  # issue 56's pre-registered TOST, Holm and verdicts (only when all its runs are in)
+        table += "\n\n" + shape
     (out / "results.json").write_text(json.dumps(runs, indent=1, default=str) + "\n")
     (out / "table.md").write_text(table + "\n")
     if figures is not None:
@@ -153,9 +157,22 @@ def main(argv=None) -> int:
         "--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated, of {', '.join(ARMS)} (default %(default)s)"
     )
     # 4, not 5: five starts took 2.2 h on a slower 2-core machine (docs/miniature.md, "Four starts by default")
-    run.add_argument("--seeds", type=int, default=4, help="seeds 1..N of every arm")
+    run.add_argument("--seeds", type=int, default=4, help="N seeds of every arm, FIRST..FIRST+N-1 (--first-seed)")
+    run.add_argument(
+        "--first-seed",
+        type=int,
+        default=1,
+        help="the first seed (default %(default)s); the credit-shape run's are 101-116: --first-seed 101 --seeds 16",
+    )
     run.add_argument("--steps", type=int, default=defaults.steps)
     run.add_argument("--eval-every", type=int, default=defaults.eval_every)
+    run.add_argument(
+        "--eval-samples",
+        type=int,
+        default=defaults.eval_samples,
+        help="held-out samples a prompt at each evaluation (default %(default)s); distinct correct answers stay "
+        "'among 16', estimated without bias from more",
+    )
     run.add_argument("--lr", type=float, default=defaults.lr)
     run.add_argument("--timeout", type=float, default=1800.0, help="seconds one training run may take")
     run.add_argument("--figures", type=Path, default=None, help="where the report's PNGs go (default OUT)")
@@ -206,11 +223,18 @@ def main(argv=None) -> int:
         parser.error(f"--arms must name some of {', '.join(ARMS)}, got {args.arms!r}")
     if args.seeds < 1:
         parser.error(f"--seeds must be a positive integer, got {args.seeds}")
+    if args.first_seed < 0:
+        parser.error(f"--first-seed must be a non-negative integer, got {args.first_seed}")
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         parser.error(f"overrides are key=value, got {bad}")
     try:
-        spec = RunSpec(steps=args.steps, eval_every=min(args.eval_every, args.steps), lr=args.lr)
+        spec = RunSpec(
+            steps=args.steps,
+            eval_every=min(args.eval_every, args.steps),
+            lr=args.lr,
+            eval_samples=args.eval_samples,
+        )
     except ValueError as err:
         parser.error(str(err))
     from experiments.miniature.runner import train
@@ -218,14 +242,16 @@ def main(argv=None) -> int:
     def warm_seed(seed: int) -> int:
         return seed if args.warm_seed == PER_SEED else args.warm_seed
 
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     if args.dry_run:
-        build(args.out, args.correct_share, args.warm_steps, warm_seed(1))
-        train(arms[0], 1, spec, args.out, args.timeout, args.overrides, warm_seed=warm_seed(1), dry_run=True)
+        first = seeds[0]
+        build(args.out, args.correct_share, args.warm_steps, warm_seed(first))
+        train(arms[0], first, spec, args.out, args.timeout, args.overrides, warm_seed=warm_seed(first), dry_run=True)
         return 0
     # a stopped experiment stops its run's processes too (the runner's clean-up runs on SystemExit)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     start = time.monotonic()
-    for seed in range(1, args.seeds + 1):
+    for seed in seeds:
         build(args.out, args.correct_share, args.warm_steps, warm_seed(seed))
         for arm in arms:  # arms side by side within a seed: an interrupted experiment stays balanced
             try:

@@ -10,11 +10,16 @@ number of steps; only the advantage differs:
   by the batch's right-vs-wrong spread, a push about 20-30x smaller;
 * ``gcpo_loo``: ``gcpo_group`` with leave-one-out credit (``credit.method=loo``: V(all) - V(all \\ i), SetPO's
   credit) in place of the Shapley value: is the *average* marginal contribution what helps?
+* ``gcpo_loo_mix4``: ``gcpo_loo`` mixed into the reward at four times the credit (``credit.advantage=mix``,
+  ``credit.mix_coef=4.0``: reward + 4 * the leave-one-out credit, normalised per group): leave-one-out at the
+  strength of Shapley alone, the simulator's dose match (docs/frontier.md), so ``gcpo_group - gcpo_loo_mix4``
+  compares the two credits' *shape* at matched accuracy (issue 56, pre-registered in docs/miniature.md);
 * ``dqo``: an additive diversity bonus (``adv_estimator=dqo``: reward + alpha * the leave-one-out log-det of the
   unweighted embeddings, alpha = ``credit.mix_coef`` = 2.0, the DQO launcher's, alpha = 1 in 0/1 reward units),
   normalised per group as GCPO's ``group``: the family the paper says leaves winner-takes-all intact.
 
-``DEFAULT_ARMS`` are the decisive ablation's four (issue 47); ``gcpo_batch`` runs when asked for (``--arms``).
+``DEFAULT_ARMS`` are the decisive ablation's four (issue 47); ``gcpo_batch`` and ``gcpo_loo_mix4`` run when asked
+for (``--arms``; the credit-shape run's four are ``grpo,gcpo_group,gcpo_loo,gcpo_loo_mix4``).
 
 The device settings are the CPU smoke's: both take them from ``tests.special_e2e.cpu_platform.cpu_overrides``.
 """
@@ -35,10 +40,20 @@ ARMS: dict[str, tuple[str, ...]] = {
         "algorithm.gcpo.credit.all_correct_scale=group",
         "algorithm.gcpo.credit.method=loo",
     ),
+    # leave-one-out at Shapley's strength (issue 56): reward + 4 * credit, the simulator's dose match
+    "gcpo_loo_mix4": (
+        "algorithm.adv_estimator=gcpo",
+        "algorithm.gcpo.credit.all_correct_scale=group",
+        "algorithm.gcpo.credit.method=loo",
+        "algorithm.gcpo.credit.advantage=mix",
+        "algorithm.gcpo.credit.mix_coef=4.0",
+    ),
     # dqo fixes quality=none, method=loo, advantage=mix and all_correct_scale=group (recipe/gcpo/config.py)
     "dqo": ("algorithm.adv_estimator=dqo", "algorithm.gcpo.credit.mix_coef=2.0"),
 }
 DEFAULT_ARMS: tuple[str, ...] = ("grpo", "gcpo_group", "gcpo_loo", "dqo")
+# the credit-shape run's four (issue 56; docs/miniature.md)
+CREDIT_SHAPE_ARMS: tuple[str, ...] = ("grpo", "gcpo_group", "gcpo_loo", "gcpo_loo_mix4")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 JSON line per sampled answer, with its prompt, answer and ground truth) and its metrics file.
 
 Per run and evaluation step: accuracy (avg@n), unbiased pass@k for k = 1, ..., n, distinct correct answers
-per prompt among the n samples, coverage (distinct correct / the prompt's answer set), the entropy of the
+per prompt **among 16 samples** (``DISTINCT_AMONG``: the plain count when a prompt has 16 or fewer, the unbiased
+estimate of :func:`expected_distinct` from more, so tables stay comparable whatever ``--eval-samples``), coverage
+(those distinct correct answers / the prompt's answer set), the entropy of the
 sampled answers (nats, per prompt; the policy's entropy over whole answers) and of the correct ones alone (how
 evenly the correct samples spread over distinct answers, whatever the accuracy; 0 when fewer than two differ). Per run: the mean step time (steps
 after the first) and the training metrics over steps (``actor/entropy``, ``gcpo/*``).
@@ -14,12 +16,14 @@ import json
 import math
 import warnings
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import stats
 
+from experiments.miniature.arms import CREDIT_SHAPE_ARMS
 from experiments.miniature.task import answer_set, is_correct, parse_answer
 from gcpo_core.evaluation.evaluate import pass_at_k
 
@@ -29,17 +33,34 @@ def _entropy(counts: Counter) -> float:
     return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
 
 
+# distinct correct answers (and coverage) are counted among this many samples of a prompt, however many were drawn
+DISTINCT_AMONG = 16
+
+
+def expected_distinct(counts: Mapping[str, int], n: int, k: int = DISTINCT_AMONG) -> float:
+    """The expected number of distinct answers among ``k`` of a prompt's ``n`` samples drawn without replacement,
+    where answer a occurs ``counts[a]`` times among the ``n``: sum over a of 1 - C(n - c_a, k) / C(n, k) (a is
+    missed only when all k draws come from the other n - c_a samples). Unbiased for the count among k fresh samples;
+    the plain count ``len(counts)`` when ``n <= k`` (all of them drawn)."""
+    if any(c < 0 for c in counts.values()) or sum(counts.values()) > n:
+        raise ValueError(f"counts {dict(counts)} do not fit in {n} samples")
+    if n <= k:
+        return float(sum(1 for c in counts.values() if c > 0))
+    total = math.comb(n, k)
+    return float(sum(1 - math.comb(n - c, k) / total for c in counts.values() if c > 0))
+
+
 def prompt_metrics(category: str, responses: list[str]) -> dict[str, float]:
-    """The metrics of one prompt's ``n`` sampled responses."""
+    """The metrics of one prompt's ``n`` sampled responses (distinct correct answers among ``DISTINCT_AMONG``)."""
     n = len(responses)
     if n == 0:
         raise ValueError("a prompt without responses")
     correct = [r for r in responses if is_correct(r, category)]
-    distinct = {parse_answer(r) for r in correct}
+    distinct = expected_distinct(Counter(parse_answer(r) for r in correct), n)
     metrics = {
         "accuracy": len(correct) / n,
-        "distinct_correct": float(len(distinct)),
-        "coverage": len(distinct) / len(answer_set(category)),
+        "distinct_correct": distinct,
+        "coverage": distinct / len(answer_set(category)),
         "answer_entropy": _entropy(Counter(parse_answer(r) or "<malformed>" for r in responses)),
         "correct_entropy": _entropy(Counter(parse_answer(r) for r in correct)),
     }
@@ -64,7 +85,10 @@ def eval_metrics(dump: Path) -> dict[str, float]:
     if len(sizes) != 1:
         raise ValueError(f"{dump}: prompts have different numbers of samples {sorted(sizes)}")
     per_prompt = [prompt_metrics(categories[p], r) for p, r in groups.items()]
-    return {key: float(np.mean([m[key] for m in per_prompt])) for key in per_prompt[0]} | {"prompts": len(groups)}
+    return {key: float(np.mean([m[key] for m in per_prompt])) for key in per_prompt[0]} | {
+        "prompts": len(groups),
+        "samples": sizes.pop(),
+    }
 
 
 def read_metrics(path: Path) -> dict[int, dict[str, float]]:
@@ -114,6 +138,7 @@ def collect(out: Path) -> dict[str, dict[int, dict]]:
             "wall_s": record["wall_s"],
             "warm_seed": record.get("warm_seed"),
             "warm_start_sha256": record.get("warm_start_sha256"),
+            "started_at": record.get("started_at"),
             "spec": record.get("spec"),
         }
     return dict(runs)
@@ -172,7 +197,24 @@ def final_table(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = No
             + " | ".join(cells)
             + " | %.1f ± %.1f |" % mean_sd(r["step_s"] for r in seeds.values())
         )
-    return "\n".join(lines)
+    note = distinct_note(runs)
+    return "\n".join(lines) + (f"\n\n{note}" if note else "")
+
+
+def distinct_note(runs: Mapping[str, Mapping[int, dict]]) -> str:
+    """What ``distinct_correct`` and ``coverage`` count: among 16 samples a prompt, estimated without bias where the
+    runs drew more; "" where the evaluations do not say how many they drew (results from before they did)."""
+    drawn = {e.get("samples") for seeds in runs.values() for r in seeds.values() for e in r["evals"].values()}
+    if None in drawn or not drawn:
+        return ""
+    counts = "/".join(str(n) for n in sorted(drawn))
+    if max(drawn) <= DISTINCT_AMONG:
+        among = "16" if drawn == {DISTINCT_AMONG} else f"the {counts} drawn (fewer than 16)"
+        return f"distinct_correct and coverage: among {among} samples a prompt."
+    return (
+        f"distinct_correct and coverage: among {DISTINCT_AMONG} samples a prompt, estimated without bias from the "
+        f"{counts} drawn (Σ over correct answers a of 1 − C(n − c_a, 16) / C(n, 16))."
+    )
 
 
 def warm_starts_line(runs: Mapping[str, Mapping[int, dict]]) -> str:
@@ -286,6 +328,253 @@ def _tests_table(runs, pairs, title, label, step, keys, confidence) -> str:
                 f"| {label(arm, baseline)} | {key} | {len(diffs)} | {mean} | {ci} | {_p(t_p)} | {_p(w_p)} | "
                 f"{int(np.sum(diffs > 0))}/{len(diffs)} |"
             )
+    return "\n".join(lines)
+
+
+# The credit-shape run (issue 56), pre-registered in docs/miniature.md on 2026-11-27 before any run: four arms,
+# seeds 101-116, step 40; the constants below are the criterion's and are not to change once a run has started.
+SHAPE_ARMS = CREDIT_SHAPE_ARMS
+SHAPE_SEEDS: tuple[int, ...] = tuple(range(101, 117))
+SHAPE_STEP = 40
+ACCURACY_MARGIN = 0.05  # matched accuracy: the 90 % paired-t interval of the accuracy difference inside ±0.05
+DISTINCT_MARGIN = 0.5  # "the same frontier within half an answer": the 90 % interval of D_adj inside ±0.5
+ADJUST_SLOPE = 5.5  # D_adj = ΔD − 5.5 · ΔAcc (issue 47's within-seed slope, answers per unit of accuracy)
+SENSITIVITY_SLOPE = -2.7  # the simulator's slope along the doses: reported, decides nothing
+TOST_ALPHA = 0.05  # each one-sided test of a TOST
+FAMILY_ALPHA = 0.05  # Holm-Bonferroni over H1-H3
+ADJUSTED = "distinct_adj"  # the metric name of D_adj
+SHAPE_SECONDARY_KEYS = ("distinct_correct", "answer_entropy", "correct_entropy", "coverage", "pass@16")
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    name: str
+    arm: str
+    baseline: str
+    metric: str  # ADJUSTED or a key of the evaluations
+    what: str
+
+
+SHAPE_HYPOTHESES: tuple[Hypothesis, ...] = (
+    Hypothesis("H1", "gcpo_group", "gcpo_loo_mix4", ADJUSTED, "shape at matched strength"),
+    Hypothesis("H2", "gcpo_loo", "gcpo_group", "distinct_correct", "strength at one dose"),
+    Hypothesis("H3", "gcpo_group", "grpo", "distinct_correct", "replication"),
+)
+
+
+def paired_differences(
+    runs: Mapping[str, Mapping[int, dict]],
+    arm: str,
+    baseline: str,
+    step: int,
+    metric: str,
+    seeds: Optional[Iterable[int]] = None,
+    slope: float = ADJUST_SLOPE,
+) -> np.ndarray:
+    """``arm − baseline`` in ``metric`` at ``step``, seed by seed over the seeds both ran (of ``seeds`` when given),
+    in seed order. ``ADJUSTED`` is D_adj = Δ distinct_correct − ``slope`` · Δ accuracy."""
+    shared = sorted(set(runs[arm]) & set(runs[baseline]) & (set(seeds) if seeds is not None else set(runs[arm])))
+
+    def delta(key):
+        return np.array(
+            [runs[arm][s]["evals"][step][key] - runs[baseline][s]["evals"][step][key] for s in shared],
+            dtype=np.float64,
+        )
+
+    if metric == ADJUSTED:
+        return delta("distinct_correct") - slope * delta("accuracy")
+    return delta(metric)
+
+
+def paired_t(diffs: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
+    """Mean, ``confidence`` Student-t interval and two-sided p of the one-sample t test of paired ``diffs`` against 0
+    (scipy's ``ttest_1samp``). Differences all equal: the interval is that value, p is 0 (all non-zero) or 1 (all
+    zero). Fewer than two: NaN."""
+    d = np.asarray(diffs, dtype=np.float64)
+    nan = float("nan")
+    if len(d) < 2:
+        return {"n": len(d), "mean": float(d.mean()) if len(d) else nan, "low": nan, "high": nan, "p": nan}
+    mean = float(d.mean())
+    if np.all(d == d[0]):
+        return {"n": len(d), "mean": mean, "low": mean, "high": mean, "p": 0.0 if mean != 0 else 1.0}
+    test = stats.ttest_1samp(d, 0.0)
+    low, high = (float(x) for x in test.confidence_interval(confidence))
+    return {"n": len(d), "mean": mean, "low": low, "high": high, "p": float(test.pvalue)}
+
+
+def tost(diffs: Sequence[float], margin: float, alpha: float = TOST_ALPHA) -> dict:
+    """Two one-sided paired t tests of equivalence within ±``margin``: H0 μ ≤ −margin and H0 μ ≥ +margin, each at
+    ``alpha``. ``p`` is the larger one-sided p; ``equivalent`` when it is below ``alpha``, the same as the
+    (1 − 2 alpha) paired-t interval (``low``, ``high``) lying inside (−margin, +margin)."""
+    if not margin > 0 or not 0 < alpha < 0.5:
+        raise ValueError(f"a TOST needs margin > 0 and 0 < alpha < 0.5, got {margin}, {alpha}")
+    d = np.asarray(diffs, dtype=np.float64)
+    t = paired_t(d, confidence=1 - 2 * alpha)
+    if len(d) < 2:
+        p = float("nan")
+    elif np.all(d == d[0]):
+        p = 0.0 if abs(t["mean"]) < margin else 1.0
+    else:
+        above = stats.ttest_1samp(d, -margin, alternative="greater").pvalue
+        below = stats.ttest_1samp(d, margin, alternative="less").pvalue
+        p = float(max(above, below))
+    return {**t, "p": p, "margin": margin, "equivalent": bool(math.isfinite(p) and p < alpha)}
+
+
+def holm(pvalues: Mapping[str, float], alpha: float = FAMILY_ALPHA) -> dict[str, dict]:
+    """Holm-Bonferroni over ``pvalues`` (by name): with p sorted ascending, p_(i) is adjusted to
+    max_{j ≤ i} min(1, (m − j + 1) · p_(j)) and its hypothesis rejected when that is at most ``alpha`` (the step-down
+    procedure, family-wise error ``alpha``). An undefined p (NaN) counts as 1."""
+    m = len(pvalues)
+    order = sorted(pvalues, key=lambda k: 1.0 if not math.isfinite(pvalues[k]) else pvalues[k])
+    result, running = {}, 0.0
+    for i, name in enumerate(order):
+        p = pvalues[name] if math.isfinite(pvalues[name]) else 1.0
+        running = max(running, min(1.0, (m - i) * p))
+        result[name] = {"p": pvalues[name], "p_holm": running, "rejected": running <= alpha}
+    return {name: result[name] for name in pvalues}
+
+
+def shape_verdict(accuracy: Mapping, h1_rejected: bool, adjusted: Mapping, adjusted_tost: Mapping) -> str:
+    """The pre-registered verdict on H1 (docs/miniature.md, "The credit-shape run"), from the accuracy TOST of
+    ``gcpo_group − gcpo_loo_mix4``, whether H1 is rejected after Holm, D_adj's paired t (``adjusted``) and the TOST of
+    D_adj within ±0.5 answers (``adjusted_tost``, its 90 % interval)."""
+    interval = f"[{adjusted_tost['low']:+.3f}, {adjusted_tost['high']:+.3f}]"
+    if not accuracy["equivalent"]:
+        return (
+            f"**The dose match failed**: the accuracy difference's 90 % interval [{accuracy['low']:+.3f}, "
+            f"{accuracy['high']:+.3f}] is not inside ±{accuracy['margin']}. The pair is reported as a trade "
+            f"(D_adj {adjusted['mean']:+.3f}, 90 % {interval}); no shape verdict is given."
+        )
+    if h1_rejected:
+        side = "above" if adjusted["mean"] > 0 else "below"
+        return (
+            f"**Shapley's frontier lies {side} leave-one-out's** on the real path: D_adj {adjusted['mean']:+.3f} "
+            f"[{adjusted['low']:+.3f}, {adjusted['high']:+.3f}] (95 %), rejected after Holm, at matched accuracy."
+        )
+    if adjusted_tost["equivalent"]:
+        return (
+            f"**The same frontier within half an answer** (the simulator's prediction): H1 not rejected, D_adj "
+            f"{adjusted['mean']:+.3f}, 90 % interval {interval} inside ±{adjusted_tost['margin']}."
+        )
+    return (
+        f"**Not distinguishable at this resolution**: H1 not rejected, D_adj {adjusted['mean']:+.3f}, 90 % interval "
+        f"{interval}, not inside ±{adjusted_tost['margin']}."
+    )
+
+
+def credit_shape_analysis(
+    runs: Mapping[str, Mapping[int, dict]], step: int = SHAPE_STEP, seeds: Sequence[int] = SHAPE_SEEDS
+) -> dict:
+    """The pre-registered analysis of the credit-shape run at ``step`` over ``seeds`` (the seeds all four arms ran):
+    each hypothesis's paired t and Holm's adjustment, each pair's accuracy TOST (±0.05), D_adj's TOST (±0.5) and its
+    sensitivity slope, and the verdicts, which are given (``complete``) only when every arm has every seed."""
+    have = {arm: sorted(set(runs.get(arm, {})) & set(seeds)) for arm in SHAPE_ARMS}
+    # the verdict is the pre-registered step's, over every seed of every arm
+    complete = step == SHAPE_STEP and all(len(have[arm]) == len(seeds) for arm in SHAPE_ARMS)
+    shared = sorted(set(seeds).intersection(*(set(v) for v in have.values())))
+    missing_step = [f"{a} seed {s}" for a in SHAPE_ARMS for s in shared if step not in runs[a][s]["evals"]]
+    if missing_step:
+        raise ValueError(f"no evaluation at step {step} for {', '.join(missing_step)}")
+    result = {"step": step, "seeds": shared, "runs_in": have, "expected": len(seeds), "complete": complete}
+    tests = {}
+    for h in SHAPE_HYPOTHESES:
+        diffs = paired_differences(runs, h.arm, h.baseline, step, h.metric, shared)
+        accuracy = paired_differences(runs, h.arm, h.baseline, step, "accuracy", shared)
+        tests[h.name] = {
+            "hypothesis": h,
+            "t": paired_t(diffs),
+            "accuracy": paired_t(accuracy),
+            "accuracy_tost": tost(accuracy, ACCURACY_MARGIN),
+        }
+    for name, adjusted in holm({name: t["t"]["p"] for name, t in tests.items()}).items():
+        tests[name]["holm"] = adjusted
+    h1 = SHAPE_HYPOTHESES[0]
+    adjusted = paired_differences(runs, h1.arm, h1.baseline, step, ADJUSTED, shared)
+    result["adjusted_tost"] = tost(adjusted, DISTINCT_MARGIN)
+    result["sensitivity"] = paired_t(
+        paired_differences(runs, h1.arm, h1.baseline, step, ADJUSTED, shared, slope=SENSITIVITY_SLOPE)
+    )
+    result["raw_h1"] = paired_t(paired_differences(runs, h1.arm, h1.baseline, step, "distinct_correct", shared))
+    result["tests"] = tests
+    if complete:
+        t1 = tests["H1"]
+        result["verdict"] = shape_verdict(t1["accuracy_tost"], t1["holm"]["rejected"], t1["t"], result["adjusted_tost"])
+        result["verdicts_h2_h3"] = [_judged_like_the_ablation(tests[n]) for n in ("H2", "H3")]
+    return result
+
+
+def _interval(t: Mapping) -> str:
+    return "n/a" if not math.isfinite(t["low"]) else f"[{t['low']:+.3f}, {t['high']:+.3f}]"
+
+
+def _judged_like_the_ablation(test: Mapping) -> str:
+    h, t, acc = test["hypothesis"], test["t"], test["accuracy"]
+    outcome = "rejected" if test["holm"]["rejected"] else "not rejected"
+    return (
+        f"{h.name} ({h.what}, {h.arm} − {h.baseline}, raw distinct correct among 16): **{outcome}** after Holm "
+        f"(p {_p(t['p'])}, Holm p {_p(test['holm']['p_holm'])}): {t['mean']:+.3f} {_interval(t)}, at accuracy "
+        f"{acc['mean']:+.3f} {_interval(acc)} (95 % intervals)."
+    )
+
+
+def credit_shape_tests(runs: Mapping[str, Mapping[int, dict]], step: Optional[int] = None) -> str:
+    """Markdown of :func:`credit_shape_analysis` when the run's dose-matched arm ran ("" otherwise): the tests
+    table, then the verdicts, or how many runs are in."""
+    if "gcpo_loo_mix4" not in runs:
+        return ""
+    if step is None:  # the pre-registered step 40; a shorter budget (a trial) its last shared evaluation
+        steps = [set(runs[a][s]["evals"]) for a in SHAPE_ARMS if a in runs for s in runs[a] if s in SHAPE_SEEDS]
+        common = set.intersection(*steps) if steps else set()
+        step = SHAPE_STEP if SHAPE_STEP in common or not common else max(common)
+    a = credit_shape_analysis(runs, step)
+    in_so_far = ", ".join(f"{arm} {len(a['runs_in'][arm])}/{a['expected']}" for arm in SHAPE_ARMS)
+    total = sum(len(v) for v in a["runs_in"].values())
+    title = f"The credit-shape run (issue 56, pre-registered), step {step}, seeds {SHAPE_SEEDS[0]}-{SHAPE_SEEDS[-1]}"
+    lines = [f"{title}: {total} of {a['expected'] * len(SHAPE_ARMS)} runs in ({in_so_far})."]
+    if len(a["seeds"]) < 2:
+        return "\n".join(lines + ["", "No verdict: fewer than two seeds have all four arms."])
+    lines += [
+        "",
+        "| hypothesis | pair | metric | seeds | mean | 95 % CI | paired t p | Holm p | rejected (FWER 0.05) | "
+        "accuracy difference [90 % CI] | accuracy matched (±0.05) |",
+        "|---" * 11 + "|",
+    ]
+    for name, t in a["tests"].items():
+        h, acc = t["hypothesis"], t["accuracy_tost"]
+        metric = "D_adj (5.5)" if h.metric == ADJUSTED else f"{h.metric} (among 16)"
+        lines.append(
+            f"| {name} | {h.arm} − {h.baseline} | {metric} | {t['t']['n']} | {t['t']['mean']:+.3f} | "
+            f"{_interval(t['t'])} | {_p(t['t']['p'])} | {_p(t['holm']['p_holm'])} | "
+            f"{'yes' if t['holm']['rejected'] else 'no'} | {acc['mean']:+.3f} {_interval(acc)} | "
+            f"{'yes' if acc['equivalent'] else 'no'} |"
+        )
+    d, sens, raw = a["adjusted_tost"], a["sensitivity"], a["raw_h1"]
+    lines += [
+        "",
+        f"H1's D_adj within ±{DISTINCT_MARGIN} answers (TOST): 90 % interval {_interval(d)}, "
+        f"{'inside' if d['equivalent'] else 'not inside'} (p {_p(d['p'])}). Outside the family: raw distinct correct "
+        f"among 16 {raw['mean']:+.3f} {_interval(raw)} (p {_p(raw['p'])}); D_adj with the simulator's slope "
+        f"{SENSITIVITY_SLOPE} (sensitivity, decides nothing) {sens['mean']:+.3f} {_interval(sens)} (p {_p(sens['p'])}).",
+        "",
+    ]
+    secondary = [
+        k for k in SHAPE_SECONDARY_KEYS if all(k in runs[x][s]["evals"][step] for x in SHAPE_ARMS for s in a["seeds"])
+    ]
+    if secondary:
+        shape_runs = {arm: {s: runs[arm][s] for s in a["seeds"]} for arm in SHAPE_ARMS}
+        pairs = [(h.arm, h.baseline) for h in SHAPE_HYPOTHESES]
+        table = _tests_table(shape_runs, pairs, "pair", lambda x, y: f"{x} − {y}", step, secondary, 0.95)
+        lines += ["Secondary, outside the family (decides nothing):", "", table, ""]
+    if step != SHAPE_STEP:
+        lines.append(f"**No verdict**: the pre-registered step is {SHAPE_STEP}, these runs end at step {step}.")
+    elif not a["complete"]:
+        lines.append(
+            f"**No verdict yet**: it is given only when all {a['expected']} seeds of all {len(SHAPE_ARMS)} arms are in "
+            f"({total} of {a['expected'] * len(SHAPE_ARMS)}); the numbers above are interim and decide nothing."
+        )
+    else:
+        lines += [f"Verdict, H1: {a['verdict']}", ""] + [f"Verdict, {v}" for v in a["verdicts_h2_h3"]]
     return "\n".join(lines)
 
 

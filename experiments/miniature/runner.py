@@ -3,7 +3,8 @@
 Each run is bounded (``timeout_s``) and afterwards every process it started is stopped (they carry the run's marker
 in their environment: :func:`tests.special_e2e.smoke.processes.reap`), in a Ray folder of its own. A run folder with a
 ``done.json`` is kept and skipped when it trained from the same warm start, so an interrupted experiment goes on where
-it stopped.
+it stopped. ``done.json`` names the run's warm start (its seed and SHA-256) and its start time (``started_at``, ISO 8601
+UTC).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -102,6 +104,7 @@ def train(
         folder.mkdir(parents=True)
         env["VERL_FILE_LOGGER_PATH"] = str(folder / "metrics.jsonl")
         print(f"miniature: {arm} seed {seed}: training {spec.steps} steps ({folder})", flush=True)
+        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")  # ISO 8601, UTC
         start = time.monotonic()
         with open(folder / "log.txt", "w") as log:
             try:
@@ -123,6 +126,7 @@ def train(
         "seed": seed,
         "warm_seed": warm_seed,
         "warm_start_sha256": warm_start_sha256(policy_dir(out, warm_seed)),
+        "started_at": started_at,
         "wall_s": round(wall, 1),
         "spec": spec.__dict__,
         "overrides": list(extra),

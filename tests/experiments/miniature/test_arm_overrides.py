@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.miniature.arms import ARMS, DEFAULT_ARMS, RunSpec, run_overrides
+from experiments.miniature.arms import ARMS, CREDIT_SHAPE_ARMS, DEFAULT_ARMS, RunSpec, run_overrides
 from tests.special_e2e.cpu_platform import cpu_overrides
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,6 +37,14 @@ def test_the_arms_differ_only_in_the_advantage():
     group = set(runs["gcpo_group"]) - {"trainer.experiment_name=gcpo_group-seed1"}
     loo = set(runs["gcpo_loo"]) - {"trainer.experiment_name=gcpo_loo-seed1"}
     assert loo - group == {"algorithm.gcpo.credit.method=loo"} and group - loo == set()
+    # the credit-shape run's dose match (issue 56): leave-one-out mixed into the reward at four times the credit
+    mix4 = set(runs["gcpo_loo_mix4"]) - {"trainer.experiment_name=gcpo_loo_mix4-seed1"}
+    assert mix4 - group == {
+        "algorithm.gcpo.credit.method=loo",
+        "algorithm.gcpo.credit.advantage=mix",
+        "algorithm.gcpo.credit.mix_coef=4.0",
+    }
+    assert group - mix4 == set()
     dqo = set(runs["dqo"]) - {"trainer.experiment_name=dqo-seed1"}
     assert dqo - group == {"algorithm.adv_estimator=dqo", "algorithm.gcpo.credit.mix_coef=2.0"}
     # dqo fixes all_correct_scale=group itself (and quality=none, method=loo, advantage=mix)
@@ -45,6 +53,9 @@ def test_the_arms_differ_only_in_the_advantage():
 
 def test_the_default_arms_are_the_decisive_ablations_and_all_exist():
     assert DEFAULT_ARMS == ("grpo", "gcpo_group", "gcpo_loo", "dqo") and set(DEFAULT_ARMS) <= set(ARMS)
+    # the credit-shape run's arms exist; its dose-matched arm runs only when asked for
+    assert CREDIT_SHAPE_ARMS == ("grpo", "gcpo_group", "gcpo_loo", "gcpo_loo_mix4")
+    assert set(CREDIT_SHAPE_ARMS) <= set(ARMS) and "gcpo_loo_mix4" not in DEFAULT_ARMS
 
 
 def test_the_seed_reaches_data_order_sampling_and_gcpos_permutations():
@@ -89,7 +100,9 @@ def test_every_arm_composes_and_validates_through_the_real_entry_point(arm, tmp_
     if arm != "grpo":
         scale = "batch" if arm == "gcpo_batch" else "group"
         assert f"all_correct_scale: {scale}" in proc.stdout
-    if arm in ("gcpo_loo", "dqo"):  # named as what it is: leave-one-out, not Shapley
+    if arm in ("gcpo_loo", "gcpo_loo_mix4", "dqo"):  # named as what it is: leave-one-out, not Shapley
         assert "leave-one-out credit of each group's log-det team value (method loo;" in proc.stdout
     elif arm != "grpo":
         assert "Shapley credit of each group's log-det team value (method auto" in proc.stdout
+    if arm == "gcpo_loo_mix4":  # mixed into the reward at four times the credit, as composed
+        assert "advantage mix;" in proc.stdout and "mix_coef: 4.0" in proc.stdout

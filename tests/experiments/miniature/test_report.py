@@ -1,17 +1,21 @@
 import json
 import math
+from collections import Counter
 
+import numpy as np
 import pytest
 
 from experiments.miniature.report import (
     collect,
     eval_metrics,
+    expected_distinct,
     final_table,
     paired_table,
     paired_tests,
     plot,
     prompt_metrics,
 )
+from experiments.miniature.task import answer_set
 from tests.experiments.miniature.runs import collected_runs
 
 
@@ -36,6 +40,73 @@ def test_a_collapsed_policy_scores_as_accurate_but_not_diverse():
         half["correct_entropy"] == pytest.approx(math.log(2))
         and prompt_metrics("animal", ["x"])["correct_entropy"] == 0
     )
+
+
+def _brute_force_distinct(samples, k):
+    """The mean number of distinct answers over every k-subset of ``samples`` (by position)."""
+    from itertools import combinations
+
+    subsets = list(combinations(range(len(samples)), k))
+    return sum(len({samples[i] for i in subset}) for subset in subsets) / len(subsets)
+
+
+def test_distinct_among_16_is_the_plain_count_at_16_samples():
+    answers = ["tiger"] * 9 + ["lion"] * 4 + ["wolf", "fox", "bear"]
+    assert expected_distinct(Counter(answers), 16) == 5.0
+    m = prompt_metrics("animal", answers)
+    assert m["distinct_correct"] == 5.0 and m["coverage"] == pytest.approx(5 / len(answer_set("animal")))
+    assert expected_distinct({}, 16) == 0.0 and expected_distinct(Counter(["tiger"] * 3), 3) == 1.0  # fewer: all
+
+
+@pytest.mark.parametrize(
+    "samples, k",
+    [
+        (("a",) * 4 + ("b",) * 2 + ("c",), 3),  # 35 subsets
+        (("a",) * 10 + ("b",) * 5 + ("c",) * 2 + ("d",), 16),  # 18 samples, 153 subsets of 16
+        (("a",) * 12 + ("b",) * 3 + ("c",) * 2 + ("d",) * 2 + ("e",), 16),  # 20 samples, 4845 subsets
+    ],
+)
+def test_distinct_among_k_is_the_mean_over_every_subset_of_k(samples, k):
+    assert expected_distinct(Counter(samples), len(samples), k) == pytest.approx(
+        _brute_force_distinct(samples, k), rel=1e-12
+    )
+
+
+def test_distinct_correct_among_16_of_64_samples_matches_random_subsamples_and_is_not_the_plain_count():
+    import random
+
+    answers = ["tiger"] * 30 + ["lion"] * 12 + ["wolf"] * 6 + ["fox"] * 2 + ["bear"] + ["apple"] * 13
+    m = prompt_metrics("animal", answers)
+    assert m["accuracy"] == pytest.approx(51 / 64)
+    correct = ("tiger", "lion", "wolf", "fox", "bear")
+    rng = random.Random(0)
+    draws = [sum(1 for a in set(rng.sample(answers, 16)) if a in correct) for _ in range(20_000)]
+    # the subsamples' mean within 4 of its standard errors (sd < 1 answer: se < 0.007)
+    assert m["distinct_correct"] == pytest.approx(sum(draws) / len(draws), abs=0.03)
+    assert 3.0 < m["distinct_correct"] < 5.0  # not the 5 of all 64: the rare answers show up in few draws of 16
+    assert m["coverage"] == pytest.approx(m["distinct_correct"] / len(answer_set("animal")))
+    with pytest.raises(ValueError, match="do not fit"):
+        expected_distinct({"a": 10}, 8)
+
+
+def test_the_table_says_distinct_answers_are_counted_among_16(tmp_path):
+    from experiments.miniature.report import distinct_note
+
+    prompt = {"animal": ["tiger"] * 40 + ["lion"] * 20 + ["x"] * 4}
+    _write_run(tmp_path, "grpo", 1, {0: prompt, 3: prompt})
+    runs = collect(tmp_path)
+    assert runs["grpo"][1]["evals"][3]["samples"] == 64
+    table = final_table(runs)
+    assert table.splitlines()[-1].startswith(
+        "distinct_correct and coverage: among 16 samples a prompt, estimated without bias from the 64 drawn"
+    )
+    # lion is missed in a draw of 16 only when all 16 come from the 44 others
+    lion = 1 - math.comb(44, 16) / math.comb(64, 16)
+    assert runs["grpo"][1]["evals"][3]["distinct_correct"] == pytest.approx(1 + lion)
+    sixteen = {0: {"animal": ["tiger"] * 16}}
+    _write_run(tmp_path / "b", "grpo", 1, sixteen)
+    assert distinct_note(collect(tmp_path / "b")) == "distinct_correct and coverage: among 16 samples a prompt."
+    assert distinct_note({"grpo": {1: {"evals": {0: {"accuracy": 0.5}}}}}) == ""  # older results do not say
 
 
 def _write_run(root, arm, seed, outputs_by_step, step_s=3.0, warm_start_sha256=None):
@@ -207,3 +278,145 @@ def test_an_experiment_run_in_parts_is_reported_whole_and_a_pair_run_twice_is_re
     assert main(["report", "--out", str(first), "--include", str(second / "results.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("miniature: cannot report: ") and "both hold gcpo_group seed 1, grpo seed 1" in err
+
+
+# The credit-shape run's pre-registered steps (issue 56): TOST, D_adj, Holm and the verdicts.
+
+
+def test_tost_agrees_with_a_hand_computed_case_and_with_its_90_percent_interval():
+    from experiments.miniature.report import tost
+
+    # differences 1, 2, 3: mean 2, se 1/sqrt(3); against +4: t = -2 sqrt(3) on 2 df, one-sided p = 0.074 / 2
+    inside = tost([1.0, 2.0, 3.0], margin=4.0)
+    assert inside["p"] == pytest.approx(0.0371, abs=1e-4) and inside["equivalent"]
+    assert (inside["low"], inside["high"]) == pytest.approx((0.3141, 3.6859), abs=1e-4)  # the 90 % interval
+    outside = tost([1.0, 2.0, 3.0], margin=3.5)  # 3.686 > 3.5
+    assert not outside["equivalent"] and outside["p"] > 0.05
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # two one-sided tests at 5 % are the 90 % interval inside the margin
+        d = rng.normal(rng.uniform(-0.06, 0.06), 0.05, size=16)
+        t = tost(d, margin=0.05)
+        assert t["equivalent"] == (-0.05 < t["low"] and t["high"] < 0.05)
+    with pytest.raises(ValueError, match="margin"):
+        tost([1.0, 2.0], margin=0)
+
+
+def test_tost_finds_identical_arms_equivalent_and_a_clear_difference_not():
+    from experiments.miniature.report import paired_t, tost
+
+    rng = np.random.default_rng(1)
+    same = rng.normal(0.0, 0.02, size=16)  # identical arms but for sampling noise
+    assert tost(same, 0.05)["equivalent"] and paired_t(same)["p"] > 0.01
+    apart = rng.normal(0.12, 0.02, size=16)  # 0.12 of accuracy apart
+    assert not tost(apart, 0.05)["equivalent"] and paired_t(apart)["p"] < 1e-6
+    assert paired_t(apart)["low"] > 0.1 > paired_t(same)["high"]
+    assert tost([0.01] * 16, 0.05)["equivalent"] and not tost([0.2] * 16, 0.05)["equivalent"]  # no spread
+    assert paired_t([0.0, 0.0])["p"] == 1.0 and math.isnan(paired_t([1.0])["p"]) and not tost([1.0], 5)["equivalent"]
+
+
+def test_holm_orders_the_p_values_and_steps_down_as_computed_by_hand():
+    from experiments.miniature.report import holm
+
+    # m = 3: 0.01 -> 3 x 0.01 = 0.03 (rejected); 0.03 -> 2 x 0.03 = 0.06 (not: the procedure stops there);
+    # 0.04 -> max(0.06, 1 x 0.04) = 0.06, not rejected though 0.04 < 0.05 alone
+    out = holm({"H1": 0.04, "H2": 0.01, "H3": 0.03})
+    assert list(out) == ["H1", "H2", "H3"]  # the caller's order
+    assert {k: v["p_holm"] for k, v in out.items()} == pytest.approx({"H1": 0.06, "H2": 0.03, "H3": 0.06})
+    assert [out[k]["rejected"] for k in ("H1", "H2", "H3")] == [False, True, False]
+    every = holm({"H1": 0.01, "H2": 0.02, "H3": 0.04})  # 0.03, 0.04, 0.04: all rejected
+    assert all(v["rejected"] for v in every.values())
+    assert every["H3"]["p_holm"] == pytest.approx(0.04) and every["H2"]["p_holm"] == pytest.approx(0.04)
+    capped = holm({"H1": 0.6, "H2": float("nan"), "H3": 0.001})  # NaN counts as 1; adjusted p at most 1
+    assert capped["H2"]["p_holm"] == 1.0 and capped["H1"]["p_holm"] == 1.0 and capped["H3"]["rejected"]
+
+
+def test_the_shape_verdict_follows_the_pre_registered_rules():
+    from experiments.miniature.report import shape_verdict
+
+    matched = {"equivalent": True, "low": -0.03, "high": 0.02, "margin": 0.05}
+    traded = {"equivalent": False, "low": -0.09, "high": 0.01, "margin": 0.05}
+    up = {"mean": 0.6, "low": 0.3, "high": 0.9}
+    down = {"mean": -0.6, "low": -0.9, "high": -0.3}
+    flat = {"mean": 0.05, "low": -0.2, "high": 0.3}
+    narrow = {"equivalent": True, "low": -0.1, "high": 0.2, "margin": 0.5}
+    wide = {"equivalent": False, "low": -0.7, "high": 0.8, "margin": 0.5}
+    assert "lies above leave-one-out's" in shape_verdict(matched, True, up, wide)
+    assert "lies below leave-one-out's" in shape_verdict(matched, True, down, wide)
+    assert "The same frontier within half an answer" in shape_verdict(matched, False, flat, narrow)
+    assert "Not distinguishable at this resolution" in shape_verdict(matched, False, flat, wide)
+    assert "[-0.700, +0.800]" in shape_verdict(matched, False, flat, wide)  # with the interval
+    for rejected, adjusted in ((True, up), (False, flat)):  # a failed dose match gives no shape verdict at all
+        text = shape_verdict(traded, rejected, adjusted, narrow)
+        assert "The dose match failed" in text and "frontier" not in text
+
+
+def _shape_runs(effects, seeds=range(101, 117), step=40, seed=0):
+    """Runs of the four arms at ``step``: each seed's gcpo_group at a random start, every other arm its
+    ``effects[arm] = (accuracy shift, distinct shift)`` plus a little noise."""
+    rng = np.random.default_rng(seed)
+    runs = {arm: {} for arm in ("grpo", "gcpo_group", "gcpo_loo", "gcpo_loo_mix4")}
+    for s in seeds:
+        acc, distinct = rng.uniform(0.4, 0.6), rng.uniform(3.0, 4.5)
+        for arm in runs:
+            da, dd = effects.get(arm, (0.0, 0.0))
+            noise = (0.0, 0.0) if arm == "gcpo_group" else (rng.normal(0, 0.01), rng.normal(0, 0.05))
+            e = {"accuracy": acc + da + noise[0], "distinct_correct": distinct + dd + noise[1]}
+            runs[arm][s] = {"evals": {0: {"accuracy": 0.2, "distinct_correct": 2.0}, step: e}, "warm_seed": s}
+    return runs
+
+
+def test_the_credit_shape_analysis_on_synthetic_runs_with_known_answers():
+    from experiments.miniature.report import credit_shape_analysis, credit_shape_tests
+
+    # H1's pair identical, leave-one-out alone +0.8 answers at -0.03 accuracy, GRPO 0.7 answers below
+    runs = _shape_runs({"gcpo_loo": (-0.03, 0.8), "grpo": (0.0, -0.7)})
+    a = credit_shape_analysis(runs)
+    assert a["complete"] and a["seeds"] == list(range(101, 117))
+    h1, h2, h3 = (a["tests"][h] for h in ("H1", "H2", "H3"))
+    assert h1["accuracy_tost"]["equivalent"] and not h1["holm"]["rejected"] and a["adjusted_tost"]["equivalent"]
+    assert h2["holm"]["rejected"] and h2["t"]["mean"] == pytest.approx(0.8, abs=0.05)
+    assert h3["holm"]["rejected"] and h3["t"]["mean"] == pytest.approx(0.7, abs=0.05)  # gcpo_group − grpo
+    assert h2["accuracy"]["mean"] == pytest.approx(-0.03, abs=0.01)  # stated beside H2, not adjusted away
+    assert "The same frontier within half an answer" in a["verdict"]
+    text = credit_shape_tests(runs)
+    assert "64 of 64 runs in" in text and "| H1 | gcpo_group − gcpo_loo_mix4 | D_adj (5.5) | 16 |" in text
+    assert (
+        "Verdict, H2 (strength at one dose, gcpo_loo − gcpo_group, raw distinct correct among 16): **rejected**" in text
+    )
+
+    # D_adj = ΔD − 5.5 ΔAcc: mix4 0.1 accuracy and 0.55 answers below gcpo_group is no shape difference at all
+    traded = credit_shape_analysis(_shape_runs({"gcpo_loo_mix4": (-0.1, -0.55)}))
+    assert traded["tests"]["H1"]["t"]["mean"] == pytest.approx(0.0, abs=0.05)
+    assert "The dose match failed" in traded["verdict"]  # 0.1 of accuracy apart: not matched
+    above = credit_shape_analysis(_shape_runs({"gcpo_loo_mix4": (0.0, -0.6)}))
+    assert above["tests"]["H1"]["holm"]["rejected"] and "lies above leave-one-out's" in above["verdict"]
+
+
+def test_the_verdict_waits_for_all_sixteen_seeds_of_all_four_arms():
+    from experiments.miniature.report import credit_shape_analysis, credit_shape_tests
+
+    runs = _shape_runs({"grpo": (0.0, -0.7)})
+    del runs["gcpo_loo"][116]
+    assert not credit_shape_analysis(runs)["complete"] and "verdict" not in credit_shape_analysis(runs)
+    text = credit_shape_tests(runs)
+    assert "63 of 64 runs in (grpo 16/16, gcpo_group 16/16, gcpo_loo 15/16, gcpo_loo_mix4 16/16)" in text
+    assert "No verdict yet" in text and "Verdict," not in text and "| H3 | gcpo_group − grpo |" in text
+    early = _shape_runs({}, seeds=(101,))
+    assert "No verdict: fewer than two seeds" in credit_shape_tests(early)
+    assert credit_shape_tests(_shape_runs({}, step=4)).endswith("these runs end at step 4.")  # a trial's budget
+    assert credit_shape_tests({"grpo": runs["grpo"], "gcpo_group": runs["gcpo_group"]}) == ""  # not this run
+
+
+def test_the_report_command_adds_the_credit_shape_tests_when_its_dose_matched_arm_ran(tmp_path):
+    from experiments.miniature.__main__ import main
+
+    start = {"animal": ["tiger", "apple"]}
+    for seed in (101, 102):
+        for arm in ("grpo", "gcpo_group", "gcpo_loo", "gcpo_loo_mix4"):
+            _write_run(tmp_path, arm, seed, {0: start, 3: {"animal": ["tiger", "lion" if seed == 101 else "wolf"]}})
+    assert main(["report", "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert "The credit-shape run (issue 56, pre-registered), step 3, seeds 101-116: 8 of 64 runs in" in table
+    assert "| H2 | gcpo_loo − gcpo_group | distinct_correct (among 16) | 2 |" in table
+    assert "the pre-registered step is 40, these runs end at step 3." in table
+    assert "Secondary, outside the family" in table and "| gcpo_group − gcpo_loo_mix4 | answer_entropy | 2 |" in table

@@ -68,6 +68,21 @@ def test_a_run_goes_through_main_gcpo_on_the_cpu_platform_and_is_kept_once_done(
     assert third["warm_start_sha256"] == hashlib.sha256(b"weights").hexdigest()
 
 
+def test_each_run_records_when_it_started_in_utc(tmp_path, fake_python, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    monkeypatch.setenv("STUB_SLEEP", "1.5")
+    before = datetime.now(timezone.utc)
+    record = train("grpo", 101, RunSpec(steps=3, eval_every=3), tmp_path / "out", 60, python=str(fake_python))
+    after = datetime.now(timezone.utc)
+    started = datetime.fromisoformat(record["started_at"])  # ISO 8601
+    assert started.utcoffset() == timedelta(0)  # in UTC
+    # the start, not the end: before the run's 1.5 s (whole seconds, truncated)
+    assert before - timedelta(seconds=1) < started <= after - timedelta(seconds=1.5) and record["wall_s"] >= 1.5
+    saved = json.loads((run_dir(tmp_path / "out", "grpo", 101) / "done.json").read_text())
+    assert saved["started_at"] == record["started_at"] and "warm_start_sha256" in saved
+
+
 def test_a_failed_or_stopped_run_is_an_error_and_starts_over_next_time(tmp_path, fake_python, monkeypatch):
     out = tmp_path / "out"
     monkeypatch.setenv("STUB_EXIT", "3")
@@ -213,3 +228,80 @@ def test_a_finished_experiment_is_compared_with_the_documented_run_when_the_budg
     assert main(["run", "--out", str(short), "--arms", "grpo", "--seeds", "1", "--steps", "2"]) == 0
     assert "not compared with the documented run (results.json): the runs' budgets differ" in capsys.readouterr().out
     assert not (short / "reproduction.md").exists()
+
+
+def test_the_first_seed_and_the_eval_samples_reach_every_run_and_each_seed_keeps_its_own_start(tmp_path, monkeypatch):
+    """Issue 56's seeds 101-116: ``--first-seed 101 --seeds N`` trains seeds 101..100+N, seed s from warm start s,
+    each evaluated with ``--eval-samples`` held-out samples a prompt."""
+    built, trained = _record_training(monkeypatch)
+    monkeypatch.setattr(cli, "DOCUMENTED_RESULTS", tmp_path / "absent.json")
+    argv = ["run", "--out", str(tmp_path / "out"), "--arms", "grpo,gcpo_loo_mix4", "--seeds", "3"]
+    assert main([*argv, "--first-seed", "101", "--eval-samples", "64"]) == 0
+    assert [run[:3] for run in trained] == [
+        (arm, seed, seed) for seed in (101, 102, 103) for arm in ("grpo", "gcpo_loo_mix4")
+    ]
+    assert [spec.seed for spec in built] == [101, 102, 103]
+    assert {spec for *_, spec in trained} == {RunSpec(eval_samples=64)}
+    trained.clear()
+    assert main([*argv, "--first-seed", "101", "--warm-seed", "7"]) == 0  # one named start still wins
+    assert [run[1:3] for run in trained] == [(seed, 7) for seed in (101, 102, 103) for _ in range(2)]
+    assert {spec.eval_samples for *_, spec in trained} == {16}  # the default
+
+
+def test_the_eval_samples_reach_verls_validation_sampling():
+    from pathlib import Path
+
+    from experiments.miniature.arms import run_overrides
+
+    args = run_overrides("grpo", 101, RunSpec(eval_samples=64), *(Path(f"/m/{d}") for d in ("d", "p", "r", "ray")))
+    assert "actor_rollout_ref.rollout.val_kwargs.n=64" in args and "data.seed=101" in args
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--first-seed", "-1"], "--first-seed must be a non-negative"), (["--eval-samples", "0"], "eval_samples must")],
+)
+def test_bad_seed_ranges_and_sample_counts_are_refused(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--out", str(tmp_path / "out"), *argv])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_script_takes_the_first_seed_and_the_eval_samples():
+    """Known to the script's parser (a missing value is its own error, not an unknown option) and in its usage;
+    nothing is run: the value check comes before the CPU environment."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "scripts" / "miniature.sh"
+    usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True).stdout
+    assert "--first-seed S" in usage and "--eval-samples N" in usage
+    for option in ("--first-seed", "--eval-samples"):
+        bad = subprocess.run(["bash", str(script), option], capture_output=True, text=True)
+        assert bad.returncode == 2 and f"error: {option} needs a value" in bad.stderr
+
+
+def test_a_run_from_the_first_seed_is_reported_by_arm_and_seed(tmp_path, monkeypatch):
+    from dataclasses import asdict
+
+    import experiments.miniature.runner as runner
+    from experiments.miniature.report import collect
+    from tests.experiments.miniature.test_report import _write_run
+
+    _fake_warm_starts(monkeypatch)
+    monkeypatch.setattr(cli, "DOCUMENTED_RESULTS", tmp_path / "absent.json")
+
+    def fake_train(arm, seed, spec, out, *args, warm_seed, **kwargs):
+        _write_run(out, arm, seed, {0: {"animal": ["tiger", "x"]}, spec.steps: {"animal": ["tiger", "lion"]}})
+        done = run_dir(out, arm, seed) / "done.json"
+        done.write_text(json.dumps(json.loads(done.read_text()) | {"warm_seed": warm_seed, "spec": asdict(spec)}))
+
+    monkeypatch.setattr(runner, "train", fake_train)
+    out = tmp_path / "out"
+    argv = ["run", "--out", str(out), "--arms", "grpo,gcpo_group", "--seeds", "2", "--first-seed", "101"]
+    assert main([*argv, "--steps", "4"]) == 0
+    runs = collect(out)
+    assert {arm: sorted(seeds) for arm, seeds in runs.items()} == {"grpo": [101, 102], "gcpo_group": [101, 102]}
+    assert runs["grpo"][102]["warm_seed"] == 102
+    assert "seed 101 from start 101, seed 102 from start 102" in (out / "table.md").read_text()
