@@ -1,3 +1,4 @@
+import logging
 import os
 import shutil
 import tempfile
@@ -62,6 +63,19 @@ def pytest_xdist_make_scheduler(config, log):
             return "exclusive" if _exclusive(path) else str(path)
 
     return FileGroups(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _no_log_handler_on_a_closed_stream():
+    """A library that set up logging inside an earlier test on this worker holds that test's captured stderr, closed
+    since, and every later log line through it prints ``--- Logging error ---`` into whatever test logs it (one seen:
+    sentence-transformers' INFO line inside a CLI test that pins its stderr). Such handlers are dropped before each
+    test; a handler on a live stream is left as it is."""
+    manager = logging.Logger.manager
+    for logger in [logging.getLogger(), *(lg for lg in manager.loggerDict.values() if isinstance(lg, logging.Logger))]:
+        for handler in list(logger.handlers):
+            if getattr(getattr(handler, "stream", None), "closed", False):
+                logger.removeHandler(handler)
 
 
 settings.register_profile(
