@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple, Optional, TypeVar
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -58,6 +58,46 @@ class ConfigError(ValueError):
         super().__init__(f"{key}: {problem}" if key else problem)
         self.key = key
         self.problem = problem
+
+
+# ---- the start-up checks as data: a Check is one table entry (the key at fault, what must hold, the problem); the
+# facts it tests are read from the config (or this machine) once each, by name, on first use, so a key is read in
+# one place however many checks test it, and a message fills its fields from the same facts
+
+
+class Facts(dict):
+    """The facts of one config: ``facts[name]`` is ``readers[name](facts)``, computed on first use and kept
+    (``facts.config``: the config). A reader may read other facts; one that raises :class:`ConfigError` refuses
+    the config where it is first read."""
+
+    def __init__(self, config: DictConfig, readers: Mapping[str, Callable[["Facts"], Any]]):
+        super().__init__()
+        self.config, self.readers = config, readers
+
+    def __missing__(self, name: str) -> Any:
+        value = self[name] = self.readers[name](self)
+        return value
+
+
+class Check(NamedTuple):
+    """One start-up check: where ``holds(facts)`` is false, the config is refused as ``<key>: <problem>``, both
+    templates filled from the facts (``str.format_map``). ``key`` None: no single key is at fault."""
+
+    key: str | None
+    holds: Callable[[Facts], bool]
+    problem: str
+
+
+def run_checks(checks: Iterable[Check], facts: Facts) -> None:
+    """Each check of ``checks`` in order.
+
+    Raises:
+        ConfigError: the first that does not hold.
+    """
+    for check in checks:
+        if not check.holds(facts):
+            key = None if check.key is None else check.key.format_map(facts)
+            raise ConfigError(key, check.problem.format_map(facts))
 
 
 def plain(value: Any) -> Any:

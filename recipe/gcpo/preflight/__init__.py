@@ -20,7 +20,8 @@ from omegaconf import DictConfig
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
-from recipe.gcpo.config import ConfigError
+from recipe.gcpo.config import ConfigError, Facts, run_checks
+from recipe.gcpo.preflight import recipe_blocks, verl_keys
 from recipe.gcpo.preflight.machine import check_data_config, check_encoder, check_loggers
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from recipe.gcpo.preflight.reward import (
@@ -30,8 +31,13 @@ from recipe.gcpo.preflight.reward import (
     check_reward_kwargs,
 )
 from recipe.gcpo.preflight.schema import check_resolves, check_schema, check_verl_dataclasses
-from recipe.gcpo.preflight.verl_keys import check_batch_geometry, check_estimator, check_v1_trainer, check_values
+from recipe.gcpo.preflight.verl_keys import check_values
 from recipe.gcpo.settings import RecipeSettings
+
+
+def config_facts(config: DictConfig) -> Facts:
+    """The facts the start-up checks read of ``config``, each read once (:class:`~recipe.gcpo.config.Facts`)."""
+    return Facts(config, {**verl_keys.FACTS, **recipe_blocks.FACTS})
 
 
 def check_verl_config(config: DictConfig) -> dict:
@@ -58,10 +64,9 @@ def validate(config: DictConfig) -> RecipeSettings:
         ConfigError: the first check that fails, in one line naming the key.
     """
     resolved = check_verl_config(config)
-    check_v1_trainer(config)
-    check_estimator(config)
-    check_batch_geometry(config)
-    settings = check_recipe(config)
+    facts = config_facts(config)
+    run_checks(verl_keys.CHECKS, facts)
+    settings = check_recipe(config, facts)
     check_reward_kwargs(config)
     check_custom_reward_kwargs(config, check_reward_function(config))
     check_filter_signal(config)

@@ -5,7 +5,7 @@ in its own module (``recipe/gcpo/baselines/<name>.py``), reached through the reg
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -13,81 +13,89 @@ from gcpo_core.credit.shapley.exact import EXACT_LIMIT
 from recipe.gcpo.config import (
     GCPO_FILTER_METRIC,
     SYNC_TRAINER_MODE,
-    ConfigError,
-    GCPOSettings,
+    Check,
+    Facts,
     check_rollout_groups,
     recipe_trainer_problem,
+    run_checks,
 )
-from recipe.gcpo.preflight.verl_keys import uses_v1
+from recipe.gcpo.preflight import verl_keys
 from recipe.gcpo.settings import RecipeSettings
 
 
-def check_recipe(config: DictConfig) -> RecipeSettings:
-    """The recipe's own start-up checks of a full trainer config; returns its parsed settings.
+def _trainer_need(facts: Facts) -> dict[str, Any]:
+    """The first setting only the GCPO trainer serves, split for the message (``key``, ``value``), and what is wrong
+    with it here (``problem``); None where verl's trainers serve every setting or the GCPO trainer runs."""
+    need = facts["settings"].trainer_need()
+    if need is None or facts["in_recipe_trainer"]:
+        return None
+    found = f"trainer.use_v1={facts['use_v1']}, trainer.v1.trainer_mode={facts['trainer_mode']}"
+    key, _, value = need.setting.partition("=")
+    return {"key": key, "value": value, "problem": recipe_trainer_problem(need, found)}
+
+
+FACTS: dict[str, Callable[[Facts], Any]] = {
+    "settings": lambda f: RecipeSettings.parse(f.config),  # what the trainer will parse, by the same code
+    "gcpo": lambda f: f["settings"].gcpo,
+    "trainer_mode": lambda f: OmegaConf.select(f.config, "trainer.v1.trainer_mode"),
+    "in_recipe_trainer": lambda f: f["use_v1"] and f["trainer_mode"] == SYNC_TRAINER_MODE,
+    "need": _trainer_need,
+    "rollout_n": lambda f: f.config.actor_rollout_ref.rollout.n,
+    "filter_groups": lambda f: f.config.algorithm.get("filter_groups") or {},
+    "filter_metric": lambda f: f["filter_groups"].get("metric"),
+}
+
+
+def _gcpo(holds: Callable[[Facts], bool]) -> Callable[[Facts], bool]:
+    """``holds`` where the estimator embeds the responses (gcpo, dqo, dra_grpo); true under any other."""
+    return lambda f: f["gcpo"] is None or holds(f)
+
+
+CHECKS: tuple[Check, ...] = (
+    # a setting only the GCPO trainer serves runs in the mode the recipe's entry point builds it for
+    Check("{need[key]}", lambda f: f["need"] is None, "{need[value]} {need[problem]}"),
+    Check(
+        "algorithm.gcpo.credit.method",
+        _gcpo(lambda f: f["gcpo"].credit.method != "exact" or f["rollout_n"] <= EXACT_LIMIT),
+        f"exact enumerates 2^n coalitions: with rollout.n={{rollout_n}} > {EXACT_LIMIT} use auto or mc",
+    ),
+    Check(
+        "actor_rollout_ref.rollout.n",
+        _gcpo(lambda f: f["rollout_n"] <= f["gcpo"].credit.max_group_size),
+        "{rollout_n} exceeds algorithm.gcpo.credit.max_group_size={gcpo.credit.max_group_size}",
+    ),
+    # DAPO's group filtering on a metric that drops all-correct groups would silently discard GCPO's signal
+    Check(
+        "algorithm.filter_groups.metric",
+        _gcpo(
+            lambda f: (
+                not f["filter_groups"].get("enable", False)
+                or f["filter_metric"] == GCPO_FILTER_METRIC
+                or f["gcpo"].filter_all_correct
+            )
+        ),
+        "{filter_metric!r} with algorithm.filter_groups.enable=true drops every group whose rollouts are all "
+        "correct, which is where GCPO gives a signal GRPO does not. Use "
+        f"{GCPO_FILTER_METRIC} with the GCPO reward function (recipe/gcpo/reward.py: it drops only groups without a "
+        "GCPO signal), or set algorithm.gcpo.filter_all_correct=true to accept DAPO's filtering.",
+    ),
+)
+
+
+def check_recipe(config: DictConfig, facts: Optional[Facts] = None) -> RecipeSettings:
+    """The recipe's own start-up checks of a full trainer config (``facts``: its facts, read here when not given);
+    returns its parsed settings.
 
     Raises:
-        ConfigError: a bad recipe value, a setting that needs the GCPO trainer outside it, or one of the checks below.
+        ConfigError: a bad recipe value, a setting that needs the GCPO trainer outside it, or one of the checks above.
     """
-    settings = RecipeSettings.parse(config)  # what the trainer will parse, by the same code
-    check_recipe_trainer(config, settings)
+    facts = facts if facts is not None else Facts(config, {**verl_keys.FACTS, **FACTS})
+    settings = facts["settings"]
+    run_checks(CHECKS[:1], facts)
     if settings.gcpo is not None:
-        check_gcpo(config, settings.gcpo)
+        check_rollout_groups(facts.config, facts["estimator"])
+    run_checks(CHECKS[1:], facts)
     for baseline, block in settings.selected:
         if baseline.check is not None:
-            baseline.check(config, block)
+            baseline.check(facts.config, block)
     return settings
-
-
-def in_recipe_trainer_mode(config: DictConfig) -> bool:
-    """Whether the recipe's entry point builds the GCPO trainer for this config (verl's V1 trainer in sync mode)."""
-    return uses_v1(config) and trainer_mode(config) == SYNC_TRAINER_MODE
-
-
-def trainer_mode(config: DictConfig) -> Optional[str]:
-    return OmegaConf.select(config, "trainer.v1.trainer_mode")
-
-
-def check_recipe_trainer(config: DictConfig, settings: RecipeSettings) -> None:
-    """A setting only the GCPO trainer serves runs in the mode the recipe's entry point builds it for.
-
-    Raises:
-        ConfigError: such a setting with ``trainer.use_v1=false`` or another ``trainer.v1.trainer_mode``.
-    """
-    need = settings.trainer_need()
-    if need is not None and not in_recipe_trainer_mode(config):
-        found = f"trainer.use_v1={uses_v1(config)}, trainer.v1.trainer_mode={trainer_mode(config)}"
-        key, _, value = need.setting.partition("=")
-        raise ConfigError(key, f"{value} {recipe_trainer_problem(need, found)}")
-
-
-def check_gcpo(config: DictConfig, settings: GCPOSettings) -> None:
-    """Start-up checks of an embedding estimator (gcpo, dqo, dra_grpo) beyond its block's own values.
-
-    Raises:
-        ConfigError: too few rollouts per prompt or a multi-turn loop, a group past ``credit.max_group_size`` or
-            past exact Shapley's limit, or DAPO group filtering that would silently discard all-correct groups.
-    """
-    estimator = config.algorithm.adv_estimator
-    n = config.actor_rollout_ref.rollout.n
-    check_rollout_groups(config, estimator)
-    if settings.credit.method == "exact" and n > EXACT_LIMIT:
-        raise ConfigError(
-            "algorithm.gcpo.credit.method",
-            f"exact enumerates 2^n coalitions: with rollout.n={n} > {EXACT_LIMIT} use auto or mc",
-        )
-    if n > settings.credit.max_group_size:
-        raise ConfigError(
-            "actor_rollout_ref.rollout.n",
-            f"{n} exceeds algorithm.gcpo.credit.max_group_size={settings.credit.max_group_size}",
-        )
-    filter_groups = config.algorithm.get("filter_groups") or {}
-    metric = filter_groups.get("metric")
-    if filter_groups.get("enable", False) and metric != GCPO_FILTER_METRIC and not settings.filter_all_correct:
-        raise ConfigError(
-            "algorithm.filter_groups.metric",
-            f"{metric!r} with algorithm.filter_groups.enable=true drops every group whose rollouts are "
-            "all correct, which is where GCPO gives a signal GRPO does not. Use "
-            f"{GCPO_FILTER_METRIC} with the GCPO reward function "
-            "(recipe/gcpo/reward.py: it drops only groups without a GCPO signal), or set "
-            "algorithm.gcpo.filter_all_correct=true to accept DAPO's filtering.",
-        )

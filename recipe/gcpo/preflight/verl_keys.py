@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipe.gcpo.config import ConfigError
+from recipe.gcpo.config import Check, ConfigError, Facts
 from recipe.gcpo.settings import recipe_estimators
 
 
@@ -20,39 +20,18 @@ def uses_v1(config: DictConfig) -> bool:
     return bool(config.trainer.get("use_v1", True))
 
 
-def check_v1_trainer(config: DictConfig) -> None:
-    """The config selects verl's V1 trainer, the one this entry point runs.
-
-    Raises:
-        ConfigError: ``trainer.use_v1=false``.
-    """
-    if not uses_v1(config):
-        raise ConfigError(
-            "trainer.use_v1",
-            "false selects verl's legacy trainer, which this entry point does not run: "
-            "use verl's own `python -m verl.trainer.main_ppo` for it",
-        )
-
-
-def check_estimator(config: DictConfig) -> None:
-    """``algorithm.adv_estimator`` names an estimator verl registers (its own, and any a module in
-    ``VERL_USE_EXTERNAL_MODULES`` registered as verl was imported) or the recipe does: verl looks it up only at the
-    first advantage step, after the models are loaded.
-
-    Raises:
-        ConfigError: any other name, with the closest known one.
-    """
+def _known_estimators(facts: Facts) -> list[str]:
+    """Every estimator verl registers (its own, and any a module in ``VERL_USE_EXTERNAL_MODULES`` registered as verl
+    was imported) or the recipe does: verl looks the name up only at the first advantage step."""
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 
-    name = str(config.algorithm.adv_estimator)
-    known = sorted({*ADV_ESTIMATOR_REGISTRY, *recipe_estimators()})
-    if name not in known:
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f": did you mean {close[0]}?" if close else ""
-        raise ConfigError(
-            "algorithm.adv_estimator",
-            f"{name} is not an estimator verl or the recipe registers{hint} (known: {', '.join(known)})",
-        )
+    return sorted({*ADV_ESTIMATOR_REGISTRY, *recipe_estimators()})
+
+
+def did_you_mean(word: Any, known: Iterable[str], prefix: str = ": did you mean ") -> str:
+    """``prefix`` + the closest of ``known`` to ``word`` (a typo's hint), or "" when none is close."""
+    close = difflib.get_close_matches(str(word), list(known), n=1)
+    return f"{prefix}{close[0]}?" if close else ""
 
 
 class Range(NamedTuple):
@@ -93,9 +72,7 @@ class OneOf(NamedTuple):
         known = sorted(self.names() if callable(self.names) else self.names)
         if value in known:
             return None
-        close = difflib.get_close_matches(str(value), known, n=1)
-        hint = f": did you mean {close[0]}?" if close else ""
-        return f"must be one of {', '.join(known)}, got {value!r}{hint}"
+        return f"must be one of {', '.join(known)}, got {value!r}{did_you_mean(value, known)}"
 
 
 def _rollout_names() -> list[str]:
@@ -191,8 +168,9 @@ def check_values(config: DictConfig) -> None:
             raise ConfigError(key, problem)
 
 
-def _geometry(config: DictConfig) -> dict[str, Any]:
+def _geometry(facts: Facts) -> dict[str, Any]:
     """The numbers verl splits a step's batch with (checked by :data:`VALUE_RULES` first)."""
+    config = facts.config
     arr = config.actor_rollout_ref
     actor, rollout, ref = arr.actor, arr.rollout, arr.ref
     world = config.trainer.nnodes * config.trainer.n_gpus_per_node
@@ -215,65 +193,78 @@ def _geometry(config: DictConfig) -> dict[str, Any]:
     }
 
 
+FACTS: dict[str, Callable[[Facts], Any]] = {
+    "use_v1": lambda f: uses_v1(f.config),
+    "estimator": lambda f: str(f.config.algorithm.adv_estimator),
+    "known_estimators": _known_estimators,
+    "estimator_hint": lambda f: did_you_mean(f["estimator"], f["known_estimators"]),
+    "known_estimator_list": lambda f: ", ".join(f["known_estimators"]),
+    "g": _geometry,
+}
+
 G = "trainer.nnodes x trainer.n_gpus_per_node"
-# How verl splits a step (verl/trainer/ppo/v1/trainer_base.py, its workers): what each split needs, one rule each:
-# (the key at fault, the test, the message). verl's validate_config passes all of these; the run stops minutes in.
-GEOMETRY_RULES: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
-    (
+SHORT = (
+    "is shorter than one sequence (data.max_prompt_length + data.max_response_length = {g[seq]}): dynamic "
+    "batching cannot fit it"
+)
+# verl's trainer and estimator (verl reads adv_estimator only at the first advantage step), then how verl splits a
+# step (verl/trainer/ppo/v1/trainer_base.py, its workers): verl's validate_config passes all of these, and the run
+# would stop minutes in
+CHECKS: tuple[Check, ...] = (
+    Check(
+        "trainer.use_v1",
+        lambda f: f["use_v1"],
+        "false selects verl's legacy trainer, which this entry point does not run: use verl's own "
+        "`python -m verl.trainer.main_ppo` for it",
+    ),
+    Check(
+        "algorithm.adv_estimator",
+        lambda f: f["estimator"] in f["known_estimators"],
+        "{estimator} is not an estimator verl or the recipe registers{estimator_hint} (known: {known_estimator_list})",
+    ),
+    Check(
         f"{ACTOR}.fsdp_config.ulysses_sequence_parallel_size",
-        lambda g: g["world"] % g["sp"] == 0,
-        "{sp} must divide the {world} GPUs (" + G + ")",
+        lambda f: f["g"]["world"] % f["g"]["sp"] == 0,
+        "{g[sp]} must divide the {g[world]} GPUs (" + G + ")",
     ),
-    (
+    Check(
         f"{ROLLOUT}.tensor_model_parallel_size",
-        lambda g: g["world"] % g["tp"] == 0,
-        "{tp} must divide the {world} GPUs (" + G + "): vLLM's engines each take {tp}",
+        lambda f: f["g"]["world"] % f["g"]["tp"] == 0,
+        "{g[tp]} must divide the {g[world]} GPUs (" + G + "): vLLM's engines each take {g[tp]}",
     ),
-    (
+    Check(
         f"{ACTOR}.ppo_mini_batch_size",
-        lambda g: g["train"] % g["mini"] == 0,
-        "{mini} must divide data.train_batch_size={train}: each step is split into mini-batches of {mini} prompts",
+        lambda f: f["g"]["train"] % f["g"]["mini"] == 0,
+        "{g[mini]} must divide data.train_batch_size={g[train]}: each step is split into mini-batches of {g[mini]} "
+        "prompts",
     ),
-    (
+    Check(
         f"{ACTOR}.ppo_mini_batch_size",
-        lambda g: g["samples"] % g["dp"] == 0,
-        "{mini} prompts x {n} rollouts (actor_rollout_ref.rollout.n) = {samples} samples a mini-batch must split "
-        "evenly over the {dp} data-parallel ranks ({world} GPUs / sequence parallel {sp})",
+        lambda f: f["g"]["samples"] % f["g"]["dp"] == 0,
+        "{g[mini]} prompts x {g[n]} rollouts (actor_rollout_ref.rollout.n) = {g[samples]} samples a mini-batch must "
+        "split evenly over the {g[dp]} data-parallel ranks ({g[world]} GPUs / sequence parallel {g[sp]})",
     ),
-    (
+    Check(
         f"{ACTOR}.ppo_micro_batch_size_per_gpu",
-        lambda g: g["micro"] is None or g["samples"] % g["dp"] or (g["samples"] // g["dp"]) % g["micro"] == 0,
-        "{micro} must divide each GPU's share of a mini-batch ({samples} samples / {dp} ranks), or use "
+        lambda f: (
+            (g := f["g"])["micro"] is None or g["samples"] % g["dp"] or (g["samples"] // g["dp"]) % g["micro"] == 0
+        ),
+        "{g[micro]} must divide each GPU's share of a mini-batch ({g[samples]} samples / {g[dp]} ranks), or use "
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
     ),
-    (
+    Check(
         f"{ACTOR}.ppo_max_token_len_per_gpu",
-        lambda g: g["actor_tokens"] is None or g["actor_tokens"] >= g["seq"],
-        "{actor_tokens} is shorter than one sequence (data.max_prompt_length + data.max_response_length = "
-        "{seq}): dynamic batching cannot fit it",
+        lambda f: f["g"]["actor_tokens"] is None or f["g"]["actor_tokens"] >= f["g"]["seq"],
+        "{g[actor_tokens]} " + SHORT,
     ),
-    (
+    Check(
         f"{ROLLOUT}.log_prob_max_token_len_per_gpu",
-        lambda g: g["rollout_tokens"] is None or g["rollout_tokens"] >= g["seq"],
-        "{rollout_tokens} is shorter than one sequence (data.max_prompt_length + data.max_response_length = "
-        "{seq}): dynamic batching cannot fit it",
+        lambda f: f["g"]["rollout_tokens"] is None or f["g"]["rollout_tokens"] >= f["g"]["seq"],
+        "{g[rollout_tokens]} " + SHORT,
     ),
-    (
+    Check(
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-        lambda g: g["ref_tokens"] is None or g["ref_tokens"] >= g["seq"],
-        "{ref_tokens} is shorter than one sequence (data.max_prompt_length + data.max_response_length = "
-        "{seq}): dynamic batching cannot fit it",
+        lambda f: f["g"]["ref_tokens"] is None or f["g"]["ref_tokens"] >= f["g"]["seq"],
+        "{g[ref_tokens]} " + SHORT,
     ),
 )
-
-
-def check_batch_geometry(config: DictConfig) -> None:
-    """Each of :data:`GEOMETRY_RULES` holds for the config's batch, lengths and GPUs.
-
-    Raises:
-        ConfigError: the first rule that does not, naming its key and the numbers.
-    """
-    geometry = _geometry(config)
-    for key, holds, message in GEOMETRY_RULES:
-        if not holds(geometry):
-            raise ConfigError(key, message.format(**geometry))
