@@ -1,12 +1,8 @@
-"""Start-up checks of a whole composed config against verl 0.9.1's own schema: every key is one verl or the recipe
-reads, every value resolves, numbers and booleans are what verl's schema says they are, and the config dataclasses
-verl builds in its workers build here first.
-
-verl's schema is its generated reference config (``verl/trainer/config/_generated_*.yaml``, one per engine), which
-lists every key of ``ppo_trainer`` with its default. A key it does not list, written in a user's YAML or added with
-``+`` / ``++``, is a key verl would ignore, so it is refused with the closest listed one; except inside the blocks
-below, which verl passes on as keyword arguments or overrides, and the recipe's own blocks, which the recipe's
-parsers check key by key (:mod:`recipe.gcpo.preflight.recipe_blocks`).
+"""Start-up checks of a whole config against verl 0.9.1's own schema, its generated reference config
+(``verl/trainer/config/_generated_*.yaml``: every key of ``ppo_trainer`` with its default): every value resolves,
+every key is one verl or the recipe reads (a key verl would ignore, from a user's YAML or a ``+``, is refused with the
+closest one, outside the free-form blocks below and the recipe's own), numbers and booleans are of the schema's kind,
+and the config dataclasses verl's workers build, build here first.
 """
 
 from __future__ import annotations
@@ -100,14 +96,12 @@ def _children(node: DictConfig, path: str) -> Iterator[tuple[str, str, Any]]:
 
 
 def check_resolves(config: DictConfig) -> dict:
-    """Every value resolves: an interpolation (``${oops}``, ``${oc.env:NO_SUCH_VAR}``) that does not would otherwise
-    end the dry run's print of the config in a traceback, or a run minutes in, where verl first reads it. Returns the
-    config resolved, as plain Python (the checks that walk the whole config read it: verl's config holds ~450
-    interpolations, and each resolution parses its text again).
+    """Every value resolves (``${oops}`` or ``${oc.env:NO_SUCH_VAR}`` would end the dry run's print in a traceback, or
+    a run where verl first reads it); returns the config resolved, as plain Python, for the checks that walk it all
+    (verl's ~450 interpolations are parsed again at each resolution).
 
     Raises:
-        ConfigError: the key whose value does not resolve (the one that names what is missing, rather than a key
-            that refers to it), with OmegaConf's reason.
+        ConfigError: the key whose value does not resolve (the one naming what is missing), with OmegaConf's reason.
     """
     try:
         return OmegaConf.to_container(config, resolve=True)
@@ -142,9 +136,9 @@ def _leaves(node: DictConfig, path: str) -> Iterator[tuple[str, Any]]:
 
 
 def check_schema(resolved: dict) -> None:
-    """Every key of the config (``resolved``: as :func:`check_resolves` returns it) is one verl's schema lists
-    (outside :data:`FREE_FORM` and the recipe's blocks, :func:`recipe.gcpo.settings.recipe_blocks`), and each value where verl's default is a boolean is a
-    boolean, where it is a number a number (or null); every float anywhere is finite.
+    """Every key of ``resolved`` (:func:`check_resolves`'s) is in verl's schema (outside :data:`FREE_FORM` and the
+    recipe's blocks); a value is a boolean where verl's default is one, a number (or null) where it is a number; every
+    float is finite.
 
     Raises:
         ConfigError: the first key verl would ignore (with the closest key it reads), or a value of the wrong kind.
@@ -198,11 +192,10 @@ def _check_kind(key: str, value: Any, default: Any) -> None:
 
 
 def check_verl_dataclasses(config: DictConfig, resolved: dict, use_critic: bool) -> None:
-    """Build the config dataclasses verl's workers build from this config (``omega_conf_to_dataclass``, with their
-    ``__post_init__`` checks): the actor's, the reference policy's (after verl's own renaming of its log-prob keys,
-    verl/workers/engine_workers.py), the rollout's, the critic's when one runs and distillation's when it is on.
-    The model's (``HFModelConfig``) loads the model and is left to the model-path check (the critic's too).
-    ``resolved``: the config as :func:`check_resolves` returns it.
+    """Build the config dataclasses verl's workers build (``omega_conf_to_dataclass``, their ``__post_init__``
+    checks): the actor's, the reference policy's (its log-prob keys renamed as verl/workers/engine_workers.py does),
+    the rollout's, the critic's when one runs, distillation's when on. The model's (``HFModelConfig``) loads the model:
+    left to the model-path check. ``resolved``: :func:`check_resolves`'s.
 
     Raises:
         ConfigError: the block whose dataclass verl would refuse, with verl's reason on one line.
