@@ -41,7 +41,7 @@ def print_dry_run(config: DictConfig, entry_point: Path) -> None:
     print(f"# entry point: {entry_point.resolve()}")
     print(DRY_RUN_MARKER)
     print(OmegaConf.to_yaml(config, resolve=True))
-    for missing in Facts(config, machine.FACTS)["missing"]:
+    for missing in Facts(config, machine.FACTS)["missing_files"]:
         print(f"# warning: {missing['path']} does not exist here ({missing['hint']})")
     print(DRY_RUN_DONE.format(estimator=f"adv_estimator={config.algorithm.adv_estimator}"))
 

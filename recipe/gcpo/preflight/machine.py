@@ -22,10 +22,10 @@ from gcpo_core.encoding.encoder import resolve_model_path
 from gcpo_core.training_data.prepare import prepared_file_names
 from recipe.gcpo.config import Check, Facts, plain
 
-# what to do about a missing data file: scripts/prepare_data.py writes the launchers' own (train.parquet,
-# val_aime24.parquet, ...); a file of the user's own is theirs to point at
-PREPARED_HINT = "scripts/prepare_data.py writes it (--out-dir: the launchers' DATA_DIR)"
-OWN_FILE_HINT = "point data.train_files / data.val_files at a file that exists on this machine"
+# a missing data file's hint: scripts/prepare_data.py writes the launchers' own (train.parquet, ...); a user's own
+# is theirs to point at
+PREPARED = "scripts/prepare_data.py writes it (--out-dir: the launchers' DATA_DIR)"
+OWN = "point data.train_files / data.val_files at a file that exists on this machine"
 # either of these set true turns the Hugging Face hub off
 HUB_OFF = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 # the values of these that let W&B run without an API key
@@ -99,22 +99,17 @@ def _paths(value: Any) -> Optional[list[str]]:
 def _unreadable(files: list[str]) -> Optional[str]:
     """The first of ``files`` that exists here but is no file verl's dataset reads, with why; None if none is."""
     for path in files:
-        local = os.path.expanduser(path)
-        if os.path.isdir(local):
+        if os.path.isdir(local := os.path.expanduser(path)):
             return f"{path} is a folder, not a data file"
         if os.path.exists(local) and not local.endswith((".parquet", ".json", ".jsonl")):
             return f"{path} is not a parquet or JSON file (verl's RLHFDataset reads .parquet, .json and .jsonl)"
     return None
 
 
-def _missing(facts: Facts) -> list[dict[str, str]]:
+def _missing_files(facts: Facts) -> list[dict[str, str]]:
     """The data files not on this machine (remote URIs are not checked), each with the key that lists it and a hint."""
     return [
-        {
-            "key": f"data.{key}",
-            "path": p,
-            "hint": PREPARED_HINT if os.path.basename(p) in prepared_file_names() else OWN_FILE_HINT,
-        }
+        {"key": f"data.{key}", "path": p, "hint": PREPARED if os.path.basename(p) in prepared_file_names() else OWN}
         for key in ("train_files", "val_files")
         for p in facts[key]
         if "://" not in p and not os.path.exists(os.path.expanduser(p))
@@ -161,9 +156,9 @@ FACTS: dict[str, Callable[[Facts], Any]] = {
     "val_files": lambda f: _paths(f["val_files_value"]),
     "train_unreadable": lambda f: _unreadable(f["train_files"]),
     "val_unreadable": lambda f: _unreadable(f["val_files"]),
-    "missing": _missing,
-    "first_missing": lambda f: f["missing"][0],
-    "more_missing": lambda f: f" ({len(f['missing']) - 1} more missing)" if len(f["missing"]) > 1 else "",
+    "missing_files": _missing_files,
+    "missing": lambda f: f["missing_files"][0],
+    "more_missing": lambda f: f" ({len(f['missing_files']) - 1} more missing)" if len(f["missing_files"]) > 1 else "",
 }
 
 PATHS = "must be a data file or a list of them, got "
@@ -267,9 +262,9 @@ ACCELERATOR_CHECKS: tuple[Check, ...] = (
 # verl finds a missing file only from inside a Ray actor
 DATA_CHECKS: tuple[Check, ...] = (
     Check(
-        "{first_missing[key]}",
-        lambda f: not f["missing"],
-        "{first_missing[path]} does not exist: {first_missing[hint]}{more_missing}",
+        "{missing[key]}",
+        lambda f: not f["missing_files"],
+        "{missing[path]} does not exist: {missing[hint]}{more_missing}",
     ),
 )
 # the entry point's, in this order, once the start-up lines have said what will run

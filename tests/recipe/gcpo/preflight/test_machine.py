@@ -93,7 +93,7 @@ def test_only_the_launchers_own_files_point_at_prepare_data(monkeypatch, tmp_pat
     monkeypatch.setenv("HOME", str(tmp_path))  # ~/data/gcpo/train.parquet: not there
     files = "['/data/gcpo/val_aime24.parquet','~/data/gcpo/train.parquet']"
     config = compose_gcpo([f"data.train_files={files}", "data.val_files=/mine/my_train.parquet"])
-    hints = [missing["hint"] for missing in Facts(config, machine.FACTS)["missing"]]
+    hints = [missing["hint"] for missing in Facts(config, machine.FACTS)["missing_files"]]
     assert ["scripts/prepare_data.py" in hint for hint in hints] == [True, True, False]
 
 
