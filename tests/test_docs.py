@@ -225,7 +225,7 @@ def test_the_start_up_steps_in_training_md_are_the_entry_points_in_its_order():
         "Adapt": "adapt",
         "Validate the config": "validate",
         "Say what will run": "print_startup",
-        "Check this machine": "check_accelerator",
+        "Check this machine": "run_checks",
         "Train": "train",
     }
     assert sorted(steps) == sorted(call_of), steps

@@ -53,10 +53,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.utils.device import auto_set_device
 
-from recipe.gcpo.config import SYNC_TRAINER_MODE, ConfigError
-from recipe.gcpo.preflight import check_verl_config, validate
+from recipe.gcpo.config import SYNC_TRAINER_MODE, ConfigError, run_checks
+from recipe.gcpo.preflight import check_verl_config, config_facts, machine, validate
 from recipe.gcpo.preflight.legacy_reward import migrate_legacy_reward
-from recipe.gcpo.preflight.machine import check_accelerator, check_data_files, check_model_path
 from recipe.gcpo.run_summary import print_dry_run, print_startup
 
 # exit status of a run stopped by its config or by this machine (Hydra's own is 1)
@@ -133,15 +132,14 @@ def accept_run(config: DictConfig, choices: Mapping[str, Optional[str]], notes: 
     migrated = adapt(config)
     settings = validate(config)
     print_startup(config, settings.gcpo, choices, [*notes, *migrated])
+    facts = config_facts(config)
     if dry_run_requested():
         try:
-            check_model_path(config)
+            run_checks(machine.MODEL_CHECKS, facts)
         except ConfigError as problem:  # a dry run loads no model: it says what a run would stop on
             print(f"# warning (a run stops here): {problem}", file=sys.stderr, flush=True)
         return
-    check_model_path(config)
-    check_accelerator(config)
-    check_data_files(config)
+    run_checks(machine.RUN_CHECKS, facts)
 
 
 def dry_run_requested() -> bool:

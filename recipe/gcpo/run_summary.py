@@ -13,7 +13,8 @@ from typing import Any, Mapping, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from gcpo_core.encoding.memory import CUDA_CONTEXT_GIB, encoder_memory
-from recipe.gcpo.preflight.machine import missing_data_files, missing_data_hint
+from recipe.gcpo.config import Facts
+from recipe.gcpo.preflight import machine
 from recipe.gcpo.preflight.reward import DATA_SOURCE_DISPATCH, RECIPE_REWARD, RECIPE_REWARD_WHAT, reward_function
 
 DRY_RUN_MARKER = "# composed config (dry run)"
@@ -40,8 +41,8 @@ def print_dry_run(config: DictConfig, entry_point: Path) -> None:
     print(f"# entry point: {entry_point.resolve()}")
     print(DRY_RUN_MARKER)
     print(OmegaConf.to_yaml(config, resolve=True))
-    for path in missing_data_files(config):
-        print(f"# warning: {path} does not exist here ({missing_data_hint(path)})")
+    for missing in Facts(config, machine.FACTS)["missing_files"]:
+        print(f"# warning: {missing['path']} does not exist here ({missing['hint']})")
     print(DRY_RUN_DONE.format(estimator=f"adv_estimator={config.algorithm.adv_estimator}"))
 
 

@@ -21,8 +21,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
 from recipe.gcpo.config import ConfigError, Facts, run_checks
-from recipe.gcpo.preflight import recipe_blocks, verl_keys
-from recipe.gcpo.preflight.machine import check_data_config, check_encoder, check_loggers
+from recipe.gcpo.preflight import machine, recipe_blocks, verl_keys
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from recipe.gcpo.preflight.reward import (
     check_custom_reward_kwargs,
@@ -37,7 +36,7 @@ from recipe.gcpo.settings import RecipeSettings
 
 def config_facts(config: DictConfig) -> Facts:
     """The facts the start-up checks read of ``config``, each read once (:class:`~recipe.gcpo.config.Facts`)."""
-    return Facts(config, {**verl_keys.FACTS, **recipe_blocks.FACTS})
+    return Facts(config, {**verl_keys.FACTS, **recipe_blocks.FACTS, **machine.FACTS})
 
 
 def check_verl_config(config: DictConfig) -> dict:
@@ -70,10 +69,7 @@ def validate(config: DictConfig) -> RecipeSettings:
     check_reward_kwargs(config)
     check_custom_reward_kwargs(config, check_reward_function(config))
     check_filter_signal(config)
-    if settings.gcpo is not None:  # an estimator that embeds the responses
-        check_encoder(settings.gcpo.encoder.model)
-    check_loggers(config)
-    check_data_config(config)
+    run_checks(machine.CONFIG_CHECKS, facts)
     with warnings.catch_warnings():
         # need_critic's "Disabled critic as algorithm.adv_estimator != gae": what every estimator but gae does, and
         # what the start-up lines say (docs/training.md#a-clean-start-up)

@@ -13,7 +13,6 @@ import fnmatch
 import functools
 import importlib
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -227,13 +226,3 @@ def check_verl_dataclasses(config: DictConfig, resolved: dict, use_critic: bool)
             cause = error.__cause__ or error
             reason = " ".join(str(cause).split())
             raise ConfigError(key, f"verl's config refuses it: {type(cause).__name__}: {reason}") from None
-
-
-def data_file_problem(path: Any) -> Optional[str]:
-    """Why a data file that exists here cannot be one verl reads (a folder, or not parquet / JSON); None if it can."""
-    local = os.path.expanduser(str(path))
-    if os.path.isdir(local):
-        return "is a folder, not a data file"
-    if not local.endswith((".parquet", ".json", ".jsonl")):
-        return "is not a parquet or JSON file (verl's RLHFDataset reads .parquet, .json and .jsonl)"
-    return None

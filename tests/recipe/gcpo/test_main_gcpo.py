@@ -213,11 +213,11 @@ def visible_gpus(monkeypatch, tmp_path):
 
 def accelerator_problem(config):
     """The message (None: none) of the start-up check of this machine's GPUs."""
-    from recipe.gcpo.config import ConfigError
-    from recipe.gcpo.preflight.machine import check_accelerator
+    from recipe.gcpo.config import ConfigError, Facts, run_checks
+    from recipe.gcpo.preflight import machine
 
     try:
-        check_accelerator(config)
+        run_checks(machine.ACCELERATOR_CHECKS, Facts(config, machine.FACTS))
     except ConfigError as error:
         return str(error)
     return None
@@ -580,8 +580,7 @@ def accepted_run(monkeypatch, tmp_path):
     monkeypatch.delenv("GCPO_DRY_RUN", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.chdir(tmp_path)
-    for check in ("check_model_path", "check_accelerator", "check_data_files"):  # none of them is here
-        monkeypatch.setattr(main_gcpo, check, lambda config: None)
+    monkeypatch.setattr(main_gcpo.machine, "RUN_CHECKS", ())  # none of them is here
     run_dir = tmp_path / "run"
 
     def run(training, *overrides):

@@ -5,10 +5,19 @@ import re
 
 import pytest
 
-from recipe.gcpo.config import ConfigError
-from recipe.gcpo.preflight import machine, validate
-from recipe.gcpo.preflight.machine import check_model_path
+from recipe.gcpo.config import ConfigError, Facts, run_checks
+from recipe.gcpo.preflight import config_facts, machine, validate
 from tests.recipe.gcpo.conftest import BASE, compose_gcpo
+
+
+def run(checks, config, **facts):
+    """Runs ``checks`` (of machine.py's tables) on ``config``'s facts, those in ``facts`` as the test sets them."""
+    known = config_facts(config)
+    known.update(facts)
+    run_checks(checks, known)
+
+
+LOGGER_CHECKS = [check for check in machine.CONFIG_CHECKS if check.key == "trainer.logger"]
 
 # --- the encoder --------------------------------------------------------------------------------------------
 
@@ -57,33 +66,35 @@ def test_a_grpo_run_does_not_check_an_encoder_it_never_loads():
 def test_a_logger_verl_would_fail_on_is_refused(loggers, environ, message):
     config = compose_gcpo(BASE + [f"trainer.logger={loggers}"])
     with pytest.raises(ValueError, match=message):
-        machine.check_loggers(config, environ=environ)
+        run(LOGGER_CHECKS, config, environ=environ)
 
 
 @pytest.mark.parametrize("environ", [{"WANDB_API_KEY": "k"}, {"WANDB_MODE": "offline"}, {"WANDB_MODE": "disabled"}])
 def test_wandb_with_a_key_or_offline_passes(environ):
-    machine.check_loggers(compose_gcpo(BASE + ['trainer.logger=["console","wandb"]']), environ=environ)
+    run(LOGGER_CHECKS, compose_gcpo(BASE + ['trainer.logger=["console","wandb"]']), environ=environ)
 
 
 def test_wandb_logged_in_through_netrc_passes(tmp_path):
     (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password k\n")
-    machine.check_loggers(compose_gcpo(BASE + ['trainer.logger=["wandb"]']), environ={"HOME": str(tmp_path)})
+    run(LOGGER_CHECKS, compose_gcpo(BASE + ['trainer.logger=["wandb"]']), environ={"HOME": str(tmp_path)})
 
 
 def test_a_logger_whose_package_is_missing_is_refused(monkeypatch):
     monkeypatch.setitem(machine.LOGGER_MODULES, "tensorboard", "no_such_tensorboard_package")
     config = compose_gcpo(BASE + ['trainer.logger=["console","tensorboard"]'])
     with pytest.raises(ValueError, match="tensorboard needs the no_such_tensorboard_package package"):
-        machine.check_loggers(config, environ={})
+        run(LOGGER_CHECKS, config, environ={})
 
 
 # --- data files ------------------------------------------------------------------------------------
 
 
-def test_only_the_launchers_own_files_point_at_prepare_data():
-    assert "scripts/prepare_data.py" in machine.missing_data_hint("/data/gcpo/val_aime24.parquet")
-    assert "scripts/prepare_data.py" in machine.missing_data_hint("~/data/gcpo/train.parquet")
-    assert "scripts/prepare_data.py" not in machine.missing_data_hint("/mine/my_train.parquet")
+def test_only_the_launchers_own_files_point_at_prepare_data(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))  # ~/data/gcpo/train.parquet: not there
+    files = "['/data/gcpo/val_aime24.parquet','~/data/gcpo/train.parquet']"
+    config = compose_gcpo([f"data.train_files={files}", "data.val_files=/mine/my_train.parquet"])
+    hints = [missing["hint"] for missing in Facts(config, machine.FACTS)["missing_files"]]
+    assert ["scripts/prepare_data.py" in hint for hint in hints] == [True, True, False]
 
 
 def _problem(path, monkeypatch, offline=False):
@@ -92,7 +103,7 @@ def _problem(path, monkeypatch, offline=False):
     if offline:
         monkeypatch.setenv(*offline)
     try:
-        check_model_path(compose_gcpo([f"actor_rollout_ref.model.path='{path}'"]))
+        run(machine.MODEL_CHECKS, compose_gcpo([f"actor_rollout_ref.model.path='{path}'"]))
     except ConfigError as error:
         assert error.key == "actor_rollout_ref.model.path"
         return str(error)
@@ -141,9 +152,9 @@ def test_a_missing_data_file_is_refused_naming_the_key_that_lists_it(tmp_path):
         (tmp_path / "t.parquet", present, "data.train_files"),
     ):
         with pytest.raises(ConfigError, match="does not exist") as refused:
-            machine.check_data_files(compose_gcpo([f"data.train_files={train}", f"data.val_files=[{val}]"]))
+            run(machine.DATA_CHECKS, compose_gcpo([f"data.train_files={train}", f"data.val_files=[{val}]"]))
         assert refused.value.key == key
-    machine.check_data_files(compose_gcpo([f"data.train_files={present}", f"data.val_files={present}"]))
+    run(machine.DATA_CHECKS, compose_gcpo([f"data.train_files={present}", f"data.val_files={present}"]))
 
 
 def test_an_absolute_folder_without_a_model_is_refused_and_one_with_a_config_passes(tmp_path, monkeypatch):
@@ -163,6 +174,6 @@ def test_data_files_must_be_paths_and_an_existing_one_must_be_data(tmp_path):
         (str(tmp_path / "prepare.py"), "is not a parquet or JSON file"),
     ]:
         with pytest.raises(ConfigError, match=re.escape(problem)) as error:
-            machine.check_data_config(compose_gcpo([f"data.train_files={value}"]))
+            run(machine.CONFIG_CHECKS, compose_gcpo([f"data.train_files={value}"]))
         assert error.value.key == "data.train_files"
-    machine.check_data_config(compose_gcpo(["data.train_files=/nowhere/train.parquet"]))  # missing: the run's check
+    run(machine.CONFIG_CHECKS, compose_gcpo(["data.train_files=/nowhere/train.parquet"]))  # missing: the run's check
