@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from verl.trainer.ppo.core_algos import register_adv_est
 from verl.workers.utils.padding import response_to_nested
 
 from gcpo_core.baselines.copo import COPO_GATES, copo_advantages, copo_terms
-from gcpo_core.credit.config import FieldError
+from gcpo_core.credit.config import TRUE_FALSE, check_fields, number, one_of
 from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.baselines import Baseline, block_settings, read_rows
 from recipe.gcpo.config import ConfigError, TrainerNeed, check_actor_loss, check_rollout_groups
@@ -69,16 +68,9 @@ class CopoSettings:
     reward_coef: bool = False
 
     def __post_init__(self) -> None:
-        if self.blend not in BLENDS:
-            raise FieldError("copo", "blend", f"must be one of {list(BLENDS)}, got {self.blend!r}")
-        if self.gate not in COPO_GATES:
-            raise FieldError("copo", "gate", f"must be one of {list(COPO_GATES)}, got {self.gate!r}")
-        for name in ("k", "b"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise FieldError("copo", name, f"must be a finite number, got {value!r}")
-        if not isinstance(self.reward_coef, bool):
-            raise FieldError("copo", "reward_coef", f"must be true or false, got {self.reward_coef!r}")
+        check_fields(
+            self, "copo", blend=one_of(BLENDS), gate=one_of(COPO_GATES), k=number(), b=number(), reward_coef=TRUE_FALSE
+        )
 
 
 def check_copo(config: DictConfig, settings: CopoSettings) -> None:

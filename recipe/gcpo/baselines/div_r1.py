@@ -19,7 +19,6 @@ with verl's own ``set_loss_fn`` worker call (the one verl's trainer uses to give
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -27,7 +26,7 @@ import torch
 from omegaconf import DictConfig
 
 from gcpo_core.baselines.div_r1 import SAMPLE_SETS, diversity_rows, sampled_token_entropy
-from gcpo_core.credit.config import FieldError
+from gcpo_core.credit.config import TRUE_FALSE, check_fields, number, one_of
 from recipe.gcpo.baselines import Baseline
 from recipe.gcpo.config import ConfigError, TrainerNeed, check_actor_loss
 
@@ -61,22 +60,15 @@ class DivR1Settings:
     loss_agg_mode: str = "seq-mean-token-mean"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enable, bool):
-            raise FieldError("div_r1", "enable", f"must be true or false, got {self.enable!r}")
-        if (
-            isinstance(self.coef, bool)
-            or not isinstance(self.coef, (int, float))
-            or not math.isfinite(self.coef)
-            or self.coef < 0
-        ):
-            raise FieldError("div_r1", "coef", f"must be a finite number >= 0, got {self.coef!r}")
-        for name, allowed in (
-            ("samples", SAMPLE_SETS),
-            ("entropy", ENTROPY_ESTIMATES),
-            ("loss_agg_mode", LOSS_AGG_MODES),
-        ):
-            if getattr(self, name) not in allowed:
-                raise FieldError("div_r1", name, f"must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        check_fields(
+            self,
+            "div_r1",
+            enable=TRUE_FALSE,
+            coef=number(0),
+            samples=one_of(SAMPLE_SETS),
+            entropy=one_of(ENTROPY_ESTIMATES),
+            loss_agg_mode=one_of(LOSS_AGG_MODES),
+        )
 
 
 def check_div_r1(config: DictConfig, settings: DivR1Settings) -> None:

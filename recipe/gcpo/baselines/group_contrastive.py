@@ -22,7 +22,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.padding_utils import build_padding_position_ids
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from gcpo_core.credit.config import FieldError
+from gcpo_core.credit.config import TRUE_FALSE, Rule, check_fields
 from recipe.gcpo.baselines import Baseline, read_rows
 from recipe.gcpo.config import ConfigError, TrainerNeed
 
@@ -50,12 +50,12 @@ class GroupContrastiveSettings:
     solution_key: str = "solution"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enable, bool):
-            raise FieldError("group_contrastive", "enable", f"must be true or false, got {self.enable!r}")
-        if not isinstance(self.solution_key, str) or not self.solution_key:
-            raise FieldError(
-                "group_contrastive", "solution_key", f"must be a non-empty string, got {self.solution_key!r}"
-            )
+        check_fields(
+            self,
+            "group_contrastive",
+            enable=TRUE_FALSE,
+            solution_key=Rule(lambda key: isinstance(key, str) and key != "", "a non-empty string"),
+        )
 
 
 def inject_references(
