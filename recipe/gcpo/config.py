@@ -309,38 +309,36 @@ def recipe_trainer_message(need: TrainerNeed, found: str) -> str:
     return f"{need.setting} {recipe_trainer_problem(need, found)}"
 
 
-# ---- start-up checks every estimator or loss of its kind shares (the baselines' modules and recipe.gcpo.preflight)
+# ---- start-up checks every estimator or loss of its kind shares (listed by the baselines' modules and
+# recipe.gcpo.preflight.recipe_blocks, whose FACTS read what they test)
 
 
-def check_rollout_groups(config: DictConfig, estimator: str) -> None:
-    """An estimator that compares the rollouts of a prompt has at least two, one output each.
-
-    Raises:
-        ConfigError: ``rollout.n`` < 2, or a multi-turn agent loop (several outputs under one rollout).
-    """
-    n = config.actor_rollout_ref.rollout.n
-    if n < 2:
-        raise ConfigError(
-            "actor_rollout_ref.rollout.n",
-            f"{estimator} credits rollouts within a group, so it needs at least 2, got {n}",
-        )
-    if OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable"):
-        raise ConfigError(
-            "actor_rollout_ref.rollout.multi_turn.enable",
-            f"true is not supported: algorithm.adv_estimator={estimator} credits one output per rollout, and "
-            "multi-turn agent loops put several outputs under one rollout",
-        )
+def only_if(applies: Callable[[Facts], bool], checks: Iterable[Check]) -> tuple[Check, ...]:
+    """``checks``, each holding wherever ``applies(facts)`` is false."""
+    return tuple(check._replace(holds=lambda f, holds=check.holds: not applies(f) or holds(f)) for check in checks)
 
 
-def check_actor_loss(config: DictConfig, selected: str, what: str) -> None:
-    """A setting that gives the actor workers their loss (``set_loss_fn``) is not replaced by distillation's.
+# an estimator that compares the rollouts of a prompt needs two, one output each (``{estimator}``: the run's)
+ROLLOUT_GROUP_CHECKS: tuple[Check, ...] = (
+    Check(
+        "actor_rollout_ref.rollout.n",
+        lambda f: f["rollout_n"] >= 2,
+        "{estimator} credits rollouts within a group, so it needs at least 2, got {rollout_n}",
+    ),
+    Check(
+        "actor_rollout_ref.rollout.multi_turn.enable",
+        lambda f: not f["multi_turn"],
+        "true is not supported: algorithm.adv_estimator={estimator} credits one output per rollout, and "
+        "multi-turn agent loops put several outputs under one rollout",
+    ),
+)
 
-    Raises:
-        ConfigError: ``distillation.enabled=true``.
-    """
-    if OmegaConf.select(config, "distillation.enabled"):
-        raise ConfigError(
-            "distillation.enabled",
-            f"true makes the actor run the distillation loss instead of {what}, which {selected} gives it: use one "
-            "or the other",
-        )
+
+def actor_loss_check(selected: str, what: str) -> Check:
+    """``selected`` gives the actor workers ``what``, their loss (``set_loss_fn``): distillation would replace it."""
+    return Check(
+        "distillation.enabled",
+        lambda f: not f["distillation"],
+        f"true makes the actor run the distillation loss instead of {what}, which {selected} gives it: use one or the "
+        "other",
+    )
