@@ -35,7 +35,7 @@ from typing import Hashable, Optional, Sequence
 
 import numpy as np
 
-from gcpo_core.credit.config import FieldError
+from gcpo_core.credit.config import TRUE_FALSE, Rule, check_fields, integer, number, one_of, optional
 from gcpo_core.credit.grouping import layout_groups
 
 DIVER_BLEU_WEIGHTS = (0.02, 0.1, 0.15, 0.25, 0.38)
@@ -91,35 +91,28 @@ class DiverConfig:
     active_steps: Optional[int] = 100
 
     def __post_init__(self) -> None:
-        for name, allowed in (("metric", METRICS), ("gate", GATES), ("schedule", SCHEDULES)):
-            if getattr(self, name) not in allowed:
-                raise FieldError("diver config", name, f"must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        for name in ("coef", "max_equation", "max_textual"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise FieldError("diver config", name, f"must be a finite number >= 0, got {value!r}")
-        if isinstance(self.gamma, bool) or not isinstance(self.gamma, (int, float)) or not 0 < self.gamma <= 1:
-            raise FieldError("diver config", "gamma", f"must be in (0, 1], got {self.gamma!r}")
-        for name in ("horizon_chars", "active_steps"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise FieldError("diver config", name, f"must be an integer >= 1 or null, got {value!r}")
-        if not isinstance(self.scale_by_group_accuracy, bool):
-            raise FieldError(
-                "diver config",
-                "scale_by_group_accuracy",
-                f"must be true or false, got {self.scale_by_group_accuracy!r}",
-            )
-        weights = tuple(self.bleu_weights)
-        if (
-            not weights
-            or any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights)
-            or sum(weights) <= 0
-        ):
-            raise FieldError(
-                "diver config", "bleu_weights", f"must be non-negative numbers, not all 0, got {self.bleu_weights!r}"
-            )
-        object.__setattr__(self, "bleu_weights", tuple(float(w) for w in weights))
+        check_fields(
+            self,
+            "diver config",
+            metric=one_of(METRICS),
+            gate=one_of(GATES),
+            schedule=one_of(SCHEDULES),
+            coef=number(0),
+            max_equation=number(0),
+            max_textual=number(0),
+            gamma=number(0, 1, strict=True),
+            horizon_chars=optional(integer(1), " or null"),
+            active_steps=optional(integer(1), " or null"),
+            scale_by_group_accuracy=TRUE_FALSE,
+            bleu_weights=Rule(_bleu_weights_hold, "non-negative numbers, not all 0"),
+        )
+        object.__setattr__(self, "bleu_weights", tuple(float(w) for w in self.bleu_weights))
+
+
+def _bleu_weights_hold(weights) -> bool:
+    weights = tuple(weights)
+    negative = any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights)
+    return bool(weights) and not negative and not sum(weights) <= 0  # (a nan weight passes, as it always has)
 
 
 # ----------------------------------------------------------------------------------------------- the metrics

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 from gcpo_core.credit.advantages import ADVANTAGE_MODES, ALL_CORRECT_SCALES
 from gcpo_core.credit.kernels import KERNELS
@@ -32,6 +32,63 @@ class FieldError(ValueError):
 
     def __reduce__(self):  # crosses process boundaries (Ray) with its three parts
         return type(self), (self.section, self.field, self.problem)
+
+
+class Rule(NamedTuple):
+    """A setting's rule: a value for which ``holds(value)`` is false is refused as ``must be <must_be>, got <value>``."""
+
+    holds: Callable[[Any], bool]
+    must_be: str
+
+    def check(self, section: str, field: str, value: Any) -> None:
+        if not self.holds(value):
+            raise FieldError(section, field, f"must be {self.must_be}, got {value!r}")
+
+
+def check_fields(settings: Any, section: str, **rules: Rule | tuple[Rule, ...]) -> None:
+    """Each field of ``settings`` named in ``rules`` against its rule (or rules), in order; raises the first
+    :class:`FieldError`."""
+    for name, field_rules in rules.items():
+        for rule in (field_rules,) if isinstance(field_rules, Rule) else field_rules:
+            rule.check(section, name, getattr(settings, name))
+
+
+TRUE_FALSE = Rule(lambda v: isinstance(v, bool), "true or false")
+
+
+def one_of(names: Iterable) -> Rule:
+    names = list(names)
+    return Rule(lambda v: v in names, f"one of {names}")
+
+
+def integer(low: int, high: Optional[int] = None, note: str = "") -> Rule:
+    """An integer in [``low``, ``high``] (no ``high``: >= ``low``, the ``note`` after it)."""
+    return Rule(
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v and (high is None or v <= high),
+        f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}{note}",
+    )
+
+
+def number(low: Optional[float] = None, high: Optional[float] = None, strict: bool = False, finite=True) -> Rule:
+    """A number in [``low``, ``high``] (``strict``: ``low`` excluded), finite unless ``finite=False`` (inf passes a
+    lower bound alone); read ``in [low, high]``, ``a finite number >= low`` or, not finite, ``> low``."""
+    bound = "" if low is None else f"{'>' if strict else '>='} {low}"
+    if high is not None:
+        bound = f"in {'(' if strict else '['}{low}, {high}]"
+    elif finite:
+        bound = f"a finite number {bound}".rstrip()
+
+    def holds(v: Any) -> bool:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or (finite and not math.isfinite(v)):
+            return False
+        return (low is None or (v > low if strict else v >= low)) and (high is None or v <= high)
+
+    return Rule(holds, bound)
+
+
+def optional(rule: Rule, note: str = "") -> Rule:
+    """``rule``, or null (``note`` after its message)."""
+    return Rule(lambda v: v is None or rule.holds(v), rule.must_be + note)
 
 
 @dataclass(frozen=True)
@@ -81,40 +138,23 @@ class CreditConfig:
     max_group_size: int = 128
 
     def __post_init__(self) -> None:
-        _one_of("kernel", self.kernel, KERNELS.names())
-        _one_of("quality", self.quality, QUALITY_MAPS.names())
-        _one_of("method", self.method, list(SHAPLEY_METHODS))
-        _one_of("advantage", self.advantage, ADVANTAGE_MODES.names())
-        _one_of("all_correct_scale", self.all_correct_scale, list(ALL_CORRECT_SCALES))
-        for name in ("antithetic", "stratified", "norm_by_std"):
-            if not isinstance(getattr(self, name), bool):
-                raise FieldError("credit config", name, f"must be true or false, got {getattr(self, name)!r}")
-        _int_in("exact_max_contributors", self.exact_max_contributors, 0, EXACT_LIMIT)
-        _int_in("permutations", self.permutations, MIN_PERMUTATIONS, 1_000_000)
-        _int_in("seed", self.seed, 0, 2**63 - 1)
-        _int_in("max_group_size", self.max_group_size, 1, 4096)
-        _finite_at_least("mix_coef", self.mix_coef, 0.0)
-        # epsilon = 0 turns a constant group's zero spread into 0 / 0
-        _finite_at_least("epsilon", self.epsilon, 0.0, strict=True)
-        _finite_at_least("std_floor", self.std_floor, 0.0)
-        if self.rbf_bandwidth is not None:
-            _finite_at_least("rbf_bandwidth", self.rbf_bandwidth, 0.0, strict=True)
-
-
-def _one_of(name: str, value: object, allowed: list[str]) -> None:
-    if value not in allowed:
-        raise FieldError("credit config", name, f"must be one of {allowed}, got {value!r}")
-
-
-def _int_in(name: str, value: object, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise FieldError("credit config", name, f"must be an integer in [{low}, {high}], got {value!r}")
-
-
-def _finite_at_least(name: str, value: object, low: float, strict: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if strict else value >= low)
-    if not ok:
-        raise FieldError(
-            "credit config", name, f"must be a finite number {'>' if strict else '>='} {low}, got {value!r}"
+        check_fields(
+            self,
+            "credit config",
+            kernel=one_of(KERNELS.names()),
+            quality=one_of(QUALITY_MAPS.names()),
+            method=one_of(SHAPLEY_METHODS),
+            advantage=one_of(ADVANTAGE_MODES.names()),
+            all_correct_scale=one_of(ALL_CORRECT_SCALES),
+            antithetic=TRUE_FALSE,
+            stratified=TRUE_FALSE,
+            norm_by_std=TRUE_FALSE,
+            exact_max_contributors=integer(0, EXACT_LIMIT),
+            permutations=integer(MIN_PERMUTATIONS, 1_000_000),
+            seed=integer(0, 2**63 - 1),
+            max_group_size=integer(1, 4096),
+            mix_coef=number(0.0),
+            epsilon=number(0.0, strict=True),  # epsilon = 0 turns a constant group's zero spread into 0 / 0
+            std_floor=number(0.0),
+            rbf_bandwidth=optional(number(0.0, strict=True)),
         )

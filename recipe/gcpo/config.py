@@ -21,9 +21,9 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, TypeV
 
 from omegaconf import DictConfig, OmegaConf
 
-from gcpo_core.credit.config import CreditConfig, FieldError
+from gcpo_core.credit.config import TRUE_FALSE, CreditConfig, FieldError, Rule, check_fields, integer, number
 from gcpo_core.encoding.encoder import EncoderConfig
-from recipe.gcpo.credit_shards import parse_shards
+from recipe.gcpo.credit_shards import SHARDS
 
 GCPO_ESTIMATOR = "gcpo"
 # verl's trainer mode the GCPO trainer runs in: the recipe's entry point builds GCPOTrainer (verl's
@@ -123,11 +123,9 @@ def check_known(key_path: str, block: Mapping, allowed: set[str]) -> None:
 def build_section(cls: type[Section], values: Optional[Mapping[str, Any]], key_path: str) -> Section:
     """The dataclass ``cls`` from the config block at ``key_path`` (None: the defaults).
 
-    The dataclasses validate themselves and raise :class:`FieldError` naming the field, so the message here is the
-    key path plus the field's problem, as the dataclass wrote it.
-
     Raises:
-        ConfigError: ``<key_path>.<field>: must be ...``, an unknown key, or a block that is not a mapping.
+        ConfigError: a field the dataclass refused (its :class:`FieldError` as ``<key_path>.<field>: <problem>``), an
+            unknown key, or a block that is not a mapping.
     """
     values = plain(values)
     if values is None:
@@ -146,10 +144,6 @@ def algorithm_block(algorithm: Any, name: str) -> Optional[Mapping[str, Any]]:
     return None if algorithm is None else plain(algorithm.get(name))
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class DumpSettings:
     """Credit dumps for ``gcpo report`` (``algorithm.gcpo.dump``): every ``every_n_steps`` steps, up to
@@ -160,10 +154,7 @@ class DumpSettings:
     directory: str = "gcpo_dumps"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.every_n_steps, int) or isinstance(self.every_n_steps, bool) or self.every_n_steps < 0:
-            raise FieldError("dump", "every_n_steps", f"must be an integer >= 0 (0: off), got {self.every_n_steps!r}")
-        if not isinstance(self.max_groups, int) or isinstance(self.max_groups, bool) or self.max_groups < 1:
-            raise FieldError("dump", "max_groups", f"must be an integer >= 1, got {self.max_groups!r}")
+        check_fields(self, "dump", every_n_steps=integer(0, note=" (0: off)"), max_groups=integer(1))
 
 
 @dataclass(frozen=True)
@@ -194,26 +185,19 @@ class CreditActorOptions:
     prefetch: bool = True
 
     def __post_init__(self) -> None:
-        section = "credit actor"
-        if not isinstance(self.prefetch, bool):
-            raise FieldError(section, "prefetch", f"must be true or false, got {self.prefetch!r}")
-        for name in ("num_gpus", "num_cpus"):
-            value = getattr(self, name)
-            if not _number(value) or not 0 <= value <= 64:
-                raise FieldError(section, name, f"must be in [0, 64], got {value!r}")
-        if self.num_cpus < 1 and self.num_cpus != 0:
-            raise FieldError(
-                section, "num_cpus", f"must be 0 or >= 1 (the tokenizer needs a CPU), got {self.num_cpus!r}"
-            )
-        parse_shards(self.shards)
-        for name in ("max_restarts", "max_task_retries"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-                raise FieldError(section, name, f"must be an integer >= -1 (-1: unlimited), got {value!r}")
-        for name in ("timeout_s", "startup_timeout_s"):
-            value = getattr(self, name)
-            if not _number(value) or not value > 0:
-                raise FieldError(section, name, f"must be > 0, got {value!r}")
+        retries, wait = integer(-1, note=" (-1: unlimited)"), number(0, strict=True, finite=False)
+        check_fields(
+            self,
+            "credit actor",
+            prefetch=TRUE_FALSE,
+            num_gpus=number(0, 64),
+            num_cpus=(number(0, 64), Rule(lambda n: n == 0 or n >= 1, "0 or >= 1 (the tokenizer needs a CPU)")),
+            shards=SHARDS,
+            max_restarts=retries,
+            max_task_retries=retries,
+            timeout_s=wait,
+            startup_timeout_s=wait,
+        )
 
 
 @dataclass(frozen=True)
@@ -325,38 +309,36 @@ def recipe_trainer_message(need: TrainerNeed, found: str) -> str:
     return f"{need.setting} {recipe_trainer_problem(need, found)}"
 
 
-# ---- start-up checks every estimator or loss of its kind shares (the baselines' modules and recipe.gcpo.preflight)
+# ---- start-up checks every estimator or loss of its kind shares (listed by the baselines' modules and
+# recipe.gcpo.preflight.recipe_blocks, whose FACTS read what they test)
 
 
-def check_rollout_groups(config: DictConfig, estimator: str) -> None:
-    """An estimator that compares the rollouts of a prompt has at least two, one output each.
-
-    Raises:
-        ConfigError: ``rollout.n`` < 2, or a multi-turn agent loop (several outputs under one rollout).
-    """
-    n = config.actor_rollout_ref.rollout.n
-    if n < 2:
-        raise ConfigError(
-            "actor_rollout_ref.rollout.n",
-            f"{estimator} credits rollouts within a group, so it needs at least 2, got {n}",
-        )
-    if OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable"):
-        raise ConfigError(
-            "actor_rollout_ref.rollout.multi_turn.enable",
-            f"true is not supported: algorithm.adv_estimator={estimator} credits one output per rollout, and "
-            "multi-turn agent loops put several outputs under one rollout",
-        )
+def only_if(applies: Callable[[Facts], bool], checks: Iterable[Check]) -> tuple[Check, ...]:
+    """``checks``, each holding wherever ``applies(facts)`` is false."""
+    return tuple(check._replace(holds=lambda f, holds=check.holds: not applies(f) or holds(f)) for check in checks)
 
 
-def check_actor_loss(config: DictConfig, selected: str, what: str) -> None:
-    """A setting that gives the actor workers their loss (``set_loss_fn``) is not replaced by distillation's.
+# an estimator that compares the rollouts of a prompt needs two, one output each (``{estimator}``: the run's)
+ROLLOUT_GROUP_CHECKS: tuple[Check, ...] = (
+    Check(
+        "actor_rollout_ref.rollout.n",
+        lambda f: f["rollout_n"] >= 2,
+        "{estimator} credits rollouts within a group, so it needs at least 2, got {rollout_n}",
+    ),
+    Check(
+        "actor_rollout_ref.rollout.multi_turn.enable",
+        lambda f: not f["multi_turn"],
+        "true is not supported: algorithm.adv_estimator={estimator} credits one output per rollout, and "
+        "multi-turn agent loops put several outputs under one rollout",
+    ),
+)
 
-    Raises:
-        ConfigError: ``distillation.enabled=true``.
-    """
-    if OmegaConf.select(config, "distillation.enabled"):
-        raise ConfigError(
-            "distillation.enabled",
-            f"true makes the actor run the distillation loss instead of {what}, which {selected} gives it: use one "
-            "or the other",
-        )
+
+def actor_loss_check(selected: str, what: str) -> Check:
+    """``selected`` gives the actor workers ``what``, their loss (``set_loss_fn``): distillation would replace it."""
+    return Check(
+        "distillation.enabled",
+        lambda f: not f["distillation"],
+        f"true makes the actor run the distillation loss instead of {what}, which {selected} gives it: use one or the "
+        "other",
+    )

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from gcpo_core.credit.config import FieldError
+from gcpo_core.credit.config import Rule
 
 SHARD_MODES = ("auto", "per_gpu", "per_node")
 
@@ -68,12 +68,15 @@ def shard_rows(costs: np.ndarray, shards: int) -> list[np.ndarray]:
     return [np.sort(np.asarray(rows, dtype=np.int64)) for rows in owned]
 
 
+SHARDS = Rule(
+    lambda v: not isinstance(v, bool) and (isinstance(v, int) and v >= 1 or v in SHARD_MODES),
+    f"an integer >= 1 or one of {list(SHARD_MODES)}",
+)
+
+
 def parse_shards(value) -> int | str:
     """``algorithm.gcpo.actor.shards``: an integer >= 1, or one of auto, per_gpu, per_node."""
-    if isinstance(value, bool) or not (isinstance(value, int) and value >= 1 or value in SHARD_MODES):
-        raise FieldError(
-            "credit actor", "shards", f"must be an integer >= 1 or one of {list(SHARD_MODES)}, got {value!r}"
-        )
+    SHARDS.check("credit actor", "shards", value)
     return value
 
 

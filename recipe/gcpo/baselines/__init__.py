@@ -6,14 +6,14 @@ baseline; each iterates the registry."""
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 
-from recipe.gcpo.config import TrainerNeed, algorithm_block, build_section
+from recipe.gcpo.config import Check, Facts, TrainerNeed, algorithm_block, build_section
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,9 @@ class Baseline:
         estimator: the ``algorithm.adv_estimator`` that selects it (its module registers that estimator with
             verl's ``register_adv_est``); None: selected by the block's ``enable``.
         needs_trainer: ``(settings) -> TrainerNeed | None``: the setting only the GCPO trainer serves.
-        check: ``(config, settings)``: start-up checks of the selected baseline against verl's keys (raises
-            :class:`~recipe.gcpo.config.ConfigError`).
+        checks: its start-up checks when selected (:class:`~recipe.gcpo.config.Check` entries reading the facts of
+            :data:`recipe.gcpo.preflight.recipe_blocks.FACTS`, and its own).
+        facts: readers of the facts only its own code computes, each named ``<name>_...``.
         loss_fn: ``(config, settings) -> loss | None``: the actor workers' loss (verl's ``set_loss_fn``).
         before_balance: ``(trainer, settings, batch, metrics) -> batch``: before verl balances the batch and
             computes the old log-probabilities.
@@ -40,7 +41,8 @@ class Baseline:
     settings: type
     estimator: Optional[str] = None
     needs_trainer: Callable[[Any], Optional[TrainerNeed]] = lambda settings: None
-    check: Optional[Callable[[Any, Any], None]] = None
+    checks: tuple[Check, ...] = ()
+    facts: Mapping[str, Callable[[Facts], Any]] = field(default_factory=dict)
     loss_fn: Optional[Callable[[Any, Any], Optional[Callable]]] = None
     before_balance: Optional[Callable[..., KVBatchMeta]] = None
     advantage: Optional[Callable[..., KVBatchMeta]] = None
@@ -66,16 +68,21 @@ class Baseline:
 
 
 BASELINES: dict[str, Baseline] = {}
+BASELINE_FACTS: dict[str, Callable[[Facts], Any]] = {}  # every registered baseline's facts (recipe_blocks.FACTS)
 _parsed: dict[tuple[int, str], tuple[weakref.ref, Any]] = {}
 
 
 def register(baseline: Baseline) -> Baseline:
-    """Add ``baseline`` to :data:`BASELINES` (its name once)."""
+    """Add ``baseline`` to :data:`BASELINES` (its name once) and its facts to :data:`BASELINE_FACTS`."""
     if baseline.name in BASELINES:
         raise ValueError(f"a baseline named {baseline.name!r} is registered already")
     if baseline.advantage is not None and baseline.estimator is None:
         raise ValueError(f"baseline {baseline.name!r}: an advantage step needs the estimator that selects it")
+    unprefixed = sorted(name for name in baseline.facts if not name.startswith(f"{baseline.name}_"))
+    if unprefixed:  # the facts of every baseline and of the recipe share one namespace
+        raise ValueError(f"baseline {baseline.name!r}: facts {unprefixed} are not named {baseline.name}_...")
     BASELINES[baseline.name] = baseline
+    BASELINE_FACTS.update(baseline.facts)
     return baseline
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,17 +30,17 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 import torch
 import transfer_queue as tq
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.core_algos import register_adv_est
 from verl.workers.utils.padding import response_to_nested
 
 from gcpo_core.baselines.copo import COPO_GATES, copo_advantages, copo_terms
-from gcpo_core.credit.config import FieldError
+from gcpo_core.credit.config import TRUE_FALSE, check_fields, number, one_of
 from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.baselines import Baseline, block_settings, read_rows
-from recipe.gcpo.config import ConfigError, TrainerNeed, check_actor_loss, check_rollout_groups
+from recipe.gcpo.config import ROLLOUT_GROUP_CHECKS, Check, TrainerNeed, actor_loss_check, only_if
 from recipe.gcpo.estimator import grouped_outcome_advantage
 
 COPO_ESTIMATOR = "copo"
@@ -69,42 +68,32 @@ class CopoSettings:
     reward_coef: bool = False
 
     def __post_init__(self) -> None:
-        if self.blend not in BLENDS:
-            raise FieldError("copo", "blend", f"must be one of {list(BLENDS)}, got {self.blend!r}")
-        if self.gate not in COPO_GATES:
-            raise FieldError("copo", "gate", f"must be one of {list(COPO_GATES)}, got {self.gate!r}")
-        for name in ("k", "b"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise FieldError("copo", name, f"must be a finite number, got {value!r}")
-        if not isinstance(self.reward_coef, bool):
-            raise FieldError("copo", "reward_coef", f"must be true or false, got {self.reward_coef!r}")
-
-
-def check_copo(config: DictConfig, settings: CopoSettings) -> None:
-    """Start-up checks of ``algorithm.adv_estimator=copo``: it compares a prompt's rollouts; and, with the loss blend
-    (``algorithm.copo.blend=loss``), no distillation, a policy loss that is verl's ``vanilla`` PPO-clip (the blend
-    relies on its homogeneity), and no Div-R1 (each replaces the actor's loss).
-
-    Raises:
-        ConfigError: the first of these that fails.
-    """
-    check_rollout_groups(config, COPO_ESTIMATOR)
-    if settings.blend != "loss":
-        return
-    check_actor_loss(config, "algorithm.copo.blend=loss", "COPO's blended loss")
-    loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
-    if loss_mode != "vanilla":
-        raise ConfigError(
-            "actor_rollout_ref.actor.policy_loss.loss_mode",
-            f"{loss_mode} is not supported with algorithm.copo.blend=loss, which blends two PPO-clip losses "
-            "(verl's 'vanilla' policy loss)",
+        check_fields(
+            self, "copo", blend=one_of(BLENDS), gate=one_of(COPO_GATES), k=number(), b=number(), reward_coef=TRUE_FALSE
         )
-    if OmegaConf.select(config, "algorithm.div_r1.enable"):
-        raise ConfigError(
-            "algorithm.div_r1.enable",
-            "true and algorithm.copo.blend=loss each replace the actor's loss: use one or the other",
-        )
+
+
+# it compares a prompt's rollouts; the loss blend replaces the actor's loss, and relies on PPO-clip's homogeneity
+CHECKS: tuple[Check, ...] = (
+    *ROLLOUT_GROUP_CHECKS,
+    *only_if(
+        lambda f: f["settings"].blocks["copo"].blend == "loss",
+        (
+            actor_loss_check("algorithm.copo.blend=loss", "COPO's blended loss"),
+            Check(
+                "actor_rollout_ref.actor.policy_loss.loss_mode",
+                lambda f: f["loss_mode"] == "vanilla",
+                "{loss_mode} is not supported with algorithm.copo.blend=loss, which blends two PPO-clip losses "
+                "(verl's 'vanilla' policy loss)",
+            ),
+            Check(
+                "algorithm.div_r1.enable",
+                lambda f: not f["settings"].blocks["div_r1"].enable,
+                "true and algorithm.copo.blend=loss each replace the actor's loss: use one or the other",
+            ),
+        ),
+    ),
+)
 
 
 @register_adv_est(COPO_ESTIMATOR)
@@ -294,7 +283,7 @@ BASELINE = Baseline(
         if settings.blend == "loss"
         else None
     ),
-    check=check_copo,
+    checks=CHECKS,
     loss_fn=copo_loss_fn,
     advantage=copo_advantage,
 )

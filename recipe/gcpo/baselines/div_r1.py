@@ -19,7 +19,6 @@ with verl's own ``set_loss_fn`` worker call (the one verl's trainer uses to give
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -27,9 +26,9 @@ import torch
 from omegaconf import DictConfig
 
 from gcpo_core.baselines.div_r1 import SAMPLE_SETS, diversity_rows, sampled_token_entropy
-from gcpo_core.credit.config import FieldError
+from gcpo_core.credit.config import TRUE_FALSE, check_fields, number, one_of
 from recipe.gcpo.baselines import Baseline
-from recipe.gcpo.config import ConfigError, TrainerNeed, check_actor_loss
+from recipe.gcpo.config import Check, TrainerNeed, actor_loss_check
 
 ENTROPY_ESTIMATES = ("sampled", "exact")
 # verl's agg_loss modes (verl/trainer/ppo/core_algos.py)
@@ -61,39 +60,26 @@ class DivR1Settings:
     loss_agg_mode: str = "seq-mean-token-mean"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enable, bool):
-            raise FieldError("div_r1", "enable", f"must be true or false, got {self.enable!r}")
-        if (
-            isinstance(self.coef, bool)
-            or not isinstance(self.coef, (int, float))
-            or not math.isfinite(self.coef)
-            or self.coef < 0
-        ):
-            raise FieldError("div_r1", "coef", f"must be a finite number >= 0, got {self.coef!r}")
-        for name, allowed in (
-            ("samples", SAMPLE_SETS),
-            ("entropy", ENTROPY_ESTIMATES),
-            ("loss_agg_mode", LOSS_AGG_MODES),
-        ):
-            if getattr(self, name) not in allowed:
-                raise FieldError("div_r1", name, f"must be one of {list(allowed)}, got {getattr(self, name)!r}")
-
-
-def check_div_r1(config: DictConfig, settings: DivR1Settings) -> None:
-    """Start-up checks of Div-R1's actor loss (``algorithm.div_r1.enable=true``).
-
-    Raises:
-        ConfigError: distillation (which replaces the actor loss), or ``entropy=exact`` without the actor computing
-            entropies.
-    """
-    check_actor_loss(config, "algorithm.div_r1.enable=true", "the Div-R1 loss")
-    actor = config.actor_rollout_ref.actor
-    if settings.entropy == "exact" and not (actor.get("calculate_entropy", False) or actor.get("entropy_coeff", 0)):
-        raise ConfigError(
-            "algorithm.div_r1.entropy",
-            "exact uses the entropies verl's actor computes only when asked: set "
-            "actor_rollout_ref.actor.calculate_entropy=true (or use entropy=sampled, the paper's estimate)",
+        check_fields(
+            self,
+            "div_r1",
+            enable=TRUE_FALSE,
+            coef=number(0),
+            samples=one_of(SAMPLE_SETS),
+            entropy=one_of(ENTROPY_ESTIMATES),
+            loss_agg_mode=one_of(LOSS_AGG_MODES),
         )
+
+
+CHECKS: tuple[Check, ...] = (
+    actor_loss_check("algorithm.div_r1.enable=true", "the Div-R1 loss"),
+    Check(
+        "algorithm.div_r1.entropy",
+        lambda f: f["settings"].blocks["div_r1"].entropy != "exact" or f["actor_entropy"],
+        "exact uses the entropies verl's actor computes only when asked: set "
+        "actor_rollout_ref.actor.calculate_entropy=true (or use entropy=sampled, the paper's estimate)",
+    ),
+)
 
 
 def div_r1_term(
@@ -216,6 +202,6 @@ BASELINE = Baseline(
     needs_trainer=lambda settings: TrainerNeed(
         "algorithm.div_r1.enable=true", "gives the actor workers the Div-R1 loss"
     ),
-    check=check_div_r1,
+    checks=CHECKS,
     loss_fn=div_r1_loss_fn,
 )

@@ -13,14 +13,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from omegaconf import DictConfig
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from gcpo_core.baselines.diver import DiverConfig, diver_bonus
 from gcpo_core.credit.config import CreditConfig
 from recipe.gcpo.baselines import Baseline, read_rows
-from recipe.gcpo.config import check_rollout_groups, estimator_need
+from recipe.gcpo.config import ROLLOUT_GROUP_CHECKS, estimator_need
 from recipe.gcpo.estimator import StepCredit, compute_gcpo_outcome_advantage, provide_credit
 
 DIVER_ESTIMATOR = "diver"
@@ -32,15 +31,6 @@ def diver_normalisation(credit: CreditConfig) -> CreditConfig:
     std (``all_correct_scale=group``), with ``algorithm.gcpo.credit``'s epsilon and floor (``credit``, as the
     recipe's settings parsed it) and verl's ``norm_adv_by_std_in_grpo``."""
     return dataclasses.replace(credit, all_correct_scale="group")
-
-
-def check_diver(config: DictConfig, settings: DiverConfig) -> None:
-    """Start-up check of DIVER (``algorithm.adv_estimator=diver``): its bonus compares the rollouts of a prompt.
-
-    Raises:
-        ConfigError: fewer than two rollouts a prompt, or a multi-turn agent loop.
-    """
-    check_rollout_groups(config, DIVER_ESTIMATOR)
 
 
 def diver_credit(
@@ -89,6 +79,6 @@ BASELINE = Baseline(
     DiverConfig,
     estimator=DIVER_ESTIMATOR,
     needs_trainer=lambda settings: estimator_need(DIVER_ESTIMATOR),
-    check=check_diver,
+    checks=ROLLOUT_GROUP_CHECKS,  # its bonus compares the rollouts of a prompt
     advantage=diver_advantage,
 )

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from gcpo_core.baselines.mc_grpo import MAD_ZERO_RULES, median_centred_advantages
-from gcpo_core.credit.config import FieldError
+from gcpo_core.credit.config import TRUE_FALSE, check_fields, one_of
 from recipe.gcpo.baselines import Baseline, block_settings
-from recipe.gcpo.config import check_rollout_groups
+from recipe.gcpo.config import ROLLOUT_GROUP_CHECKS
 from recipe.gcpo.estimator import grouped_outcome_advantage
 
 MC_GRPO_ESTIMATOR = "mc_grpo"
@@ -29,10 +29,7 @@ class MCGRPOSettings:
     rescale: bool = True
 
     def __post_init__(self) -> None:
-        if self.mad_zero not in MAD_ZERO_RULES:
-            raise FieldError("mc_grpo", "mad_zero", f"must be one of {list(MAD_ZERO_RULES)}, got {self.mad_zero!r}")
-        if not isinstance(self.rescale, bool):
-            raise FieldError("mc_grpo", "rescale", f"must be true or false, got {self.rescale!r}")
+        check_fields(self, "mc_grpo", mad_zero=one_of(MAD_ZERO_RULES), rescale=TRUE_FALSE)
 
 
 @register_adv_est(MC_GRPO_ESTIMATOR)
@@ -51,9 +48,4 @@ def compute_mc_grpo_outcome_advantage(
     return grouped_outcome_advantage(with_paper_epsilon, token_level_rewards, response_mask, index, config, epsilon)
 
 
-def check_mc_grpo(config, settings: MCGRPOSettings) -> None:
-    """Start-up check of ``algorithm.adv_estimator=mc_grpo``: it compares the rollouts of a prompt."""
-    check_rollout_groups(config, MC_GRPO_ESTIMATOR)
-
-
-BASELINE = Baseline("mc_grpo", MCGRPOSettings, estimator=MC_GRPO_ESTIMATOR, check=check_mc_grpo)
+BASELINE = Baseline("mc_grpo", MCGRPOSettings, estimator=MC_GRPO_ESTIMATOR, checks=ROLLOUT_GROUP_CHECKS)

@@ -1,4 +1,4 @@
-"""Group Contrastive PO's start-up checks (recipe/gcpo/baselines/group_contrastive.py: check_group_contrastive), run
+"""Group Contrastive PO's start-up checks (recipe/gcpo/baselines/group_contrastive.py: CHECKS), run
 by the recipe's checks of a whole config."""
 
 import pytest

@@ -8,9 +8,9 @@ import pytest
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from gcpo_core.credit.config import FieldError
+from gcpo_core.credit.config import check_fields, integer
 from recipe.gcpo.baselines import BASELINES, Baseline, register
-from recipe.gcpo.config import ConfigError, TrainerNeed
+from recipe.gcpo.config import Check, ConfigError, TrainerNeed
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
 from recipe.gcpo.preflight import check_verl_config
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
@@ -24,16 +24,17 @@ class ToySettings:
     most_rollouts: int = 8
 
     def __post_init__(self) -> None:
-        if isinstance(self.most_rollouts, bool) or not isinstance(self.most_rollouts, int) or self.most_rollouts < 2:
-            raise FieldError("toy", "most_rollouts", f"must be an integer >= 2, got {self.most_rollouts!r}")
+        check_fields(self, "toy", most_rollouts=integer(2))
 
 
-def check_toy(config, settings: ToySettings) -> None:
-    n = config.actor_rollout_ref.rollout.n
-    if n > settings.most_rollouts:
-        raise ConfigError(
-            "actor_rollout_ref.rollout.n", f"the toy takes at most {settings.most_rollouts} rollouts, got {n}"
-        )
+FACTS = {"toy_most_rollouts": lambda f: f["settings"].blocks["toy"].most_rollouts}  # what only the toy computes
+CHECKS = (
+    Check(
+        "actor_rollout_ref.rollout.n",
+        lambda f: f["rollout_n"] <= f["toy_most_rollouts"],
+        "the toy takes at most {toy_most_rollouts} rollouts, got {rollout_n}",
+    ),
+)
 
 
 def count_rows(trainer, settings: ToySettings, batch, metrics):
@@ -46,7 +47,8 @@ TOY = Baseline(
     "toy",
     ToySettings,
     needs_trainer=lambda settings: TrainerNeed("algorithm.toy.enable=true", "counts the rows"),
-    check=check_toy,
+    checks=CHECKS,
+    facts=FACTS,
     before_balance=count_rows,
 )
 # ---- step 2, the YAML block: written here as the overrides a config file would hold
@@ -98,3 +100,9 @@ def test_a_name_is_registered_once_and_only_an_estimators_baseline_has_an_advant
         register(TOY)
     with pytest.raises(ValueError, match="an advantage step needs the estimator that selects it"):
         register(Baseline("toy2", ToySettings, advantage=lambda *args: None))
+
+
+def test_a_baselines_own_facts_are_named_after_it():
+    with pytest.raises(ValueError, match=r"facts \['most'\] are not named toy2_\.\.\."):
+        register(Baseline("toy2", ToySettings, facts={"most": lambda f: 1}))
+    assert "toy2" not in BASELINES
