@@ -21,15 +21,9 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
 from recipe.gcpo.config import ConfigError, Facts, run_checks
-from recipe.gcpo.preflight import recipe_blocks, verl_keys
+from recipe.gcpo.preflight import recipe_blocks, reward, verl_keys
 from recipe.gcpo.preflight.machine import check_data_config, check_encoder, check_loggers
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
-from recipe.gcpo.preflight.reward import (
-    check_custom_reward_kwargs,
-    check_filter_signal,
-    check_reward_function,
-    check_reward_kwargs,
-)
 from recipe.gcpo.preflight.schema import check_resolves, check_schema, check_verl_dataclasses
 from recipe.gcpo.preflight.verl_keys import check_values
 from recipe.gcpo.settings import RecipeSettings
@@ -37,7 +31,7 @@ from recipe.gcpo.settings import RecipeSettings
 
 def config_facts(config: DictConfig) -> Facts:
     """The facts the start-up checks read of ``config``, each read once (:class:`~recipe.gcpo.config.Facts`)."""
-    return Facts(config, {**verl_keys.FACTS, **recipe_blocks.FACTS})
+    return Facts(config, {**verl_keys.FACTS, **recipe_blocks.FACTS, **reward.FACTS})
 
 
 def check_verl_config(config: DictConfig) -> dict:
@@ -67,9 +61,7 @@ def validate(config: DictConfig) -> RecipeSettings:
     facts = config_facts(config)
     run_checks(verl_keys.CHECKS, facts)
     settings = check_recipe(config, facts)
-    check_reward_kwargs(config)
-    check_custom_reward_kwargs(config, check_reward_function(config))
-    check_filter_signal(config)
+    run_checks(reward.CHECKS, facts)
     if settings.gcpo is not None:  # an estimator that embeds the responses
         check_encoder(settings.gcpo.encoder.model)
     check_loggers(config)

@@ -13,8 +13,8 @@ from typing import Mapping
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from recipe.gcpo.config import ConfigError
-from recipe.gcpo.preflight.reward import DEFAULT_REWARD_FN_NAME, RECIPE_REWARD, check_reward_function
+from recipe.gcpo.config import ConfigError, Facts, run_checks
+from recipe.gcpo.preflight.reward import DEFAULT_REWARD_FN_NAME, FACTS, FUNCTION_CHECKS, RECIPE_REWARD
 
 
 def _set(values: Mapping) -> bool:
@@ -35,7 +35,7 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
     Raises:
         ConfigError: a classic ``custom_reward_function`` whose path or name differs from a
             ``reward.custom_reward_function`` of the user's own (:func:`keep_reward_function`).
-        ConfigError: a legacy reward function that :func:`check_reward_function` refuses (named by the legacy keys).
+        ConfigError: a legacy reward function that ``FUNCTION_CHECKS`` refuses (named by the legacy keys).
     """
     legacy = {
         key: OmegaConf.to_container(config[key], resolve=True)
@@ -65,7 +65,7 @@ def migrate_legacy_reward(config: DictConfig) -> list[str]:
                 config.reward.custom_reward_function.name = DEFAULT_REWARD_FN_NAME
         # checked here, while the keys the user wrote are known: after the move its problems would be reported
         # under reward.custom_reward_function, which the user never wrote
-        check_reward_function(config, written_as="custom_reward_function")
+        run_checks(FUNCTION_CHECKS, Facts(config, {**FACTS, "written_as": lambda f: "custom_reward_function"}))
         reward = config.reward.custom_reward_function
         lines.append(
             f"custom_reward_function (verl's legacy key) -> reward.custom_reward_function: {reward.path}:"
