@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe.gcpo import run_summary
-from recipe.gcpo.config import run_checks
+from recipe.gcpo.config import ConfigError, run_checks
 from recipe.gcpo.preflight import config_facts, legacy_reward, reward
 from tests.recipe.gcpo.conftest import BASE, compose_gcpo
 from tests.recipe.gcpo.preflight.conftest import reward_file
@@ -61,9 +61,7 @@ def test_both_a_legacy_and_a_new_reward_function_are_refused(tmp_path):
             "reward.custom_reward_function.path=/other/reward.py",
         ]
     )
-    with pytest.raises(
-        legacy_reward.ConfigError, match=r"name different reward functions \(path and name\): keep one"
-    ) as error:
+    with pytest.raises(ConfigError, match=r"name different reward functions \(path and name\): keep one") as error:
         legacy_reward.migrate_legacy_reward(config)
     assert error.value.key == "custom_reward_function.path"
 
