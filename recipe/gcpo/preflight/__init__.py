@@ -21,14 +21,8 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
 from recipe.gcpo.config import ConfigError, Facts, run_checks
-from recipe.gcpo.preflight import machine, recipe_blocks, verl_keys
+from recipe.gcpo.preflight import machine, recipe_blocks, reward, verl_keys
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
-from recipe.gcpo.preflight.reward import (
-    check_custom_reward_kwargs,
-    check_filter_signal,
-    check_reward_function,
-    check_reward_kwargs,
-)
 from recipe.gcpo.preflight.schema import check_resolves, check_schema, check_verl_dataclasses
 from recipe.gcpo.preflight.verl_keys import check_values
 from recipe.gcpo.settings import RecipeSettings
@@ -36,7 +30,7 @@ from recipe.gcpo.settings import RecipeSettings
 
 def config_facts(config: DictConfig) -> Facts:
     """The facts the start-up checks read of ``config``, each read once (:class:`~recipe.gcpo.config.Facts`)."""
-    return Facts(config, {**verl_keys.FACTS, **recipe_blocks.FACTS, **machine.FACTS})
+    return Facts(config, {**verl_keys.FACTS, **recipe_blocks.FACTS, **reward.FACTS, **machine.FACTS})
 
 
 def check_verl_config(config: DictConfig) -> dict:
@@ -66,9 +60,7 @@ def validate(config: DictConfig) -> RecipeSettings:
     facts = config_facts(config)
     run_checks(verl_keys.CHECKS, facts)
     settings = check_recipe(config, facts)
-    check_reward_kwargs(config)
-    check_custom_reward_kwargs(config, check_reward_function(config))
-    check_filter_signal(config)
+    run_checks(reward.CHECKS, facts)
     run_checks(machine.CONFIG_CHECKS, facts)
     with warnings.catch_warnings():
         # need_critic's "Disabled critic as algorithm.adv_estimator != gae": what every estimator but gae does, and

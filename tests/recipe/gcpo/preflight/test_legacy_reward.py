@@ -9,7 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe.gcpo import run_summary
-from recipe.gcpo.preflight import legacy_reward, reward
+from recipe.gcpo.config import ConfigError, run_checks
+from recipe.gcpo.preflight import config_facts, legacy_reward, reward
 from tests.recipe.gcpo.conftest import BASE, compose_gcpo
 from tests.recipe.gcpo.preflight.conftest import reward_file
 
@@ -37,7 +38,7 @@ def test_a_legacy_path_without_a_name_gets_verls_default_name(tmp_path):
     config = compose_gcpo(BASE + [f"custom_reward_function.path={path}"])
     legacy_reward.migrate_legacy_reward(config)
     assert config.reward.custom_reward_function.name == "compute_score"
-    reward.check_reward_function(config)
+    run_checks(reward.FUNCTION_CHECKS, config_facts(config))
 
 
 def test_legacy_reward_model_keys_move_with_verls_migration():
@@ -60,9 +61,7 @@ def test_both_a_legacy_and_a_new_reward_function_are_refused(tmp_path):
             "reward.custom_reward_function.path=/other/reward.py",
         ]
     )
-    with pytest.raises(
-        legacy_reward.ConfigError, match=r"name different reward functions \(path and name\): keep one"
-    ) as error:
+    with pytest.raises(ConfigError, match=r"name different reward functions \(path and name\): keep one") as error:
         legacy_reward.migrate_legacy_reward(config)
     assert error.value.key == "custom_reward_function.path"
 

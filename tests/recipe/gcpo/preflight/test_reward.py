@@ -3,7 +3,8 @@ keyword arguments verl passes it and the reward manager's, and DAPO's filter on 
 
 import pytest
 
-from recipe.gcpo.preflight import reward, validate
+from recipe.gcpo.config import run_checks
+from recipe.gcpo.preflight import config_facts, reward, validate
 from tests.recipe.gcpo.conftest import BASE, DAPO_REWARD, compose_gcpo
 from tests.recipe.gcpo.preflight.conftest import reward_file
 
@@ -60,10 +61,15 @@ def test_reward_functions_verl_can_call_pass(tmp_path, body):
             "+reward.custom_reward_function.reward_kwargs={scale:2}",
         ]
     )
-    reward.check_reward_function(config)
+    run_checks(reward.FUNCTION_CHECKS, config_facts(config))
 
 
 # --- the reward's keyword arguments and DAPO's filter metric ------------------------------------------------
+
+
+def check_reward(config) -> None:
+    """The reward's table alone (validate runs it after verl's and the recipe's)."""
+    run_checks(reward.CHECKS, config_facts(config))
 
 
 @pytest.mark.parametrize(
@@ -83,9 +89,9 @@ def test_reward_functions_verl_can_call_pass(tmp_path, body):
     ],
 )
 def test_reward_kwargs_are_checked_against_what_the_reward_manager_reads(overrides, message):
-    reward.check_reward_kwargs(compose_gcpo(DAPO_REWARD))
+    check_reward(compose_gcpo(DAPO_REWARD))
     with pytest.raises(ValueError, match=message):
-        reward.check_reward_kwargs(compose_gcpo(DAPO_REWARD + overrides))
+        check_reward(compose_gcpo(DAPO_REWARD + overrides))
 
 
 def test_an_enabled_overlong_buffer_needs_every_value_the_dapo_manager_reads():
@@ -94,13 +100,11 @@ def test_an_enabled_overlong_buffer_needs_every_value_the_dapo_manager_reads():
         ValueError,
         match="overlong_buffer_cfg: enable=true, but the DAPO reward manager also reads overlong_buffer_cfg.penalty_factor",
     ):
-        reward.check_reward_kwargs(compose_gcpo(partial))
+        check_reward(compose_gcpo(partial))
     with pytest.raises(
         ValueError, match="max_resp_len: missing: reward.reward_kwargs.overlong_buffer_cfg.enable=true needs it"
     ):
-        reward.check_reward_kwargs(
-            compose_gcpo(partial + ["+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1"])
-        )
+        check_reward(compose_gcpo(partial + ["+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1"]))
 
 
 def test_an_overlong_buffer_without_enable_is_refused_before_the_reward_workers_read_it():
@@ -110,7 +114,7 @@ def test_an_overlong_buffer_without_enable_is_refused_before_the_reward_workers_
         ValueError,
         match=r"overlong_buffer_cfg.enable: missing from overlong_buffer_cfg \(\['len', 'log', 'penalty_factor'\]\)",
     ):
-        reward.check_reward_kwargs(compose_gcpo(without))
+        check_reward(compose_gcpo(without))
 
 
 def _reward_kwargs_verl_reads() -> dict[str, dict]:
@@ -182,17 +186,19 @@ def test_the_reward_kwargs_table_is_what_verls_reward_managers_read():
                 "reward.custom_reward_function.path=/no/such/reward.py",
                 "+reward.custom_reward_function.reward_kwargs.a=1",
             ],
-            r"reward.custom_reward_function: /no/such/reward.py:compute_score cannot be loaded here",
+            # the function's own check refuses it first (check_custom_reward_kwargs, which validate ran after it,
+            # had its own "cannot be loaded here" that only a direct call reached)
+            r"reward.custom_reward_function.path: /no/such/reward.py does not exist",
         ),
     ],
 )
 def test_custom_reward_function_kwargs_are_checked_by_name(overrides, message):
     with pytest.raises(ValueError, match=message):
-        reward.check_custom_reward_kwargs(compose_gcpo(overrides))
+        check_reward(compose_gcpo(overrides))
 
 
 def test_custom_reward_function_kwargs_the_function_reads_pass(tmp_path):
-    reward.check_custom_reward_kwargs(
+    check_reward(
         compose_gcpo(
             [
                 "+reward.custom_reward_function.reward_kwargs.correct_score=2",
@@ -208,7 +214,7 @@ def test_custom_reward_function_kwargs_the_function_reads_pass(tmp_path):
         "    return 0.0\n"
     )
     base = [f"reward.custom_reward_function.path={module}"]
-    reward.check_custom_reward_kwargs(
+    check_reward(
         compose_gcpo(
             base
             + [
@@ -217,7 +223,7 @@ def test_custom_reward_function_kwargs_the_function_reads_pass(tmp_path):
             ]
         )
     )
-    reward.check_custom_reward_kwargs(
+    check_reward(
         compose_gcpo(
             base
             + [
@@ -227,7 +233,7 @@ def test_custom_reward_function_kwargs_the_function_reads_pass(tmp_path):
         )
     )
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['scal'\] \(did you mean 'scale'\?\)"):
-        reward.check_custom_reward_kwargs(
+        check_reward(
             compose_gcpo(
                 base
                 + [
