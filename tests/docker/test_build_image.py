@@ -72,7 +72,11 @@ def test_the_pypi_stand_in_installs_the_pins_of_verls_image(check_image):
     stage_pins = {check_image.canonicalize_name(name): version for name, version in pins.items()}
     assert stage_pins.pop("verl") == "0.7.1"  # installed for its dependencies, then uninstalled, as verl's image
     assert {name: pinned.get(name) for name in stage_pins} == stage_pins
-    come_with = {"numba": "vllm 0.24.0 pins it", "accelerate": "vllm-omni 0.24.0 pins it"}
+    come_with = {
+        "numba": "vllm 0.24.0 pins it",
+        "accelerate": "vllm-omni 0.24.0 pins it",
+        "mistral-common": "vllm 0.24.0 brings it",
+    }
     assert sorted(set(pinned) - set(stage_pins)) == sorted(["flash-attn", *come_with])
     assert "flash-attn" in check_image.read_differences(ROOT / "docker" / "base-image-pypi-differences.txt")
 
