@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Checks the image's Python environment before and after docker/Dockerfile installs verl and this recipe.
 
-    check_image.py snapshot MODEL       in the base image: record it (base-image.freeze, gpu-stack.txt in the
-                                        working directory) and stop unless its [stack] is MODEL's
+    check_image.py snapshot MODEL [--allow DIFFERENCES]
+                                        in the base image: record it (base-image.freeze, gpu-stack.txt,
+                                        base-image.differences in the working directory) and stop unless its
+                                        [system] and [stack] are MODEL's, but for the differences the file
+                                        DIFFERENCES allows by name (each printed as a warning)
     check_image.py verify --require REQ [--require REQ ...]
                                         after the install: every requirement of each REQ (with its extras) and of
                                         every distribution added or changed is met, no requirement that held in
@@ -14,13 +17,19 @@ base. Comparing against the snapshot reports only what this Dockerfile changed.
 
 MODEL (docker/base-image.txt) is the base image written down from verl's Dockerfile; the CI test
 tests/docker/test_image_install.py builds a stand-in environment from it and runs the Dockerfile's install steps
-against it offline. Needs only the standard library and `packaging`, which verl requires.
+against it offline. DIFFERENCES (docker/base-image-pypi-differences.txt: the Dockerfile's stage gpu-pypi-base, verl's
+image's Python packages from PyPI on Debian) lines are `NAME VALUE WHY`: the base may have VALUE (`none`: not
+installed) where MODEL names NAME, for the reason WHY; any other difference still stops the build. Needs only the
+standard library and `packaging`, which verl requires.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -32,6 +41,11 @@ from packaging.version import InvalidVersion, Version
 
 FREEZE = "base-image.freeze"
 STACK = "gpu-stack.txt"
+DIFFERENCES = "base-image.differences"
+# What the base is besides its Python packages ([system] in the model): Python's major.minor, the OS as
+# /etc/os-release's ID-VERSION_ID, and the CUDA toolkit's compiler (nvcc's release; `none` without one)
+SYSTEM = ("python", "os", "nvcc")
+CUDA_DEFAULT = Path("/usr/local/cuda")
 # The GPU stack as verl's image builds it: CUDA libraries, torch, vLLM and the kernels compiled against them.
 # Frozen as pip constraints while this Dockerfile installs anything, and required unchanged afterwards.
 STACK_PATTERN = re.compile(
@@ -54,6 +68,7 @@ class ModelEntry:
 class BaseImageModel:
     stack: dict[str, ModelEntry]
     installed: dict[str, ModelEntry]
+    system: dict[str, str] = field(default_factory=dict)
 
     @property
     def entries(self) -> dict[str, ModelEntry]:
@@ -62,19 +77,28 @@ class BaseImageModel:
 
 def read_model(path: Path) -> BaseImageModel:
     """Parses docker/base-image.txt: `[stack]` and `[installed]` sections of `name==version` or `name` lines, each
-    optionally followed by indented `requires SPEC` lines; `#` starts a comment."""
+    optionally followed by indented `requires SPEC` lines, and an optional `[system]` section of `name==value`
+    lines (names from SYSTEM); `#` starts a comment."""
     sections: dict[str, dict[str, ModelEntry]] = {"stack": {}, "installed": {}}
+    system: dict[str, str] = {}
     current: dict[str, ModelEntry] | None = None
     last: ModelEntry | None = None
+    in_system = False
     for number, raw in enumerate(path.read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].rstrip()
         if not line.strip():
             continue
         where = f"{path}:{number}"
         if line.startswith("[") and line.endswith("]"):
-            if line[1:-1] not in sections:
-                raise ValueError(f"{where}: unknown section {line}; expected [stack] or [installed]")
-            current, last = sections[line[1:-1]], None
+            in_system = line == "[system]"
+            if line[1:-1] not in sections and not in_system:
+                raise ValueError(f"{where}: unknown section {line}; expected [system], [stack] or [installed]")
+            current, last = (None, None) if in_system else (sections[line[1:-1]], None)
+        elif in_system:
+            name, sep, value = line.strip().partition("==")
+            if not sep or name not in SYSTEM or not value or line[0].isspace():
+                raise ValueError(f"{where}: expected 'NAME==VALUE' with NAME one of {', '.join(SYSTEM)}, got {line!r}")
+            system[name] = value
         elif line[0].isspace():
             words = line.split(None, 1)
             if last is None or words[0] != "requires" or len(words) != 2:
@@ -90,7 +114,70 @@ def read_model(path: Path) -> BaseImageModel:
                 raise ValueError(f"{where}: expected 'name==version' or 'name', got {line.strip()!r}")
             last = ModelEntry(canonicalize_name(req.name), pinned[0] if pinned else None)
             current[last.name] = last
-    return BaseImageModel(stack=sections["stack"], installed=sections["installed"])
+    return BaseImageModel(stack=sections["stack"], installed=sections["installed"], system=system)
+
+
+@dataclass
+class Difference:
+    """A difference from the model that a stand-in base may have: `value` where the model names `name`."""
+
+    name: str
+    value: str
+    why: str
+
+
+def read_differences(path: Path) -> dict[str, Difference]:
+    """Parses an allowed-differences file: `NAME VALUE WHY` lines (NAME a package or a [system] name, VALUE what
+    the base has there or `none`, WHY the reason, printed with the warning); `#` starts a comment."""
+    allowed: dict[str, Difference] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        words = line.split(None, 2)
+        if len(words) != 3:
+            raise ValueError(f"{path}:{number}: expected 'NAME VALUE WHY', got {line!r}")
+        name = words[0] if words[0] in SYSTEM else canonicalize_name(words[0])
+        allowed[name] = Difference(name, words[1], words[2])
+    return allowed
+
+
+def _os_release(path: Path = Path("/etc/os-release")) -> str:
+    fields = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                fields[key.strip()] = value.strip().strip('"')
+    return f"{fields.get('ID', 'unknown')}-{fields.get('VERSION_ID', 'unknown')}"
+
+
+def _nvcc_release() -> str:
+    """The CUDA toolkit's compiler where a build of CUDA extensions (flash-attn's) looks for it: $CUDA_HOME, PATH,
+    /usr/local/cuda."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    for candidate in (
+        home and str(Path(home) / "bin" / "nvcc"),
+        shutil.which("nvcc"),
+        str(CUDA_DEFAULT / "bin" / "nvcc"),
+    ):
+        if candidate and Path(candidate).is_file():
+            try:
+                out = subprocess.run([candidate, "--version"], capture_output=True, text=True, timeout=60).stdout
+            except (OSError, subprocess.SubprocessError):
+                return "unknown"
+            match = re.search(r"release (\d+\.\d+)", out)
+            return match.group(1) if match else "unknown"
+    return "none"
+
+
+def system_facts() -> dict[str, str]:
+    """The [system] facts of this machine (the image, in a build): see SYSTEM."""
+    return {
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "os": _os_release(),
+        "nvcc": _nvcc_release(),
+    }
 
 
 def installed_versions(path: list[str] | None = None) -> dict[str, metadata.Distribution]:
@@ -131,19 +218,45 @@ def _applies(req: Requirement, extra: str = "") -> bool:
     return req.marker is None or req.marker.evaluate({"extra": extra})
 
 
-def snapshot(model_path: Path, out_dir: Path, path: list[str] | None = None) -> list[str]:
-    """Writes the base's full freeze and the GPU-stack constraints; returns how the base's stack differs from the
-    model's [stack] (empty when it is the image this Dockerfile is written for)."""
+def snapshot(
+    model_path: Path,
+    out_dir: Path,
+    path: list[str] | None = None,
+    allowed_path: Path | None = None,
+    facts: dict[str, str] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Writes the base's full freeze, the GPU-stack constraints and the allowed differences found; returns how the
+    base differs from the model's [system] and [stack]: (problems, allowed), one line each. Problems are empty when
+    it is the image this Dockerfile is written for, or a stand-in that differs only where `allowed_path` allows."""
     dists = installed_versions(path)
     versions = {name: dist.version for name, dist in dists.items()}
     (out_dir / FREEZE).write_text("".join(f"{n}=={v}\n" for n, v in sorted(versions.items())))
     (out_dir / STACK).write_text("".join(f"{n}=={v}\n" for n, v in sorted(versions.items()) if STACK_PATTERN.match(n)))
-    problems = []
-    for entry in read_model(model_path).stack.values():
+    model = read_model(model_path)
+    allowed = read_differences(allowed_path) if allowed_path else {}
+    facts = system_facts() if facts is None and model.system else (facts or {})
+
+    found: list[tuple[str, str, str]] = []  # (name, expected spec, what the base has)
+    for name, value in model.system.items():
+        if facts.get(name) != value:
+            found.append((name, f"{name}=={value}", facts.get(name, "unknown")))
+    for entry in model.stack.values():
         spec = f"{entry.name}=={entry.version}" if entry.version else entry.name
         if not _holds(Requirement(spec), versions):
-            problems.append(f"{spec} expected, base image has {versions.get(entry.name, 'none')}")
-    return problems
+            found.append((entry.name, spec, versions.get(entry.name, "none")))
+
+    problems, allowed_found = [], []
+    for name, spec, has in found:
+        line = f"{spec} expected, base image has {has}"
+        difference = allowed.get(name)
+        if difference is not None and difference.value == has:
+            allowed_found.append(f"{line}; allowed by {allowed_path}: {difference.why}")
+        else:
+            problems.append(line)
+    for name in sorted(set(allowed) - set(model.system) - set(model.stack)):
+        problems.append(f"{allowed_path} allows a difference in {name}, which {model_path} does not name")
+    (out_dir / DIFFERENCES).write_text("".join(f"{line}\n" for line in allowed_found))
+    return problems, allowed_found
 
 
 def verify(requires: list[str], before_dir: Path, path: list[str] | None = None) -> tuple[list[str], list[str]]:
@@ -207,17 +320,32 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     snap = sub.add_parser("snapshot", help="record the base image and check its GPU stack")
     snap.add_argument("model", type=Path)
+    snap.add_argument(
+        "--allow",
+        default="",
+        help="a file of differences from MODEL this base may have (NAME VALUE WHY lines); empty: none",
+    )
     ver = sub.add_parser("verify", help="check the environment after the install against the snapshot")
     ver.add_argument("--require", action="append", default=[], help="a requirement the image must meet, e.g. verl")
     args = parser.parse_args(argv)
 
     if args.command == "snapshot":
-        problems = snapshot(args.model, args.dir, args.path)
+        allow = Path(args.allow) if args.allow else None
+        problems, allowed = snapshot(args.model, args.dir, args.path, allow)
+        for line in allowed:
+            print(f"warning: {line}", file=sys.stderr)
         if problems:
             print(f"the base image is not the one {args.model} describes:", *problems, sep="\n  ", file=sys.stderr)
             print("Build FROM the image named there, or update the model and the pins together.", file=sys.stderr)
             return 1
-        print(f"base image matches {args.model}; recorded {args.dir / FREEZE} and {args.dir / STACK}")
+        recorded = f"recorded {args.dir / FREEZE} and {args.dir / STACK}"
+        if allowed:
+            print(
+                f"base image matches {args.model} but for the {len(allowed)} differences above, which {allow} "
+                f"allows (listed in {args.dir / DIFFERENCES}); {recorded}"
+            )
+        else:
+            print(f"base image matches {args.model}; {recorded}")
         return 0
 
     problems, changes = verify(args.require, args.dir, args.path)

@@ -2,12 +2,15 @@
 """Builds this recipe's image from a clean checkout: the CPU image (default) or the GPU one, with docker/Dockerfile.
 
     python3 scripts/build_image.py [--target cpu|gpu] [--tool podman|docker] [--tag TAG] [--ca FILE]
-                                   [--base IMAGE] [--debian-image IMAGE] [--mirror URL] [--save FILE]
+                                   [--base IMAGE|pypi] [--debian-image IMAGE] [--mirror URL] [--save FILE]
 
 The CPU image needs no image registry: its base is Debian 12 made with Debian's debootstrap (--variant=minbase,
 about a minute) and imported as --debian-image when the container tool does not have it yet; the CPU smoke's stack
 (scripts/cpu_env/lock.txt) goes on it from the package index. The GPU image is built FROM --base (verl's image,
-from its registry).
+from its registry), or with `--base pypi` FROM the Dockerfile's stage gpu-pypi-base: a stand-in for verl's image
+made of its Python packages from PyPI on the same Debian base, which lacks what PyPI cannot give (flash-attn, the
+CUDA toolkit; Python 3.11, not 3.12): docker/check_image.py names each of those differences as a warning, allowed
+by docker/base-image-pypi-differences.txt, and stops the build on any other.
 
 The container tool comes from Debian's packages when absent (root only): podman (daemonless; with runc, as crun
 refuses hosts whose cgroups are in hybrid mode) or docker.io, whose daemon this then starts as
@@ -34,6 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CA = "/etc/ssl/certs/ca-certificates.crt"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 GPU_BASE = "verlai/verl:vllm024.dev2"
+PYPI_BASE = "pypi"  # --base pypi: the stand-in below
+PYPI_ARGS = {
+    "BASE_IMAGE": "gpu-pypi-base",
+    "BASE_DIFFERENCES": "docker/base-image-pypi-differences.txt",
+}
 # podman's default rlimits are refused on machines of this project's kind ("error setting rlimit type 7/6")
 PODMAN_LIMITS = ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
 CPU_ARGS = {
@@ -135,7 +143,12 @@ def build_command(args: argparse.Namespace) -> list[str]:
         # chroot isolation: the build's RUN steps need no OCI runtime (crun refuses hybrid cgroups)
         cmd += ["--isolation", "chroot", *PODMAN_LIMITS]
     cmd += ["--secret", f"id=pip-ca,src={args.ca}", "-f", str(ROOT / "docker" / "Dockerfile")]
-    build_args = dict(CPU_ARGS, DEBIAN_IMAGE=args.debian_image) if args.target == "cpu" else {"BASE_IMAGE": args.base}
+    if args.target == "cpu":
+        build_args = dict(CPU_ARGS, DEBIAN_IMAGE=args.debian_image)
+    elif args.base == PYPI_BASE:
+        build_args = dict(PYPI_ARGS, DEBIAN_IMAGE=args.debian_image)
+    else:
+        build_args = {"BASE_IMAGE": args.base}
     for key, value in build_args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     return [*cmd, "-t", args.tag, str(ROOT)]
@@ -153,16 +166,35 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--tool", choices=["podman", "docker"], default="podman")
-    parser.add_argument("--tag", help="default localhost/gcpo-verl-cpu:0.1.0 (cpu) or gcpo-verl:0.1.0 (gpu)")
+    parser.add_argument(
+        "--tag",
+        help="default localhost/gcpo-verl-cpu:0.1.0 (cpu), gcpo-verl:0.1.0 (gpu), localhost/gcpo-verl-pypi:0.1.0 "
+        "(gpu on the PyPI stand-in)",
+    )
     parser.add_argument("--ca", default=DEFAULT_CA, help=f"CA bundle pip trusts, a build secret (default {DEFAULT_CA})")
-    parser.add_argument("--base", default=GPU_BASE, help=f"the GPU image's base (default {GPU_BASE})")
-    parser.add_argument("--debian-image", default="localhost/debian:bookworm", help="the CPU image's Debian base")
+    parser.add_argument(
+        "--base",
+        default=GPU_BASE,
+        help=f"the GPU image's base (default {GPU_BASE}); `{PYPI_BASE}`: the stand-in made from PyPI (stage "
+        "gpu-pypi-base), for a machine that cannot pull verl's image",
+    )
+    parser.add_argument(
+        "--debian-image", default="localhost/debian:bookworm", help="the Debian base of the CPU image and the stand-in"
+    )
     parser.add_argument("--mirror", default=DEFAULT_MIRROR, help="Debian mirror for debootstrap")
     parser.add_argument("--save", type=Path, help="also write the image to this archive (podman/docker save)")
     args = parser.parse_args(argv)
     if args.tag is None:
-        args.tag = "localhost/gcpo-verl-cpu:0.1.0" if args.target == "cpu" else "gcpo-verl:0.1.0"
+        if args.target == "cpu":
+            args.tag = "localhost/gcpo-verl-cpu:0.1.0"
+        else:
+            args.tag = "localhost/gcpo-verl-pypi:0.1.0" if args.base == PYPI_BASE else "gcpo-verl:0.1.0"
     return args
+
+
+def needs_debian(args: argparse.Namespace) -> bool:
+    """The CPU image and the PyPI stand-in are built on the Debian base."""
+    return args.target == "cpu" or args.base == PYPI_BASE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not Path(args.ca).is_file():
             raise BuildError(f"--ca {args.ca} is not a file (the CA bundle pip needs inside the build)")
-        ensure_tool(args.tool, need_debootstrap=args.target == "cpu")
+        ensure_tool(args.tool, need_debootstrap=needs_debian(args))
         start = time.monotonic()
-        if args.target == "cpu" and not image_exists(args.tool, args.debian_image):
+        if needs_debian(args) and not image_exists(args.tool, args.debian_image):
             make_debian_base(args.tool, args.debian_image, args.mirror)
         cmd = build_command(args)
         say(" ".join(cmd))

@@ -9,8 +9,10 @@ of that package where the pinned version is not installed here, an approximation
 docker/check_image.py ...` steps run too. A conflict between verl's requirements, this project's, the pins and
 the base's stack fails here as it would fail `docker build`.
 
-What it cannot see: packages of the real image that docker/base-image.txt does not name, and requirements of
-pinned versions this environment does not have. check_image.py verify covers those inside the real build.
+What it cannot see: packages of the real image that docker/base-image.txt does not name, requirements of pinned
+versions this environment does not have, and the base's [system] (Python, OS, nvcc: the stand-in is a virtual
+environment on this host, so its copy of each model leaves that section out). check_image.py covers those inside
+the real build.
 """
 
 from __future__ import annotations
@@ -88,6 +90,19 @@ def write_stub_wheel(directory: Path, name: str, version: str, requires=(), extr
         )
         wheel.writestr(f"{info}/RECORD", f"{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n")
     return path
+
+
+def without_system_section(model_text: str) -> str:
+    """A base-image model without its [system] section: what the base is, not what it holds, which a virtual
+    environment on the test's host cannot stand in for."""
+    kept, skipping = [], False
+    for line in model_text.splitlines(keepends=True):
+        stripped = line.split("#", 1)[0].strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            skipping = stripped == "[system]"
+        if not skipping:
+            kept.append(line)
+    return "".join(kept)
 
 
 def project_metadata() -> tuple[str, str, list[str]]:
@@ -188,6 +203,8 @@ def run_install_steps(dockerfile_text: str, tmp: Path, check_image) -> Build:
     for path in DOCKER.iterdir():
         if path.is_file():
             shutil.copy(path, workdir / "docker" / path.name)
+    for path in (workdir / "docker").glob("base-image*.txt"):
+        path.write_text(without_system_section(path.read_text()))
     name, version, requires = project_metadata()
     extras = sorted({r.split('extra == "')[1].rstrip('"') for r in requires if 'extra == "' in r})
     (tmp / "project").mkdir()

@@ -46,12 +46,52 @@ def test_the_gpu_image_is_the_same_dockerfile_on_verls_base(build_image):
     assert cmd[:4] == ["docker", "build", "--network", "host"] and cmd[-2] == "gcpo-verl:0.1.0"
 
 
+def test_the_gpu_image_on_the_pypi_stand_in_is_the_same_dockerfile_with_its_differences_allowed(build_image):
+    cmd = build_image.build_command(build_image.parse(["--target", "gpu", "--base", "pypi"]))
+    args = dict(cmd[i + 1].split("=", 1) for i, word in enumerate(cmd) if word == "--build-arg")
+    assert args == {
+        "BASE_IMAGE": "gpu-pypi-base",
+        "BASE_DIFFERENCES": "docker/base-image-pypi-differences.txt",
+        "DEBIAN_IMAGE": "localhost/debian:bookworm",
+    }
+    assert (ROOT / args["BASE_DIFFERENCES"]).is_file() and "AS gpu-pypi-base" in DOCKERFILE
+    assert cmd[:4] == ["podman", "build", "--network", "host"] and "--secret" in cmd
+    assert cmd[-3:] == ["-t", "localhost/gcpo-verl-pypi:0.1.0", str(ROOT)]
+    assert build_image.needs_debian(build_image.parse(["--target", "gpu", "--base", "pypi"]))
+    assert not build_image.needs_debian(build_image.parse(["--target", "gpu"]))
+
+
+def test_the_pypi_stand_in_installs_the_pins_of_verls_image(check_image):
+    """The stage gpu-pypi-base pins what docker/base-image.txt pins, and nothing at another version: each pin of the
+    model is on a pip line of the stage, but flash-attn (a difference it is let through with) and the pins that
+    come with another pin."""
+    stage = re.search(r"^FROM \S+ AS gpu-pypi-base$(.*?)^FROM ", DOCKERFILE, flags=re.M | re.S).group(1)
+    pins = dict(re.findall(r"(?<![\w.-])([A-Za-z][\w.-]*)==([\w.+]+)", stage))
+    model = check_image.read_model(ROOT / "docker" / "base-image.txt")
+    pinned = {name: entry.version for name, entry in model.entries.items() if entry.version}
+    stage_pins = {check_image.canonicalize_name(name): version for name, version in pins.items()}
+    assert stage_pins.pop("verl") == "0.7.1"  # installed for its dependencies, then uninstalled, as verl's image
+    assert {name: pinned.get(name) for name in stage_pins} == stage_pins
+    come_with = {
+        "numba": "vllm 0.24.0 pins it",
+        "accelerate": "vllm-omni 0.24.0 pins it",
+        "mistral-common": "vllm 0.24.0 brings it",
+    }
+    assert sorted(set(pinned) - set(stage_pins)) == sorted(["flash-attn", *come_with])
+    assert "flash-attn" in check_image.read_differences(ROOT / "docker" / "base-image-pypi-differences.txt")
+
+
 def test_both_targets_share_the_recipe_layers_and_the_ca_is_in_no_layer():
     stages = re.split(r"^FROM ", DOCKERFILE, flags=re.M)
-    assert [s.split()[0] for s in stages[1:]] == ["${DEBIAN_IMAGE}", "${BASE_IMAGE}"]
+    assert [" ".join(s.split()[:3]) for s in stages[1:]] == [
+        "${DEBIAN_IMAGE} AS cpu-base",
+        "${DEBIAN_IMAGE} AS gpu-pypi-base",
+        "${BASE_IMAGE} ARG VERL_VERSION=0.9.1",
+    ]
     assert "ARG BASE_IMAGE=verlai/verl:vllm024.dev2" in stages[0]
-    recipe = stages[2]  # above either base: the checks, the recipe, the encoder
-    assert 'check_image.py snapshot "${BASE_MODEL}"' in recipe and "check_image.py verify" in recipe
+    recipe = stages[3]  # above any base: the checks, the recipe, the encoder
+    assert 'check_image.py snapshot "${BASE_MODEL}" --allow "${BASE_DIFFERENCES}"' in recipe
+    assert "ARG BASE_DIFFERENCES=\n" in recipe and "check_image.py verify" in recipe  # by default none is allowed
     assert "RolloutEncoder" in recipe and "pip install --no-deps -e ." in recipe
     for run in re.findall(r"^RUN .*?(?<!\\)$", DOCKERFILE, flags=re.M | re.S):
         if "pip install" in run or "setup_cpu_env.sh" in run:

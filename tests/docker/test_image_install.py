@@ -42,7 +42,7 @@ def test_the_image_carries_verls_pins_over_an_untouched_gpu_stack(build):
     versions = build.versions()
     assert versions["verl"] == "0.9.1" and versions["gcpo-verl"] == "0.1.0"
     assert versions["transformers"] == "5.9.0"  # verl 0.9.1's pin for vLLM 0.24
-    assert versions["transferqueue"] == "0.1.11" and versions["numpy"] == "2.4.6"
+    assert versions["transferqueue"] == "0.1.11" and versions["numpy"] == "2.3.5"
     assert versions["torch"] == "2.11.0" and versions["vllm"] == "0.24.0"
     assert versions["nvidia-nccl-cu13"] == "2.29.7"  # the base's NCCL, newer than torch's pin, kept
 
