@@ -30,7 +30,12 @@ from recipe.gcpo.settings import RecipeSettings
 
 def config_facts(config: DictConfig) -> Facts:
     """The facts the start-up checks read of ``config``, each read once (:class:`~recipe.gcpo.config.Facts`)."""
-    return Facts(config, {**verl_keys.FACTS, **recipe_blocks.FACTS, **reward.FACTS, **machine.FACTS})
+    tables = (verl_keys.FACTS, recipe_blocks.FACTS, reward.FACTS, machine.FACTS)
+    names = [name for table in tables for name in table]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # a later module's reader would silently replace an earlier one's
+        raise RuntimeError(f"start-up facts defined by two modules: {twice}")
+    return Facts(config, {name: reader for table in tables for name, reader in table.items()})
 
 
 def check_verl_config(config: DictConfig) -> dict:

@@ -67,3 +67,11 @@ def test_the_start_up_checks_raise_config_errors_and_the_entry_point_alone_print
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "fail"
     ]
     assert sorted(callers) == ["main", "on_multirun_start", "on_run_start"]
+
+
+def test_two_modules_defining_one_fact_is_a_bug_named_at_start_up(monkeypatch):
+    from recipe.gcpo.preflight import config_facts, machine
+
+    monkeypatch.setattr(machine, "FACTS", {**machine.FACTS, "estimator": lambda f: "shadowed"})
+    with pytest.raises(RuntimeError, match=r"start-up facts defined by two modules: \['estimator'\]"):
+        config_facts(compose_gcpo(BASE))
