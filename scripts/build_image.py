@@ -18,8 +18,9 @@ refuses hosts whose cgroups are in hybrid mode) or docker.io, whose daemon this 
 that cut off network namespaces on the same host). Every build uses the host's network (--network host). The CA
 bundle (--ca, default the host's) reaches pip as the build secret `pip-ca`: in no layer of the image.
 
-Bad input stops with one line: an unknown target or tool, a missing CA file, a tool that cannot be installed, a
-base image without the expected stack (docker/check_image.py names each difference).
+Bad input stops with one line: an unknown target or tool, --base with --target cpu (the CPU image's base is
+--debian-image), a missing CA file, a tool that cannot be installed, a base image without the expected stack
+(docker/check_image.py names each difference).
 """
 
 from __future__ import annotations
@@ -174,9 +175,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ca", default=DEFAULT_CA, help=f"CA bundle pip trusts, a build secret (default {DEFAULT_CA})")
     parser.add_argument(
         "--base",
-        default=GPU_BASE,
-        help=f"the GPU image's base (default {GPU_BASE}); `{PYPI_BASE}`: the stand-in made from PyPI (stage "
-        "gpu-pypi-base), for a machine that cannot pull verl's image",
+        help=f"the GPU image's base, with --target gpu only (default {GPU_BASE}); `{PYPI_BASE}`: the stand-in made "
+        "from PyPI (stage gpu-pypi-base), for a machine that cannot pull verl's image",
     )
     parser.add_argument(
         "--debian-image", default="localhost/debian:bookworm", help="the Debian base of the CPU image and the stand-in"
@@ -184,6 +184,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mirror", default=DEFAULT_MIRROR, help="Debian mirror for debootstrap")
     parser.add_argument("--save", type=Path, help="also write the image to this archive (podman/docker save)")
     args = parser.parse_args(argv)
+    if args.base is not None and args.target == "cpu":  # it would be ignored: the CPU image is built on Debian
+        parser.error(f"--base {args.base} is the GPU image's base (--target gpu); the CPU image's is --debian-image")
+    if args.base is None:
+        args.base = GPU_BASE
     if args.tag is None:
         if args.target == "cpu":
             args.tag = "localhost/gcpo-verl-cpu:0.1.0"

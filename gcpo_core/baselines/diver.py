@@ -104,15 +104,21 @@ class DiverConfig:
             horizon_chars=optional(integer(1), " or null"),
             active_steps=optional(integer(1), " or null"),
             scale_by_group_accuracy=TRUE_FALSE,
-            bleu_weights=Rule(_bleu_weights_hold, "non-negative numbers, not all 0"),
+            bleu_weights=Rule(_bleu_weights_hold, "finite non-negative numbers, not all 0"),
         )
         object.__setattr__(self, "bleu_weights", tuple(float(w) for w in self.bleu_weights))
 
 
 def _bleu_weights_hold(weights) -> bool:
-    weights = tuple(weights)
-    negative = any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights)
-    return bool(weights) and not negative and not sum(weights) <= 0  # (a nan weight passes, as it always has)
+    if isinstance(weights, (str, bytes)):
+        return False
+    try:
+        weights = tuple(weights)
+    except TypeError:  # not a sequence at all
+        return False
+    numbers = all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights)
+    # refused, not read: _bleu would skip a nan weight as if 0 (nan > 0 is false), and an inf one makes BLEU 0 or nan
+    return bool(weights) and numbers and all(math.isfinite(w) and w >= 0 for w in weights) and sum(weights) > 0
 
 
 # ----------------------------------------------------------------------------------------------- the metrics

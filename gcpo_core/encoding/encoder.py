@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from gcpo_core.credit.config import FieldError
+from gcpo_core.credit.config import Rule, check_fields, integer, one_of, optional
 from gcpo_core.encoding.text_span import TEXT_SPANS, select_span
 from gcpo_core.encoding.word_pieces import LONG_TEXT_POLICIES, PieceRules, Pieces, PieceTokenizer, padded_rows
 
@@ -69,38 +69,26 @@ class EncoderConfig:
     max_chunks: int = 16
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model, str) or not self.model:
-            raise FieldError("encoder config", "model", f"must be a model name or path, got {self.model!r}")
-        if self.dtype != "auto" and self.dtype not in DTYPES:
-            raise FieldError(
-                "encoder config", "dtype", f"must be one of ['auto', {', '.join(DTYPES)}], got {self.dtype!r}"
-            )
-        if self.text_span not in TEXT_SPANS:
-            raise FieldError(
-                "encoder config", "text_span", f"must be one of {TEXT_SPANS.names()}, got {self.text_span!r}"
-            )
-        if self.long_text not in LONG_TEXT_POLICIES:
-            raise FieldError(
-                "encoder config", "long_text", f"must be one of {list(LONG_TEXT_POLICIES)}, got {self.long_text!r}"
-            )
-        checked = [("max_chunks", self.max_chunks, 1)]
-        if self.batch_tokens is not None:
-            checked.append(("batch_tokens", self.batch_tokens, 8))
-        for name, value, low in checked:
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise FieldError("encoder config", name, f"must be an integer >= {low}, got {value!r}")
-        if self.max_seq_length is not None and (
-            isinstance(self.max_seq_length, bool) or not isinstance(self.max_seq_length, int) or self.max_seq_length < 8
-        ):
-            raise FieldError(
-                "encoder config", "max_seq_length", f"must be an integer >= 8 or null, got {self.max_seq_length!r}"
-            )
-        try:
-            torch.device(self.device if self.device != "auto" else "cpu")
-        except (RuntimeError, TypeError):
-            raise FieldError(
-                "encoder config", "device", f"must be 'auto' or a torch device, got {self.device!r}"
-            ) from None
+        check_fields(
+            self,
+            "encoder config",
+            model=Rule(lambda model: isinstance(model, str) and model != "", "a model name or path"),
+            dtype=one_of(["auto", *DTYPES]),
+            text_span=one_of(TEXT_SPANS.names()),
+            long_text=one_of(LONG_TEXT_POLICIES),
+            max_chunks=integer(1),
+            batch_tokens=optional(integer(8)),  # at least one full piece: checked with the model (RolloutEncoder)
+            max_seq_length=optional(integer(8), " or null"),
+            device=Rule(_is_device, "'auto' or a torch device"),
+        )
+
+
+def _is_device(device) -> bool:
+    try:
+        torch.device(device if device != "auto" else "cpu")
+    except (RuntimeError, TypeError):
+        return False
+    return True
 
 
 @dataclass

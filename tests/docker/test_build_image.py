@@ -107,3 +107,18 @@ def test_bad_input_stops_with_one_line(build_image, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         build_image.main(["--target", "tpu"])
     assert exit_info.value.code == 2 and "invalid choice: 'tpu'" in capsys.readouterr().err
+
+
+def test_base_with_the_cpu_target_stops_with_one_line_not_ignored(build_image, capsys):
+    """The CPU image is always built on the Debian stage: a --base given with it would be silently ignored.
+    (parse, not main: were it let through, main would build the image.)"""
+    for argv in (["--base", "pypi"], ["--target", "cpu", "--base", "verlai/verl:other"]):
+        with pytest.raises(SystemExit) as exit_info:
+            build_image.parse(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exit_info.value.code == 2
+        assert err[-1].endswith(
+            f"error: --base {argv[-1]} is the GPU image's base (--target gpu); the CPU image's is --debian-image"
+        )
+    assert build_image.parse(["--target", "gpu"]).base == "verlai/verl:vllm024.dev2"  # the default, gpu only
+    assert build_image.parse([]).target == "cpu"

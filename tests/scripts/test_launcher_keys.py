@@ -19,6 +19,7 @@ import ast
 import dataclasses
 import functools
 import importlib
+import re
 import typing
 from pathlib import Path
 
@@ -40,7 +41,7 @@ READ_ELSEWHERE = {
         for block in recipe_blocks()
     },
     "reward.reward_kwargs.": "read from the raw config by verl's DAPO reward manager; the entry point checks the names "
-    "against what it reads (recipe.gcpo.preflight.reward.check_reward_kwargs)",
+    "against what it reads (recipe.gcpo.preflight.reward.CHECKS, against its REWARD_KWARGS)",
     "ray_kwargs.ray_init.": "passed whole to ray.init(**ray_kwargs.ray_init) by verl's run_ppo",
 }
 # the recipe's Hydra config groups: an override of one chooses a file (whose keys are checked by
@@ -204,6 +205,19 @@ def test_every_key_a_protocol_sets_is_read_by_verl(protocol):
     keys = _config_keys(Path(CONFIG_DIR) / "protocol" / f"{protocol}.yaml")
     assert keys
     assert key_problems(keys, compose_gcpo([f"protocol={protocol}"])) == {}
+
+
+def test_the_recipes_names_the_reasons_give_exist():
+    """A reason that names where the recipe checks a key names something that is there (a rename leaves it stale)."""
+    reasons = " ".join([*READ_ELSEWHERE.values(), *NOT_FIELDS.values()])
+    names = sorted(set(re.findall(r"\b(?:recipe|gcpo_core)(?:\.\w+)+", reasons)))
+    assert "recipe.gcpo.preflight.reward.CHECKS" in names
+    for name in names:
+        module, _, attribute = name.rpartition(".")
+        try:
+            assert hasattr(importlib.import_module(module), attribute), name
+        except ModuleNotFoundError:
+            importlib.import_module(name)  # a module itself
 
 
 @pytest.mark.parametrize("key", DEAD_IN_V1)

@@ -22,7 +22,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.padding_utils import build_padding_position_ids
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from gcpo_core.credit.config import TRUE_FALSE, Rule, check_fields
+from gcpo_core.credit.config import TRUE_FALSE, Rule, check_fields, number
 from recipe.gcpo.baselines import Baseline, read_rows
 from recipe.gcpo.config import Check, Facts, TrainerNeed
 
@@ -43,7 +43,7 @@ _REBUILT = {
 @dataclass(frozen=True)
 class GroupContrastiveSettings:
     """``algorithm.group_contrastive``: ``enable``, the ``reward`` given to the reference (a correct answer's
-    reward), and the ``extra_info`` key of the reference solution."""
+    reward: finite and > 0), and the ``extra_info`` key of the reference solution."""
 
     enable: bool = False
     reward: float = 1.0
@@ -54,6 +54,10 @@ class GroupContrastiveSettings:
             self,
             "group_contrastive",
             enable=TRUE_FALSE,
+            reward=Rule(
+                number(0, strict=True).holds,
+                "a finite number > 0 (a correct answer's reward: the injection takes a reward > 0 as correct)",
+            ),
             solution_key=Rule(lambda key: isinstance(key, str) and key != "", "a non-empty string"),
         )
 

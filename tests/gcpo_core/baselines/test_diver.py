@@ -160,6 +160,10 @@ def test_an_all_correct_group_gets_a_signal_where_grpo_gives_none():
         ({"horizon_chars": 0}, "horizon_chars must be an integer"),
         ({"active_steps": 1.5}, "active_steps must be an integer"),
         ({"bleu_weights": ()}, "bleu_weights"),
+        ({"bleu_weights": (math.nan, 1.0)}, "bleu_weights must be finite non-negative numbers, not all 0, got"),
+        ({"bleu_weights": (0.5, math.inf)}, "bleu_weights must be finite"),
+        ({"bleu_weights": (-math.inf, 1.0)}, "bleu_weights must be finite"),
+        ({"bleu_weights": 5}, "bleu_weights must be finite"),
         ({"gate": "wrong"}, "gate must be one of"),
     ],
 )

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gcpo_core.cli.demo import load_demo_rollouts
+from gcpo_core.credit.config import FieldError
 from gcpo_core.encoding.encoder import (
     EncoderConfig,
     EncoderStats,
@@ -110,6 +111,25 @@ def test_bad_encoder_config_values_name_the_field():
         EncoderConfig(batch_tokens=0)
     with pytest.raises(ValueError, match="batch_tokens .* must hold one full piece"):
         RolloutEncoder(EncoderConfig(device="cpu", batch_tokens=100))
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"dtype": "int8"}, "dtype must be one of ['auto', 'float32', 'float16', 'bfloat16'], got 'int8'"),
+        ({"dtype": ["float16"]}, "dtype must be one of ['auto', 'float32', 'float16', 'bfloat16'], got ['float16']"),
+        ({"text_span": {"full": 1}}, "text_span must be one of ['answer', 'full', 'reasoning'], got {'full': 1}"),
+        ({"model": ""}, "model must be a model name or path, got ''"),
+        ({"max_seq_length": 4}, "max_seq_length must be an integer >= 8 or null, got 4"),
+        ({"device": "gpu"}, "device must be 'auto' or a torch device, got 'gpu'"),
+    ],
+)
+def test_encoder_config_refuses_by_field_like_every_settings_class(bad, message):
+    """The shared rules (gcpo_core.credit.config.check_fields): a value the rule cannot even look up (a list, a
+    mapping) is refused by name too, not a TypeError."""
+    with pytest.raises(FieldError) as refused:
+        EncoderConfig(**bad)
+    assert str(refused.value) == f"encoder config: {message}" and refused.value.field == next(iter(bad))
 
 
 def test_default_model_resolves_to_the_bundled_offline_copy():

@@ -1,8 +1,11 @@
 """Group Contrastive PO's start-up checks (recipe/gcpo/baselines/group_contrastive.py: CHECKS), run
 by the recipe's checks of a whole config."""
 
+import math
+
 import pytest
 
+from recipe.gcpo.baselines.group_contrastive import GroupContrastiveSettings
 from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
@@ -40,3 +43,17 @@ def test_bypass_mode_is_refused_with_reference_injection():
                 ]
             )
         )
+
+
+@pytest.mark.parametrize("reward", ["1.0", True, math.nan, math.inf, -math.inf, 0.0, -1.0, None])
+def test_the_reference_reward_is_a_correct_answers_finite_reward(reward):
+    with pytest.raises(ValueError, match=r"group_contrastive: reward must be a finite number > 0 \(a correct answer's"):
+        GroupContrastiveSettings(reward=reward)
+    assert GroupContrastiveSettings(reward=2).reward == 2 and GroupContrastiveSettings(reward=0.5).reward == 0.5
+
+
+def test_a_bad_reference_reward_in_the_config_is_refused_by_its_key():
+    with pytest.raises(ValueError, match="algorithm.group_contrastive.reward: must be a finite number > 0"):
+        _group_contrastive(compose_gcpo(["algorithm.group_contrastive.reward=nan"]))
+    with pytest.raises(ValueError, match="algorithm.group_contrastive.reward: must be a finite number > 0"):
+        _group_contrastive(compose_gcpo(["algorithm.group_contrastive.reward=correct"]))
