@@ -157,3 +157,29 @@ def test_the_cpu_smoke_in_the_image_runs_itself_there_with_its_folder_and_the_ma
     assert proc.returncode == 2 and proc.stderr.strip() == (
         "error: --container: podman has no image localhost/none:1 (build it: bash scripts/build_image.sh)"
     )
+
+
+def test_ci_stops_at_once_with_one_line_where_the_disk_is_too_small(tmp_path):
+    """.ci/run's disk check (the CPU image's build peaks at 29 GB): run as CI runs it, with a `df` stand-in
+    reporting FREE GB available; too little ends the run with exit 1 and one line naming the place and the need."""
+    text = (ROOT / ".ci" / "run").read_text()
+    check = text[text.index("need_gb=") : text.index("done\n", text.index("need_gb=")) + len("done\n")]
+    (tmp_path / "df").write_text(
+        "#!/bin/bash\necho 'Filesystem 1G-blocks Used Available Capacity Mounted on'\n"
+        'echo "/dev/x 100G 1G ${FREE}G 1% /"\n'
+    )
+    (tmp_path / "df").chmod(0o755)
+    script = tmp_path / "check.sh"
+    script.write_text("set -euo pipefail\n" + check + "echo enough\n")
+
+    def run(free: int) -> subprocess.CompletedProcess:
+        env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "FREE": str(free)}
+        return subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=ROOT, env=env)
+
+    small = run(30)
+    assert small.returncode == 1 and small.stdout == ""
+    assert small.stderr.strip() == (
+        f"CI: 30 GB free where {ROOT} is; this run needs about 45 GB (the CPU image's build peaks at 29 GB)"
+    )
+    enough = run(60)
+    assert enough.returncode == 0 and enough.stdout.strip() == "enough", enough.stderr
