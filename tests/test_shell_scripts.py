@@ -179,7 +179,8 @@ def test_ci_stops_at_once_with_one_line_where_the_disk_is_too_small(tmp_path):
     small = run(30)
     assert small.returncode == 1 and small.stdout == ""
     assert small.stderr.strip() == (
-        f"CI: 30 GB free where {ROOT} is; this run needs about 45 GB (the CPU image's build peaks at 29 GB)"
+        f"CI: 30 GB free where {ROOT} is; this run needs about 45 GB (the CPU image's build peaks at 29 GB; images left by earlier builds count: "
+        "podman system df)"
     )
     enough = run(60)
     assert enough.returncode == 0 and enough.stdout.strip() == "enough", enough.stderr
