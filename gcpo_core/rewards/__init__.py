@@ -1,5 +1,5 @@
-"""Rewards: math-verify checking of final answers, each in a worker process with a wall-time deadline, and the
-answer instructions the prompts carry. Depends on encoding (the answer span)."""
+"""Rewards: math-verify checking of final answers, each in a worker process with a deadline (its wait for a CPU not
+counted), and the answer instructions the prompts carry. Depends on encoding (the answer span)."""
 
 from gcpo_core._lazy import lazy_exports
 

@@ -1,4 +1,4 @@
-"""Worker processes that apply one function to items, each item within a wall-time deadline, from any thread.
+"""Worker processes that apply one function to items, each item within a deadline, from any thread.
 
 Why: math-verify bounds its work with signal alarms, which only work on a process's main thread; verl calls
 reward functions from executor threads, and one pathological answer (``\\boxed{9^{9^{9^{9^{9}}}}}``) then runs
@@ -6,6 +6,12 @@ sympy's big-integer arithmetic with the GIL held for ever: the whole process sta
 a process can interrupt that, but a process can be killed. :class:`DeadlinePool` sends items to worker
 processes and reads their results one by one; an item whose result is not back by its deadline has its worker
 killed and replaced, is reported as timed out, and the items after it go to the fresh worker.
+
+What the deadline counts: the item's wall time less the time its worker spent waiting for a CPU (Linux's
+``/proc/PID/schedstat``, the scheduler's run-queue delay), so a busy machine does not time out a correct answer
+that a quiet one grades in a second, while an item that computes, or blocks, past its deadline is killed as before;
+``_WALL_CAP`` bounds the wall time of a starved item. Where the kernel keeps no such account, the deadline is wall
+time.
 
 Why not ``concurrent.futures`` / ``multiprocessing`` / pebble: a multi-threaded caller cannot safely ``fork``,
 and with ``spawn`` or ``forkserver`` every worker re-runs the caller's ``__main__`` script, so a plain script
@@ -45,6 +51,8 @@ _READY = "ready"
 # CPU seconds a worker may spend on one item beyond its wall-time deadline before it ends itself (it only
 # matters when the caller is gone: a live caller kills the worker at the deadline)
 _CPU_MARGIN_S = 2
+# the most wall time one try of an item may take, in deadlines, however long its worker waited for a CPU
+_WALL_CAP = 20
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,7 @@ class _Worker:
         )
         self._buffer = bytearray()
         self.ready = False
+        self.exited = False  # its output ended: it died (or exited), whatever poll() says yet
         # poll, not select.select: that fails on descriptors >= 1024, common in Ray actors
         self._poller = select.poll()
         self._poller.register(self.process.stdout.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -88,6 +97,14 @@ class _Worker:
     @property
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def cpu_wait_s(self) -> float:
+        """Seconds the worker has spent runnable but waiting for a CPU (0 where the kernel does not say)."""
+        try:
+            with open(f"/proc/{self.process.pid}/schedstat") as stats:
+                return int(stats.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return 0.0
 
     def send(self, message: Any) -> None:
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
@@ -110,6 +127,7 @@ class _Worker:
             if self._poller.poll(math.ceil(remaining * 1000)):
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:  # the worker exited
+                    self.exited = True
                     return False, None
                 self._buffer += chunk
 
@@ -141,8 +159,9 @@ class _Worker:
 
 class DeadlinePool:
     """Up to ``workers`` processes applying ``function`` ("module:name", importable in a fresh interpreter) to
-    items, each within ``timeout_s`` of wall time. Thread-safe: each :meth:`map` call holds one worker for its
-    items, concurrent calls use different workers (started on first need, so a single caller uses one).
+    items, each within ``timeout_s`` (wall time less its worker's wait for a CPU). Thread-safe: each :meth:`map`
+    call holds one worker for its items, concurrent calls use different workers (started on first need, so a single
+    caller uses one).
 
     Args:
         function: the function's import path; it takes one picklable item and returns a picklable value.
@@ -181,11 +200,12 @@ class DeadlinePool:
         self.restarts = 0  # workers replaced after a timeout or a death
 
     def map(self, items: Sequence[Any], timeout_s: float, retries: int = 1) -> list[Outcome]:
-        """``function(item)`` for each item, in order; an item not done within ``timeout_s`` seconds of wall time
-        (counted from when its worker starts on it, after the worker's start-up and initializer) is tried again on a
-        fresh worker, up to ``retries`` times, and then is ``Outcome(timed_out=True)``: the deadline bounds a
-        pathological item (at ``retries + 1`` deadlines), while an item that missed it because the machine was busy
-        gets another chance.
+        """``function(item)`` for each item, in order; an item not done within ``timeout_s`` seconds (counted from
+        when its worker starts on it, after the worker's start-up and initializer: wall time less the time the worker
+        waited for a CPU, and at most ``_WALL_CAP`` deadlines of wall time) is tried again on a fresh worker, up to
+        ``retries`` times, and then is ``Outcome(timed_out=True)``: the deadline bounds a pathological item (at
+        ``retries + 1`` deadlines), while an item that missed it for another reason (a worker slowed by memory
+        pressure, or starved past the cap) gets another chance.
 
         Raises:
             WorkerError: ``function`` raised on an item (after the other items are done).
@@ -220,7 +240,7 @@ class DeadlinePool:
                     worker.send(request)
                 index = start
                 while index < len(items):
-                    received, message = worker.receive(time.monotonic() + timeout_s)
+                    received, message = self._receive_within(worker, timeout_s)
                     if not received:
                         break
                     ok, value = message
@@ -253,6 +273,27 @@ class DeadlinePool:
         if errors:
             raise WorkerError(f"{self.function} raised in a worker:\n" + "\n".join(errors))
         return outcomes  # type: ignore[return-value]
+
+    @staticmethod
+    def _receive_within(worker: _Worker, timeout_s: float) -> tuple[bool, Any]:
+        """The worker's next message, waiting until the wall time since now, less the time the worker waited for a
+        CPU meanwhile, reaches ``timeout_s`` (a computing or blocked worker gets no more), or the wall time reaches
+        ``_WALL_CAP`` deadlines."""
+        # the run-queue account is read before the clock at the start and after it at each check, so that time this
+        # (maybe starved) caller loses between the two reads is counted for the worker, never against it
+        waited_at_start = worker.cpu_wait_s()
+        start = time.monotonic()
+        cap = start + _WALL_CAP * timeout_s
+        deadline = start + timeout_s
+        while True:
+            received, message = worker.receive(deadline)
+            if received or worker.exited or not worker.alive:
+                return received, message
+            now = time.monotonic()
+            left = timeout_s - (now - start - (worker.cpu_wait_s() - waited_at_start))
+            if left <= 0 or now >= cap:
+                return False, None
+            deadline = min(now + left, cap)
 
     def _ready_worker(self, slot: list[Optional[_Worker]]) -> _Worker:
         worker = slot[0]

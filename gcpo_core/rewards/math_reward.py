@@ -1,11 +1,11 @@
 """Answer checking with math-verify, bounded in time: is a response's final answer equal to the gold answer?
 
-Every check runs in a worker process of a :class:`~gcpo_core.rewards.deadline_pool.DeadlinePool` with a wall-time
-deadline per answer (``timeout_s``, default 5 s): math-verify's own limits are signal alarms that only work on a
-process's main thread, and verl calls reward functions from threads, where one pathological answer
-(``\\boxed{9^{9^{9^{9^{9}}}}}``) would otherwise hold the GIL for ever. An answer that misses its deadline is
-wrong and marked ``timed_out``. One worker call reads the response once and returns both the verdict and the
-answer it read.
+Every check runs in a worker process of a :class:`~gcpo_core.rewards.deadline_pool.DeadlinePool` with a deadline
+per answer (``timeout_s``, default 5 s, of wall time less the worker's wait for a CPU): math-verify's own limits are
+signal alarms that only work on a process's main thread, and verl calls reward functions from threads, where one
+pathological answer (``\\boxed{9^{9^{9^{9^{9}}}}}``) would otherwise hold the GIL for ever. An answer that misses
+its deadline is wrong and marked ``timed_out``. One worker call reads the response once and returns both the
+verdict and the answer it read.
 
 How an answer is read (docs/method.md, "Rewards", lists where this differs from math-verify's defaults):
 
@@ -400,7 +400,8 @@ def score_answers(
     batch_size: int = BATCH_SIZE,
     progress: bool = False,
 ) -> list[Verdict]:
-    """Grade (response, gold) pairs, each within ``timeout_s`` of wall time, batched over the pool's workers.
+    """Grade (response, gold) pairs, each within ``timeout_s`` (wall time less the worker's wait for a CPU), batched
+    over the pool's workers.
 
     Safe from any thread. A response or gold that is empty is wrong without a worker call.
     """

@@ -13,3 +13,11 @@ def slow_initializer() -> None:
 
 def initialised(_item) -> bool:
     return INITIALISED
+
+
+def burn_cpu(seconds: float) -> float:
+    """Compute for ``seconds`` of this process's CPU time (however long that takes on the wall clock)."""
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+    return seconds
