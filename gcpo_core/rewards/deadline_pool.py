@@ -48,7 +48,7 @@ from typing import Any, Optional, Sequence
 
 _HEADER = struct.Struct(">Q")
 _READY = "ready"
-# CPU seconds a worker may spend on one item beyond its wall-time deadline before it ends itself (it only
+# CPU seconds a worker may spend on one item beyond its deadline before it ends itself (it only
 # matters when the caller is gone: a live caller kills the worker at the deadline)
 _CPU_MARGIN_S = 2
 # the most wall time one try of an item may take, in deadlines, however long its worker waited for a CPU
