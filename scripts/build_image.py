@@ -119,6 +119,24 @@ def image_exists(tool: str, image: str) -> bool:
     return run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
 
 
+def image_id(tool: str, image: str) -> str | None:
+    done = run([tool, "image", "inspect", image, "--format", "{{.Id}}"], capture_output=True, text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def remove_replaced(tool: str, old: str | None, tag: str) -> None:
+    """Remove the image the new build took the tag from: untagged, it would stay on disk, and a machine that
+    builds often fills its disk that way. An image a container still uses is kept (the tool refuses), saying so."""
+    if old is None or old == image_id(tool, tag):
+        return
+    done = run([tool, "rmi", old], capture_output=True, text=True)
+    if done.returncode == 0:
+        say(f"removed the image {tag} replaced ({old[:12]})")
+    else:
+        reason = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
+        say(f"kept the image {tag} replaced ({old[:12]}): {reason}")
+
+
 def make_debian_base(tool: str, image: str, mirror: str) -> None:
     """Debian 12 from Debian's packages (debootstrap --variant=minbase bookworm), imported as `image`."""
     debootstrap = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
@@ -211,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         if needs_debian(args) and not image_exists(args.tool, args.debian_image):
             make_debian_base(args.tool, args.debian_image, args.mirror)
         cmd = build_command(args)
+        replaced = image_id(args.tool, args.tag)
         say(" ".join(cmd))
         if run(cmd).returncode != 0:
             raise BuildError(
@@ -219,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         seconds = time.monotonic() - start
         say(f"built {args.tag} in {seconds:.0f} s, {image_size(args.tool, args.tag)}")
+        remove_replaced(args.tool, replaced, args.tag)
         if args.save:
             if run([args.tool, "save", "-o", str(args.save), args.tag]).returncode != 0:
                 raise BuildError(f"{args.tool} save to {args.save} failed")

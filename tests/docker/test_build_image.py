@@ -3,6 +3,7 @@ arguments), and what it says on bad input. The build itself runs in scripts/buil
 
 import importlib.util
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -122,3 +123,27 @@ def test_base_with_the_cpu_target_stops_with_one_line_not_ignored(build_image, c
         )
     assert build_image.parse(["--target", "gpu"]).base == "verlai/verl:vllm024.dev2"  # the default, gpu only
     assert build_image.parse([]).target == "cpu"
+
+
+@pytest.mark.parametrize("rmi_rc, said", [(0, "removed the image"), (2, "kept the image")])
+def test_the_image_a_build_replaces_is_removed_or_the_reason_it_stays_said(
+    build_image, monkeypatch, capsys, rmi_rc, said
+):
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd[1:3])
+        if cmd[1:3] == ["image", "inspect"]:
+            return subprocess.CompletedProcess(cmd, 0, stdout="sha256:new\n", stderr="")
+        return subprocess.CompletedProcess(cmd, rmi_rc, stdout="", stderr="Error: image is in use by a container")
+
+    monkeypatch.setattr(build_image, "run", fake_run)
+    build_image.remove_replaced("podman", "sha256:old", "localhost/x:1")
+    assert calls[-1] == ["rmi", "sha256:old"]
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"build_image: {said} localhost/x:1 replaced (sha256:old)")
+    assert err.endswith("in use by a container") == (rmi_rc != 0)
+    calls.clear()
+    build_image.remove_replaced("podman", "sha256:new", "localhost/x:1")  # the build changed nothing: kept
+    build_image.remove_replaced("podman", None, "localhost/x:1")  # a first build: nothing replaced
+    assert ["rmi", "sha256:new"] not in calls and capsys.readouterr().err == ""

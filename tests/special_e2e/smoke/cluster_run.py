@@ -55,6 +55,9 @@ IMAGE_CHECKOUT = "/opt/gcpo-verl"
 PODMAN_OPTIONS = os.environ.get(
     "GCPO_PODMAN_OPTIONS", "--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=32768:32768"
 )
+# each job's containers carry this label with the job's marker: a crashed node's `podman run --rm` never removes its
+# container (the crash kills podman's monitor too), and the record, left "running", would pin the image
+CONTAINER_LABEL = "gcpo.smoke"
 # Slurm's job states once the batch script has ended (COMPLETING: ended, the nodes still cleaning up)
 ENDED_STATES = {
     "COMPLETED",
@@ -230,7 +233,7 @@ def job_environment(
                 "CONTAINER_IMAGE": container,
                 "CONTAINER_MOUNTS": f"{paths.root}:{paths.root}",
                 "CONTAINER_GPUS": "none",  # the nodes' gpu gres is a stand-in (/dev/null)
-                "CONTAINER_OPTIONS": PODMAN_OPTIONS,
+                "CONTAINER_OPTIONS": f"{PODMAN_OPTIONS} --label {CONTAINER_LABEL}={marker}",
                 "PYTHONPATH": IMAGE_CHECKOUT,
             }
         )
@@ -345,6 +348,10 @@ class JobRunner:
                 except subprocess.TimeoutExpired:
                     helper.kill()
             reap(marker)  # whatever the job left on the machine (there should be nothing)
+            if self.options.container is not None:
+                left = remove_containers(marker)
+                if left:
+                    print(f"cluster smoke: {name}: removed {left} container(s) a crashed node left", flush=True)
         fault = paths.run / f"fault_credit_{name}.json"
         if fault.is_file():
             record.credit_fault = json.loads(fault.read_text(encoding="utf-8"))
@@ -451,6 +458,26 @@ class JobRunner:
                 record.finished = record.finished or time.time()
                 return
             time.sleep(2)
+
+
+def remove_containers(marker: str) -> int:
+    """Remove every container of the job ``marker`` (by its label), running or not; returns how many there were."""
+    listed = subprocess.run(
+        ["podman", "ps", "--all", "--quiet", "--filter", f"label={CONTAINER_LABEL}={marker}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ids = listed.stdout.split()
+    if ids:
+        removed = subprocess.run(["podman", "rm", "--force", *ids], capture_output=True, text=True, timeout=120)
+        if removed.returncode != 0:
+            print(
+                f"cluster smoke: podman rm --force {' '.join(ids)} failed: {removed.stderr.strip()[-300:]}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return len(ids)
 
 
 # ---- preparing the work folder ---------------------------------------------------------------------------------

@@ -92,6 +92,23 @@ def test_with_a_container_every_step_runs_in_the_image_with_the_work_folder_shar
     assert env["CONTAINER_GPUS"] == "none" and "--runtime runc" in env["CONTAINER_OPTIONS"]
     assert env["PYTHONPATH"] == "/opt/gcpo-verl"  # the image's harness and CPU platform, not the host checkout's
     assert env["RAY_TMPDIR"] == "/run/gcpo-node/ray-train"  # the sbatch binds it into every container
+    assert env["CONTAINER_OPTIONS"].endswith(" --label gcpo.smoke=m")  # the job's containers, found after it
+
+
+def test_the_containers_a_job_left_are_removed_by_its_label(tmp_path, monkeypatch):
+    # a podman that lists two containers for the job's label, and records every call
+    calls = tmp_path / "calls"
+    fake = tmp_path / "podman"
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\ncase "$1" in ps) [ "$5" = label=gcpo.smoke=job-1 ] && echo a1 && echo b2 ;; esac\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert cluster_run.remove_containers("job-1") == 2
+    assert calls.read_text().splitlines()[-1] == "rm --force a1 b2"
+    calls.unlink()
+    assert cluster_run.remove_containers("job-2") == 0  # none of its own: nothing removed
+    assert calls.read_text().splitlines() == ["ps --all --quiet --filter label=gcpo.smoke=job-2"]
 
 
 def test_the_container_smoke_refuses_an_image_podman_does_not_have(capsys, monkeypatch):
