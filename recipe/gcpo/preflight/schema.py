@@ -44,7 +44,6 @@ FREE_FORM = (
 )
 # ppo_trainer's Hydra group choice (dp, megatron, ...), kept in the composed config but not in the generated one
 GROUP_CHOICES = {"model_engine": "dp"}
-VERL_CONFIG_DIR = "verl/trainer/config"
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,11 +86,6 @@ def _merge(into: dict, other: dict) -> None:
             _merge(into[key], value)
         elif key not in into or into[key] is None:
             into[key] = value
-
-
-def _children(node: DictConfig, path: str) -> Iterator[tuple[str, str, Any]]:
-    for key in node.keys():
-        yield str(key), f"{path}.{key}" if path else str(key), node._get_node(key)
 
 
 def check_resolves(config: DictConfig) -> dict:
