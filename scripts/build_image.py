@@ -20,7 +20,8 @@ bundle (--ca, default the host's) reaches pip as the build secret `pip-ca`: in n
 
 Bad input stops with one line: an unknown target or tool, --base with --target cpu (the CPU image's base is
 --debian-image), a missing CA file, a tool that cannot be installed, a base image without the expected stack
-(docker/check_image.py names each difference).
+(docker/check_image.py names each difference). Exit status 2 for bad input (the arguments, the CA file), 1 for a
+build that failed. The image a build takes the tag from is removed (or kept, saying which container uses it).
 """
 
 from __future__ import annotations
@@ -221,9 +222,10 @@ def needs_debian(args: argparse.Namespace) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if not Path(args.ca).is_file():  # bad input: exit 2, as argparse's refusals; a failed build is 1
+        print(f"error: --ca {args.ca} is not a file (the CA bundle pip needs inside the build)", file=sys.stderr)
+        return 2
     try:
-        if not Path(args.ca).is_file():
-            raise BuildError(f"--ca {args.ca} is not a file (the CA bundle pip needs inside the build)")
         ensure_tool(args.tool, need_debootstrap=needs_debian(args))
         start = time.monotonic()
         if needs_debian(args) and not image_exists(args.tool, args.debian_image):

@@ -102,7 +102,7 @@ def test_both_targets_share_the_recipe_layers_and_the_ca_is_in_no_layer():
 
 
 def test_bad_input_stops_with_one_line(build_image, capsys, tmp_path):
-    assert build_image.main(["--ca", str(tmp_path / "none.pem")]) == 1
+    assert build_image.main(["--ca", str(tmp_path / "none.pem")]) == 2  # as argparse's refusals; a failed build: 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: --ca {tmp_path / 'none.pem'} is not a file (the CA bundle pip needs inside the build)"]
     with pytest.raises(SystemExit) as exit_info:
