@@ -17,7 +17,8 @@ user's machine (Ray then turns token authentication on for the head only, unless
 While a job runs, its processes' memory (PSS, all nodes) and its Ray actors' placement (Ray's state API, from the
 login node) are sampled, and an optional credit-actor fault is injected as in the CPU smoke. A job that dies at
 start-up with ``EADDRINUSE`` (vLLM picks a free port, frees it, then binds it: on a busy machine another process
-can take it in between) is submitted once more, saying why.
+can take it in between) is submitted once more, saying why. With ``--container``, a job's containers carry its
+marker as a label and are removed when it ends (a crashed node's ``podman run --rm`` cannot remove its own).
 """
 
 from __future__ import annotations
