@@ -114,13 +114,8 @@ def ensure_dockerd() -> None:
     raise BuildError(f"dockerd did not answer within 60 s; see {log}")
 
 
-def image_exists(tool: str, image: str) -> bool:
-    if tool == "podman":
-        return run(["podman", "image", "exists", image]).returncode == 0
-    return run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
-
-
 def image_id(tool: str, image: str) -> str | None:
+    """The image's ID, None where the tool has no such image."""
     done = run([tool, "image", "inspect", image, "--format", "{{.Id}}"], capture_output=True, text=True)
     return done.stdout.strip() or None if done.returncode == 0 else None
 
@@ -228,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ensure_tool(args.tool, need_debootstrap=needs_debian(args))
         start = time.monotonic()
-        if needs_debian(args) and not image_exists(args.tool, args.debian_image):
+        if needs_debian(args) and image_id(args.tool, args.debian_image) is None:
             make_debian_base(args.tool, args.debian_image, args.mirror)
         cmd = build_command(args)
         replaced = image_id(args.tool, args.tag)

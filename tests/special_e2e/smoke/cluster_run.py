@@ -352,7 +352,7 @@ class JobRunner:
             if self.options.container is not None:
                 left = remove_containers(marker)
                 if left:
-                    print(f"cluster smoke: {name}: removed {left} container(s) a crashed node left", flush=True)
+                    print(f"cluster smoke: {name}: removed {left} container(s) the job left", flush=True)
         fault = paths.run / f"fault_credit_{name}.json"
         if fault.is_file():
             record.credit_fault = json.loads(fault.read_text(encoding="utf-8"))
@@ -469,6 +469,8 @@ def remove_containers(marker: str) -> int:
         text=True,
         timeout=60,
     )
+    if listed.returncode != 0:
+        print(f"cluster smoke: podman ps failed: {listed.stderr.strip()[-300:]}", file=sys.stderr, flush=True)
     ids = listed.stdout.split()
     if ids:
         removed = subprocess.run(["podman", "rm", "--force", *ids], capture_output=True, text=True, timeout=120)

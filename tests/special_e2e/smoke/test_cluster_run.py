@@ -95,7 +95,7 @@ def test_with_a_container_every_step_runs_in_the_image_with_the_work_folder_shar
     assert env["CONTAINER_OPTIONS"].endswith(" --label gcpo.smoke=m")  # the job's containers, found after it
 
 
-def test_the_containers_a_job_left_are_removed_by_its_label(tmp_path, monkeypatch):
+def test_the_containers_a_job_left_are_removed_by_its_label(tmp_path, monkeypatch, capsys):
     # a podman that lists two containers for the job's label, and records every call
     calls = tmp_path / "calls"
     fake = tmp_path / "podman"
@@ -109,6 +109,9 @@ def test_the_containers_a_job_left_are_removed_by_its_label(tmp_path, monkeypatc
     calls.unlink()
     assert cluster_run.remove_containers("job-2") == 0  # none of its own: nothing removed
     assert calls.read_text().splitlines() == ["ps --all --quiet --filter label=gcpo.smoke=job-2"]
+    fake.write_text("#!/bin/sh\necho 'Error: no storage' >&2\nexit 125\n")
+    assert cluster_run.remove_containers("job-3") == 0
+    assert "cluster smoke: podman ps failed: Error: no storage" in capsys.readouterr().err  # said, not swallowed
 
 
 def test_the_container_smoke_refuses_an_image_podman_does_not_have(capsys, monkeypatch):
