@@ -185,6 +185,8 @@ class Options:
     launcher: str = ""
     overrides: tuple[str, ...] = ()
     shape: str = "tiny"
+    # the shape's checkpoint and resumed run; --no-resume: the first run only
+    resume: bool = True
 
 
 @dataclass(frozen=True)
@@ -280,6 +282,13 @@ def _parser() -> argparse.ArgumentParser:
         "shapes 3, without resume)",
     )
     parser.add_argument(
+        "--no-resume",
+        dest="resume",
+        action="store_false",
+        help="the first run only: no checkpoint, no resumed run (one trainer start fewer; CI covers the resume "
+        "with the cluster smoke's resubmitted job)",
+    )
+    parser.add_argument(
         "--shape",
         default="tiny",
         help="the policy: tiny (the smoke: a few million parameters, 3 prompts x 8 rollouts of 64 tokens, a "
@@ -349,6 +358,7 @@ def _validated(ns: argparse.Namespace, overrides: tuple[str, ...]) -> Options:
         launcher=launcher,
         overrides=overrides,
         shape=ns.shape,
+        resume=ns.resume,
     )
 
 
@@ -382,6 +392,8 @@ def _launcher(ns: argparse.Namespace, credit: Optional[int], reward: Optional[in
         raise UsageError(f"--launcher must be one of: {' '.join(known)} (got '{launcher}')")
     if ns.compare or ns.estimator is not None or credit is not None or reward is not None:
         raise UsageError("--launcher runs the launcher's own method: leave out --compare, --estimator and --kill-*")
+    if not ns.resume:
+        raise UsageError("--launcher has no resumed run: leave out --no-resume")
     if ns.shape != "tiny":
         raise UsageError("--launcher runs the tiny policy at the launcher's sizes: leave out --shape")
     if ns.dry_run:
@@ -574,11 +586,13 @@ class Smoke:
         self.max_response_length = settings.max_response_length or self.shape.max_response_length
         self.gpu_mem_util = settings.gpu_mem_util or self.shape.gpu_mem_util
         self.prompts = self.shape.prompts_per_step
+        # a checkpoint and one resumed step: the tiny shape's, unless --no-resume
+        self.resume = self.shape.resume and options.resume
         # a Qwen3 shape's model, data and runs in a folder of their own: the tiny smoke's stay where they were
         self.base_dir = settings.smoke_dir if options.shape == "tiny" else settings.smoke_dir / options.shape
 
     def describe_shape(self) -> str:
-        resume = "a checkpoint, then one resumed step" if self.shape.resume else "no checkpoint, no resume"
+        resume = "a checkpoint, then one resumed step" if self.resume else "no checkpoint, no resume"
         return (
             f"smoke: shape {self.options.shape}: {self.prompts} prompts x {self.n_resp} rollouts a step, responses "
             f"up to {self.max_response_length} tokens, vLLM {self.gpu_mem_util} of the GPU, {self.options.steps} "
@@ -634,7 +648,7 @@ class Smoke:
         self.describe_device(run_dir)
         if not self.train(estimator, run_dir, 1, steps):
             return False
-        if self.shape.resume and not self.train(estimator, run_dir, 2, steps + 1):
+        if self.resume and not self.train(estimator, run_dir, 2, steps + 1):
             return False
         faults = [
             word
@@ -658,7 +672,7 @@ class Smoke:
                     "--groups-per-step",
                     str(self.prompts),
                     "--resumed-steps",
-                    "1" if self.shape.resume else "0",
+                    "1" if self.resume else "0",
                     *faults,
                 ]
             )
@@ -670,8 +684,12 @@ class Smoke:
         steps = self.options.steps
         args = self.trainer_args(estimator, run_dir, steps, str(run_dir.root / "ray"))
         print(
-            f"# smoke {estimator} ({self.options.device}): the first run (steps 1-{steps}); the resumed run "
-            f"differs only in trainer.total_training_steps={steps + 1} and its metrics file",
+            f"# smoke {estimator} ({self.options.device}): the first run (steps 1-{steps})"
+            + (
+                f"; the resumed run differs only in trainer.total_training_steps={steps + 1} and its metrics file"
+                if self.resume
+                else ""
+            ),
             flush=True,
         )
         return self._python(["-m", TRAINER, *args], GCPO_DRY_RUN="1").returncode == 0
@@ -754,7 +772,7 @@ class Smoke:
             "trainer.n_gpus_per_node=1",
             "trainer.total_epochs=1000",
             f"trainer.total_training_steps={total_steps}",
-            f"trainer.save_freq={steps if self.shape.resume else -1}",
+            f"trainer.save_freq={steps if self.resume else -1}",
             "trainer.test_freq=-1",
             "trainer.val_before_train=false",
             "trainer.resume_mode=auto",

@@ -176,6 +176,7 @@ def test_options_their_defaults_and_overrides_anywhere():
             ["--launcher", "run_qwen3_4b_gcpo.sh", "--dry-run"],
             "for a launcher's dry run use the launcher itself: bash scripts/run_qwen3_4b_gcpo.sh --dry-run",
         ),
+        (["--launcher", "run_qwen3_4b_gcpo.sh", "--no-resume"], "--launcher has no resumed run: leave out --no-resume"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(smoke, args, message):
@@ -258,6 +259,21 @@ def test_grpo_and_more_steps(smoke):
     assert "trainer.total_training_steps=3" in first and "trainer.total_training_steps=4" in resumed
     assert "trainer.save_freq=3" in first
     assert "--estimator grpo --steps 3" in result.calls[-1]
+
+
+def test_no_resume_runs_the_first_run_only_and_checks_it_as_such(smoke):
+    """CI's CPU smoke: one trainer start, no checkpoint, the checks told there is no resumed run."""
+    result = smoke("--device", "cpu", "--no-resume")
+    assert result.status == 0, result.stderr
+    (run,) = _trainings(result.calls)
+    assert " trainer.total_training_steps=2 " in run and " trainer.save_freq=-1 " in run
+    check = result.calls[-1]
+    assert "--estimator gcpo --steps 2 --groups-per-step 3 --resumed-steps 0" in check
+    assert "2 steps, no checkpoint, no resume" in result.stderr
+    dry = smoke("--device", "cpu", "--no-resume", "--dry-run")
+    assert dry.status == 0 and "the first run (steps 1-2)\n" in dry.stdout and "resumed run" not in dry.stdout
+    # the default still resumes (the test above: two runs)
+    assert parse_options(["--device", "cpu"]).resume and not parse_options(["--device", "cpu", "--no-resume"]).resume
 
 
 def test_a_qwen3_shape_runs_once_at_its_sizes_in_a_folder_of_its_own(smoke):
