@@ -58,8 +58,10 @@ def build(out: Path, correct_share: float, warm_steps: int, warm_seed: int = 0) 
 def with_earlier_runs(runs: dict, earlier: list[Path]) -> dict:
     """``runs`` (``collect``'s) with the runs of each earlier ``results.json`` that ``runs`` lacks, by (arm, seed): an
     experiment run in parts on machines that do not share the folder. The same (arm, seed) in two places is refused:
-    a seed's arms must come from one warm start, and two runs of one pair are a reproduction (``compare``)."""
-    from experiments.miniature.reproduce import check_comparable, load_results
+    a seed's arms must come from one warm start, and two runs of one pair are a reproduction (``compare``). So is a
+    seed whose arms in the two places trained from other warm-start weights (``warm_start_sha256``: the same seed
+    builds other weights on another CPU model), which would pair runs of two starts."""
+    from experiments.miniature.reproduce import check_comparable, load_results, pooling_refusal
 
     merged = {arm: dict(seeds) for arm, seeds in runs.items()}
     for path in earlier:
@@ -69,6 +71,9 @@ def with_earlier_runs(runs: dict, earlier: list[Path]) -> dict:
         clash = sorted(f"{arm} seed {s}" for arm, seeds in before.items() for s in seeds if s in merged.get(arm, {}))
         if clash:
             raise ValueError(f"{path} and the runs both hold {', '.join(clash)}")
+        refusal = pooling_refusal(before, merged)
+        if refusal is not None:
+            raise ValueError(f"{path} and the runs: {refusal}")
         for arm, seeds in before.items():
             merged.setdefault(arm, {}).update(seeds)
     return merged

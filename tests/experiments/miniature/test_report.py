@@ -280,6 +280,29 @@ def test_an_experiment_run_in_parts_is_reported_whole_and_a_pair_run_twice_is_re
     assert err.startswith("miniature: cannot report: ") and "both hold gcpo_group seed 1, grpo seed 1" in err
 
 
+def test_a_seeds_arms_from_two_parts_join_only_on_the_same_warm_start_weights(tmp_path, capsys):
+    """A part on another machine rebuilds seed 1's warm start with other weights: its arms may not be paired with
+    the first part's (the hashes are named); on the same weights they join."""
+    from experiments.miniature.__main__ import main
+
+    start = {"animal": ["tiger", "apple"]}
+    first, second, third = tmp_path / "part1", tmp_path / "part2", tmp_path / "part3"
+    _write_run(first, "grpo", 1, {0: start, 3: {"animal": ["tiger", "tiger"]}}, warm_start_sha256="a" * 64)
+    _write_run(second, "gcpo_group", 1, {0: start, 3: {"animal": ["tiger", "lion"]}}, warm_start_sha256="b" * 64)
+    _write_run(third, "gcpo_group", 1, {0: start, 3: {"animal": ["tiger", "lion"]}}, warm_start_sha256="a" * 64)
+    assert main(["report", "--out", str(first)]) == 0
+    capsys.readouterr()
+    assert main(["report", "--out", str(second), "--include", str(first / "results.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"miniature: cannot report: {first / 'results.json'} and the runs: seed 1 trained from other warm-start "
+        f"weights (sha256 {'a' * 12}, {'b' * 12})"
+    )
+    assert main(["report", "--out", str(third), "--include", str(first / "results.json")]) == 0
+    merged = json.loads((third / "results.json").read_text())
+    assert {arm: sorted(seeds) for arm, seeds in merged.items()} == {"gcpo_group": ["1"], "grpo": ["1"]}
+
+
 # The credit-shape run's pre-registered steps (issue 56): TOST, D_adj, Holm and the verdicts.
 
 
