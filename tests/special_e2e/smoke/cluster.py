@@ -392,8 +392,12 @@ class NamespaceCluster:
         return {"node": name, "time": started, "processes": killed}
 
     def restore_node(self, name: str, timeout_s: float = 120.0) -> None:
-        """Bring a crashed node back (its link, a fresh slurmd) and wait until Slurm has it idle again."""
+        """Bring a crashed node back (its link, a fresh slurmd) and wait until Slurm has it idle again. The node is
+        set DOWN first, as Slurm does itself once SlurmdTimeout passes without an answer: that ends the crashed job's
+        COMPLETING state on it at once (else slurmctld holds the node until it resends the job's TERMINATE_JOB,
+        about 90 s after the new slurmd answers), and ReturnToService=2 takes it back when that slurmd registers."""
         node = self.node(name)
+        self.command(["scontrol", "update", f"nodename={name}", "state=down", "reason=crashed by the smoke"])
         _run(["ip", "link", "set", node.veth, "up"])
         self._start_node(node)
         self.wait_until_idle(timeout_s, [name])
