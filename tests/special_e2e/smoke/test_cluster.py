@@ -84,6 +84,24 @@ def _cluster_in(root: Path) -> NamespaceCluster:
     return cluster
 
 
+def test_a_restored_node_is_set_down_before_its_link_and_slurmd_come_back(tmp_path, monkeypatch):
+    """Set DOWN first, as Slurm sets a node that stops answering: the crashed job's COMPLETING state on it ends at
+    once, not when slurmctld resends its TERMINATE_JOB (about 90 s); then the link, a fresh slurmd, the wait."""
+    cluster = _cluster_in(tmp_path)
+    calls = []
+    monkeypatch.setattr(cluster, "command", lambda args, **kw: calls.append(("command", *args)))
+    monkeypatch.setattr(cluster_module, "_run", lambda args, **kw: calls.append(("run", *args)))
+    monkeypatch.setattr(cluster, "_start_node", lambda node: calls.append(("slurmd", node.name)))
+    monkeypatch.setattr(cluster, "wait_until_idle", lambda timeout_s, names: calls.append(("wait", *names)))
+    cluster.restore_node("gcpo-n2")
+    assert calls == [
+        ("command", "scontrol", "update", "nodename=gcpo-n2", "state=down", "reason=crashed by the smoke"),
+        ("run", "ip", "link", "set", "v2", "up"),
+        ("slurmd", "gcpo-n2"),
+        ("wait", "gcpo-n2"),
+    ]
+
+
 def test_every_start_writes_a_fresh_cluster_folder(tmp_path, monkeypatch):
     """An earlier cluster's Slurm state (its jobs), spool and logs are gone; nothing else in the folder is touched;
     a folder with anything else in it and no marker is refused, not emptied."""
