@@ -7,7 +7,7 @@ carry one at a time, and the script that puts it together there.
         gcpo-verl vllm==0.24.0 'verl[verl-core]==0.9.1' ray==2.60.0 transferqueue==0.1.11 \\
         'apache-tvm-ffi==0.1.15.post2'
     # copy OUT/bundle/ to the box (its part files one at a time if need be), then there:
-    bash OUT/bundle/unpack.sh /opt/gcpo-site && export PYTHONPATH=/opt/gcpo-site VLLM_USE_FLASHINFER_SAMPLER=0
+    bash OUT/bundle/unpack.sh /opt/gcpo-site && . /opt/gcpo-site/env.sh && export VLLM_USE_FLASHINFER_SAMPLER=0
 
 What it does, in order (docs/deployment.md, "An offline GPU box", says why each step is there):
 
@@ -85,6 +85,13 @@ PRUNE_PRESETS: dict[str, tuple[tuple[str, str], ...]] = {
         ("bin", "console scripts written for this machine's paths"),
     ),
 }
+# The same, keeping the CUTLASS DSL and quack that flash-attn-4 (the CuTe-DSL FlashAttention: add the requirement
+# 'flash-attn-4==4.0.0b19', the newest beside vLLM 0.24.0's pins) needs to train the FSDP actor on packed sequences
+# (tests/special_e2e/smoke/fa4.py); about 58 MiB more packed. vLLM's own copy of its kernels stays out.
+FA4_NEEDS = ("nvidia_cutlass_dsl", "nvidia_cutlass_dsl.pth", "quack")
+PRUNE_PRESETS["vllm-0.24-hopper-dense-fa4"] = tuple(
+    entry for entry in PRUNE_PRESETS["vllm-0.24-hopper-dense"] if entry[0] not in FA4_NEEDS
+)
 UNPACK_SH = """#!/usr/bin/env bash
 # Put the bundle back together on the box: check every part, decompress, unpack into DEST.
 #   bash unpack.sh DEST [PARTS_DIR]     (PARTS_DIR: where the part files are; default: beside this script)
@@ -103,7 +110,18 @@ cat "${parts[@]}" | "${ZSTD}" -q -d --long=__WINDOW__ | tar -x -C "${DEST}"
 # with the box's Python: its processes then load byte-code instead of each compiling what it imports
 "${PYTHON:-python3}" -m compileall -q -j 0 "${DEST}" > /dev/null 2>&1 \
   || echo "unpack: byte-compiling ${DEST} failed; Python compiles each module as it is first imported" >&2
-echo "unpack: ${#parts[@]} part(s) into ${DEST}"
+# DEST goes on PYTHONPATH, where Python reads no .pth file: the folders the site's .pth files name go there too
+# (the CUTLASS DSL's python_packages, for one); an import line of a .pth is left out
+paths="${DEST}"
+for pth in "${DEST}"/*.pth; do
+  [ -e "${pth}" ] || continue
+  while IFS= read -r line || [ -n "${line}" ]; do
+    case "${line}" in ""|"#"*|import*) continue ;; esac
+    [ -d "${DEST}/${line}" ] && paths="${paths}:${DEST}/${line}"
+  done < "${pth}"
+done
+printf 'export PYTHONPATH="%s${PYTHONPATH:+:${PYTHONPATH}}"\n' "${paths}" > "${DEST}/env.sh"
+echo "unpack: ${#parts[@]} part(s) into ${DEST}; . ${DEST}/env.sh puts it on PYTHONPATH"
 """
 
 
@@ -354,7 +372,7 @@ def _main(args: argparse.Namespace) -> int:
     packed = sum(p.stat().st_size for p in parts)
     print(
         f"offline_bundle: site {site_bytes / 2**20:.0f} MiB -> {len(parts)} part(s), {packed / 2**20:.0f} MiB, in "
-        f"{bundle}; on the box: bash unpack.sh DEST, then PYTHONPATH=DEST"
+        f"{bundle}; on the box: bash unpack.sh DEST, then . DEST/env.sh (PYTHONPATH)"
     )
     return 0
 

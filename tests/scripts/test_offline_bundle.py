@@ -4,6 +4,7 @@ the "box" (unpack.sh) give the site bit for bit."""
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -54,7 +55,9 @@ def index(tmp_path):
     _wheel(folder, "lib", "1.0")
     # a big, incompressible file (random bytes), so that the stream needs several parts
     payload = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(2048))
-    _wheel(folder, "lib", "2.0", files={"lib/__init__.py": "", "lib/blob.bin": payload.hex()})
+    # with a .pth file that puts a folder on the path (and an import line), as nvidia-cutlass-dsl's wheel does
+    files = {"lib/__init__.py": "", "lib/blob.bin": payload.hex(), "lib/python_packages/inner.py": ""}
+    _wheel(folder, "lib", "2.0", files={**files, "lib.pth": "lib/python_packages\nimport os\n"})
     _wheel(folder, "gpu", "1.0")
     _wheel(folder, "gpu", "2.0")
     _wheel(folder, "util", "3.0")
@@ -98,8 +101,12 @@ def test_the_closure_is_pips_the_box_keeps_its_versions_and_the_parts_reassemble
         ["bash", str(out / "bundle" / "unpack.sh"), str(dest), str(carried)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
-    assert _tree(dest) == _tree(site)
+    assert {k: v for k, v in _tree(dest).items() if k != "env.sh"} == _tree(site)
     assert list(dest.rglob("__pycache__"))  # byte-compiled on the box
+    # env.sh: the site on PYTHONPATH, with the folder its .pth file names (Python reads no .pth there)
+    probe = f". {dest}/env.sh && python3 -c 'import sys; print(sys.path)'"
+    path = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert f"'{dest}', '{dest}/lib/python_packages'" in path.stdout
 
 
 def test_a_damaged_or_missing_part_stops_the_unpack_with_one_line(tmp_path, index):
@@ -135,3 +142,10 @@ def test_a_kept_name_the_box_does_not_list_and_an_unresolvable_set_are_one_line_
     err = capsys.readouterr().err
     assert status == 1 and err.startswith("offline_bundle: resolving the requirements with pip failed")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_fa4_preset_keeps_the_cutlass_dsl_and_quack_and_prunes_the_rest():
+    base = dict(bundle_script.PRUNE_PRESETS["vllm-0.24-hopper-dense"])
+    fa4 = dict(bundle_script.PRUNE_PRESETS["vllm-0.24-hopper-dense-fa4"])
+    assert set(base) - set(fa4) == {"nvidia_cutlass_dsl", "nvidia_cutlass_dsl.pth", "quack"}
+    assert set(fa4) < set(base) and "vllm/vllm_flash_attn/cute" in fa4  # vLLM's own copy stays out

@@ -233,6 +233,13 @@ def compare(args) -> int:
     if metrics["gcpo"] and metrics["grpo"]:
         print("\nWhere the time goes (phases of the steady-state steps):\n")
         print(report.phase_comparison_table(metrics["gcpo"], metrics["grpo"], sorted(warmup)))
+        share = report.share_of_grpo(metrics["gcpo"], summaries["grpo"], sorted(warmup))
+        if share is not None:
+            print(
+                f"\nGCPO on the critical path: {share['added_s']:.4g} s a steady step (steps "
+                f"{', '.join(map(str, share['gcpo_steps']))}), {100 * share['share']:.2f} % of GRPO's measured "
+                f"steady step ({share['grpo_step_s']:.4g} s, steps {', '.join(map(str, share['grpo_steps']))})"
+            )
     return 0
 
 

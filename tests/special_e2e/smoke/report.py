@@ -38,6 +38,7 @@ KEY_METRICS = (
     "perf/max_memory_allocated_gb",
     "perf/max_memory_reserved_gb",
     "perf/throughput",
+    "perf/mfu/actor",
 )
 
 
@@ -212,6 +213,27 @@ def comparison_table(gcpo: Mapping[int, float], grpo: Mapping[int, float], warmu
         label = "mean" if len(steady) == len(common) else f"mean of steps {', '.join(map(str, steady))}"
         rows.append([label, _cell(mean_gcpo), _cell(mean_grpo), _cell(_ratio(mean_gcpo, mean_grpo))])
     return _table(["", "GCPO step (s)", "GRPO step (s)", "GCPO / GRPO"], rows)
+
+
+def share_of_grpo(
+    gcpo: Mapping[int, Mapping[str, float]], grpo: Mapping[int, float], warmup: Sequence[int] = ()
+) -> Optional[dict]:
+    """GCPO's critical-path seconds (``timing_s/gcpo_total``, mean over its steady steps) as a share of GRPO's
+    measured steady step (``grpo``: step seconds by step); None where either run has no steady step to use.
+    Unlike :func:`overhead`, which divides by GCPO's own step less its credit, this divides by a GRPO run's step."""
+    added = {s: m["timing_s/gcpo_total"] for s, m in gcpo.items() if s not in warmup and "timing_s/gcpo_total" in m}
+    steps = {s: t for s, t in grpo.items() if s not in warmup}
+    grpo_step = sum(steps.values()) / len(steps) if steps else 0.0
+    if not added or grpo_step <= 0:
+        return None
+    mean_added = sum(added.values()) / len(added)
+    return {
+        "added_s": mean_added,
+        "gcpo_steps": sorted(added),
+        "grpo_step_s": grpo_step,
+        "grpo_steps": sorted(steps),
+        "share": _ratio(mean_added, grpo_step),
+    }
 
 
 def phase_comparison_table(

@@ -50,10 +50,19 @@ KILL_AFTER_S = 30.0
 TEE_JOIN_S = 30.0
 ADDRESS_IN_USE = ("EADDRINUSE", "Address already in use")
 ESTIMATORS = ("gcpo", "grpo")
-FLASH_ATTN_PROBE = "import importlib.util, sys; sys.exit(importlib.util.find_spec('flash_attn') is None)"
+# flash-attn 2's compiled kernels (flash-attn-4 installs a flash_attn package too, without them)
+FLASH_ATTN_PROBE = "import importlib.util, sys; sys.exit(importlib.util.find_spec('flash_attn_2_cuda') is None)"
 ATTENTION_OVERRIDES = {
     # verl's default: packed sequences through flash-attn's varlen kernels (what the launchers run)
     "flash_attention_2": ("actor_rollout_ref.model.use_remove_padding=true",),
+    # packed sequences through flash-attn-4's CuTe-DSL kernels (Hopper; the offline bundle can carry its wheel), with
+    # the compile-cache fix in every Ray worker (tests/special_e2e/smoke/fa4.py); only when asked for: check it first
+    # on the GPU with python -m tests.special_e2e.smoke.fa4_check
+    "flash_attention_4": (
+        "actor_rollout_ref.model.use_remove_padding=true",
+        "+actor_rollout_ref.model.override_config.attn_implementation=flash_attention_4",
+        "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=tests.special_e2e.smoke.fa4.install",
+    ),
     # without flash-attn (vLLM's wheel does not bring it): padded batches through PyTorch's SDPA
     "sdpa": (
         "actor_rollout_ref.model.use_remove_padding=false",
@@ -112,8 +121,8 @@ environment:
   SMOKE_GPU_MEM_UTIL         vLLM's share of the GPU (tiny: 0.15; the Qwen3 shapes: 0.5)
   SMOKE_N_RESP               rollouts per prompt (tiny: 8; the Qwen3 shapes: 16)
   SMOKE_MAX_RESPONSE_LENGTH  tiny: 64; qwen3-0.6b: 2048; qwen3-1.7b: 3072
-  SMOKE_ATTN                 auto: flash_attention_2 with padding removal when flash-attn is installed, else
-                             sdpa without it; or flash_attention_2 | sdpa
+  SMOKE_ATTN                 auto: flash_attention_2 with padding removal when flash-attn 2 is installed, else
+                             sdpa without it; or flash_attention_2 | flash_attention_4 | sdpa
   SMOKE_RUN_TIMEOUT          seconds one trainer run may take before it is stopped: 900 (a run takes about 300
                              on 2 cores)
   SMOKE_RAY_CPUS             cpu: logical CPUs of the run's Ray, 24
@@ -216,7 +225,7 @@ class Settings:
             raise UsageError(f"SMOKE_MAX_RESPONSE_LENGTH must be a positive integer, got '{length}'")
         attention = environ.get("SMOKE_ATTN", "auto")
         if attention != "auto" and attention not in ATTENTION_OVERRIDES:
-            raise UsageError(f"SMOKE_ATTN must be auto, flash_attention_2 or sdpa, got '{attention}'")
+            raise UsageError(f"SMOKE_ATTN must be auto, {', '.join(ATTENTION_OVERRIDES)}, got '{attention}'")
         source = (
             environ.get("SMOKE_DATA_SOURCE") or environ.get("GCPO_SHARED_DATA") or str(ROOT / ".." / "shared" / "data")
         )

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.special_e2e.smoke.report import overhead, overhead_table
+from tests.special_e2e.smoke.report import overhead, overhead_table, share_of_grpo
 
 
 def _step(total, added, prefetch=None, log_prob=None):
@@ -31,3 +31,15 @@ def test_a_grpo_run_has_no_overhead_rows_and_the_table_marks_warm_up_and_hidden_
     assert table[2] == "| step 1 (warm-up) | 30 | 2 | 7.14 % | 1.5 | 1 | NO |"
     assert table[3] == "| step 2 | 20.2 | 0.2 | 1.00 % | — | — | — |"
     assert table[4].startswith("| mean of steps 2 | 20.2 | 0.2 | 1.00 % |")
+
+
+def test_gcpos_critical_path_is_divided_by_grpos_measured_steady_step():
+    gcpo = {1: _step(30.0, 2.0), 2: _step(20.2, 0.2), 3: _step(20.4, 0.4)}
+    grpo = {1: 28.0, 2: 19.0, 3: 21.0}
+    share = share_of_grpo(gcpo, grpo, warmup=[1])
+    assert share["gcpo_steps"] == [2, 3] and share["grpo_steps"] == [2, 3]
+    assert share["added_s"] == pytest.approx(0.3) and share["grpo_step_s"] == pytest.approx(20.0)
+    assert share["share"] == pytest.approx(0.3 / 20.0)
+    # nothing to divide: no steady GRPO step, or a GCPO run without the credit's timer
+    assert share_of_grpo(gcpo, {1: 28.0}, warmup=[1]) is None
+    assert share_of_grpo({2: {"timing_s/step": 20.0}}, grpo, warmup=[1]) is None

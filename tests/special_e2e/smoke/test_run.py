@@ -189,7 +189,10 @@ def test_bad_arguments_are_refused_before_anything_runs(smoke, args, message):
 @pytest.mark.parametrize(
     "env, message",
     [
-        ({"SMOKE_ATTN": "xformers"}, "SMOKE_ATTN must be auto, flash_attention_2 or sdpa, got 'xformers'"),
+        (
+            {"SMOKE_ATTN": "xformers"},
+            "SMOKE_ATTN must be auto, flash_attention_2, flash_attention_4, sdpa, got 'xformers'",
+        ),
         ({"SMOKE_RUN_TIMEOUT": "soon"}, "SMOKE_RUN_TIMEOUT must be a positive number of seconds, got 'soon'"),
     ],
 )
@@ -371,6 +374,12 @@ def test_flash_attn_when_installed(smoke):
     assert "FSDP actor attention: flash_attention_2" in result.stderr
     result = smoke("--device", "gpu", STUB_FLASH="1", SMOKE_ATTN="sdpa")
     assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in _trainings(result.calls)[0]
+    # flash-attn-4 only when asked for, with its compile-cache fix in every Ray worker
+    result = smoke("--device", "gpu", SMOKE_ATTN="flash_attention_4")
+    first = _trainings(result.calls)[0]
+    assert "actor_rollout_ref.model.use_remove_padding=true" in first
+    assert "+actor_rollout_ref.model.override_config.attn_implementation=flash_attention_4" in first
+    assert "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=tests.special_e2e.smoke.fa4.install" in first
 
 
 def test_an_earlier_run_is_cleared_but_a_foreign_folder_is_not(smoke):
