@@ -75,11 +75,11 @@ class Step:
     Attributes:
         name: how the command line names it (also its folder under OUT).
         items: which of the record's items it serves (docs/benchmarks.md).
-        estimate_s: device seconds it takes, from the H100 record (a trainer's start ~200 s, a Qwen3-0.6B step
-            ~150 s eager).
+        estimate_s: device seconds it takes (from the H100 record: the comment above :data:`STEPS`).
         useful_s: the least time that still gives a result (through step 2 of a real shape; the tiny smoke's
             first run); the step starts only with at least this much left.
-        smoke: the smoke's options (``python -m tests.special_e2e.smoke run --device gpu ...``); () for the box.
+        smoke: the smoke's options (``python -m tests.special_e2e.smoke run --device gpu ...``); () for the box and
+            a check.
         overrides: Hydra overrides after the smoke's own.
         run_dir: the smoke run's folder under SMOKE_DIR (shape/estimator).
         check: a module that checks something on this GPU (``python -m``; a rehearsal only imports it).
@@ -162,6 +162,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     run.add_argument("--dry-run", action="store_true", help="the CPU rehearsal: plan, box, each smoke's --dry-run")
     run.add_argument("--eager", action="store_true", help="vLLM eager for the real shapes (no CUDA graphs)")
     run.add_argument(
+        "--device",
+        choices=["gpu", "cpu"],
+        default="gpu",
+        help="the smoke's device (cpu: a real rehearsal here, in the CPU smoke's environment: scripts/cpu_env/enter.sh)",
+    )
+    run.add_argument(
         "--attention",
         choices=["auto", *ATTENTION_OVERRIDES],
         help="the FSDP actor's attention (the smoke's SMOKE_ATTN; default: the environment's, else auto)",
@@ -213,7 +219,8 @@ def smoke_command(step: Step, args: argparse.Namespace) -> list[str]:
     """The smoke's command line for ``step`` (its --dry-run in a rehearsal)."""
     overrides = [o for o in step.overrides if not (args.eager and o in USER_STACK)]
     dry = ["--dry-run"] if args.dry_run else []
-    return [args.python, "-m", "tests.special_e2e.smoke", "run", "--device", "gpu", *dry, *step.smoke, *overrides]
+    smoke = [args.python, "-m", "tests.special_e2e.smoke", "run", "--device", args.device]
+    return [*smoke, *dry, *step.smoke, *overrides]
 
 
 def run_bounded(
