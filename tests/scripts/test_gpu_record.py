@@ -4,7 +4,6 @@ checkpoints, the box described, GCPO beside GRPO, and its refusals. The smoke is
 writes what the smoke writes); its checks and comparison are the real ones."""
 
 import dataclasses
-import importlib.util
 import json
 import os
 import sys
@@ -15,18 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.special_e2e import ROOT
+from tests.scripts.load import load_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("gpu_record", ROOT / "scripts" / "gpu_record.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_record"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-record = _load()
+record = load_script("gpu_record")
 
 # What the stand-in smoke does, by FAKE_SMOKE: pass (a finished run and its report), hang (two steps logged and half
 # of a third, then nothing until it is stopped), fail (exit 1). Every other command (the checks, the comparison, the

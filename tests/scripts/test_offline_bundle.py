@@ -3,30 +3,20 @@ stays out, the kept GPU stack does not move, the preset's paths are pruned, and 
 the "box" (unpack.sh) give the site bit for bit."""
 
 import hashlib
-import importlib.util
 import os
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.special_e2e import ROOT
+from tests.scripts.load import load_script
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="packing needs the zstd command")
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("offline_bundle", ROOT / "scripts" / "offline_bundle.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["offline_bundle"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-bundle_script = _load()
+bundle_script = load_script("offline_bundle")
 
 
 def _wheel(folder: Path, name: str, version: str, requires=(), files=None) -> Path:
