@@ -62,6 +62,8 @@ LEFT_ON_BOX = ("ckpt", "rollouts", "ray")
 MAX_FILE_BYTES = 2 * 1024 * 1024
 # the record's files: what the device brings back (at most 8 files), and the mark of a run that has ended
 RECORD, ARCHIVE, DONE = "record.md", "record.tar.gz", "done"
+# what the smoke prints when it stopped a trainer run at SMOKE_RUN_TIMEOUT (tests/special_e2e/smoke/run.py)
+SMOKE_TIMED_OUT = "did not finish in SMOKE_RUN_TIMEOUT"
 # seconds between asking a step to stop (SIGTERM: the smoke stops its trainer and keeps its files) and killing it
 STOP_GRACE_S = 30
 # a rehearsal step's bound (it builds the shape's policy on the CPU: about a minute for qwen3-1.7b)
@@ -473,8 +475,10 @@ def smoke_step(
     status, wall = run_bounded(smoke_command(step, args), log, bound, {**env, "SMOKE_RUN_TIMEOUT": str(run_timeout)})
     copy_run(smoke_dir / step.run_dir, dest)
     cap_file(log)
-    name = "PASS" if status == 0 else "TIMEOUT" if status is None else "FAIL"
-    note = "" if status in (0, None) else f"exit {status}"
+    # stopped at the budget: by this script, or by the smoke itself at SMOKE_RUN_TIMEOUT (its own, earlier bound)
+    stopped = status is None or SMOKE_TIMED_OUT in log.read_text(encoding="utf-8", errors="replace")
+    name = "PASS" if status == 0 else "TIMEOUT" if stopped else "FAIL"
+    note = "" if status == 0 or stopped else f"exit {status}"
     report = report_section(log)
     if status != 0 and not args.dry_run:  # the steps it logged, reported as a finished run's
         report, logged = report_cut_run(step, dest, args.python, env)

@@ -56,6 +56,9 @@ FAKE_SMOKE = textwrap.dedent(
     if mode == "fail":
         print("[FAIL] gcpo run 1 (to step 3) exited 1", flush=True)
         sys.exit(1)
+    if mode == "smoke-timeout":  # the smoke stopped its trainer at its own bound, as run.py says it
+        print("[FAIL] gcpo run 1 (to step 3) did not finish in SMOKE_RUN_TIMEOUT=100 s and was stopped", flush=True)
+        sys.exit(1)
     summary = {"step_time_s": {"1": 21.0, "2": 22.0, "3": 23.0}, "warmup_steps": [1], "metrics": {}}
     (run / "summary.json").write_text(json.dumps(summary))
     print(f"## Smoke run: {estimator}, device: stand-in\\n\\n[PASS] run 1 metrics\\n\\nsmoke {estimator}: PASSED")
@@ -246,3 +249,11 @@ def test_runs_after_a_failed_fa4_check_fall_back_from_flash_attention_4(tmp_path
         "| fa4 | FAIL | " in text and "the runs after it use SMOKE_ATTN=auto" in text and "| tiny-uni | PASS |" in text
     )
     assert json.loads(Path(os.environ["FAKE_ARGS"]).read_text())["attention"] == "auto"
+
+
+def test_a_run_the_smoke_stopped_at_its_own_bound_is_a_timeout_not_a_failure(tmp_path, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_SMOKE", "smoke-timeout")
+    out = tmp_path / "out"
+    assert _main(out, "--budget", "2000", "tiny-uni", python=fake) == 1
+    text = (out / "record.md").read_text()
+    assert "| tiny-uni | TIMEOUT | " in text and "3 step(s) logged" in text and "exit 1" not in text
