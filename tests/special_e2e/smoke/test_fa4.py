@@ -3,10 +3,13 @@ longest sequence as an int (a tensor would miss 4.0.0b19's compile cache on ever
 override names exists. The kernels themselves need a Hopper GPU: ``python -m tests.special_e2e.smoke.fa4_check``."""
 
 import importlib
+import os
 
+import ray
 import torch
 import transformers.modeling_flash_attention_utils as utils
 
+from tests.special_e2e import ROOT
 from tests.special_e2e.smoke import fa4
 from tests.special_e2e.smoke.run import ATTENTION_OVERRIDES
 
@@ -30,7 +33,35 @@ def test_install_makes_the_longest_sequence_an_int_once(monkeypatch):
     assert (type(lengths_q), lengths_q) == (int, 4)
 
 
+def _hook() -> str:
+    (override,) = [o for o in ATTENTION_OVERRIDES["flash_attention_4"] if "worker_process_setup_hook" in o]
+    return override.split("=", 1)[1]
+
+
 def test_the_smokes_worker_hook_names_install():
-    (hook,) = [o for o in ATTENTION_OVERRIDES["flash_attention_4"] if "worker_process_setup_hook" in o]
-    module, _, name = hook.split("=", 1)[1].rpartition(".")
+    module, _, name = _hook().rpartition(".")
     assert getattr(importlib.import_module(module), name) is fa4.install
+
+
+def test_the_hook_runs_in_a_ray_worker_as_the_smokes_override_sets_it(monkeypatch):
+    """verl passes ray_kwargs.ray_init.runtime_env to ray.init (merged over its own): a worker then has the fix
+    before it runs anything, as the FSDP actor's worker must. Ray's workers find the hook through the PYTHONPATH the
+    smoke gives its trainer (this checkout first: verl's wheel has a `tests` package of its own), as here."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    ray.init(
+        num_cpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"worker_process_setup_hook": _hook()},
+    )
+    try:
+
+        @ray.remote
+        def fixed() -> bool:
+            import transformers.modeling_flash_attention_utils as worker_utils
+
+            return getattr(worker_utils.prepare_fa_kwargs_from_position_ids, "max_seqlen_as_int", False)
+
+        assert ray.get(fixed.remote(), timeout=300) is True
+    finally:
+        ray.shutdown()
