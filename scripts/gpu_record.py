@@ -217,6 +217,20 @@ def plan_lines(steps: Sequence[Step], budget_s: float, reserve_s: float) -> list
     return lines
 
 
+def useful_seconds(step: Step, outcomes: Sequence[Outcome]) -> float:
+    """The least time ``step`` needs for a useful result: its estimate's, or, where its twin (the other estimator at
+    the same shape, the same run but for the advantage) passed in this record, the twin's measured wall scaled the
+    same way. The estimates are the H100 record's (eager vLLM, SDPA); a faster stack shows in the twin's wall."""
+    twin = {"gcpo": "grpo", "grpo": "gcpo"}.get(step.name.split("-", 1)[0])
+    if not step.smoke or twin is None or "-" not in step.name:
+        return float(step.useful_s)
+    twin_name = f"{twin}-{step.name.split('-', 1)[1]}"
+    walls = [o.wall_s for o in outcomes if o.step == twin_name and o.status == "PASS"]
+    if not walls:
+        return float(step.useful_s)
+    return min(float(step.useful_s), walls[-1] * step.useful_s / step.estimate_s)
+
+
 def smoke_command(step: Step, args: argparse.Namespace) -> list[str]:
     """The smoke's command line for ``step`` (its --dry-run in a rehearsal)."""
     overrides = [o for o in step.overrides if not (args.eager and o in USER_STACK)]
@@ -440,8 +454,11 @@ def run_record(args: argparse.Namespace, clock: Callable[[], float] = time.monot
         dest = args.out / step.name
         dest.mkdir(parents=True, exist_ok=True)
         left = args.budget - args.reserve - (clock() - started)
-        if not args.dry_run and left < step.useful_s:
-            outcomes.append(Outcome(step.name, "SKIP", note=f"{left:.0f} s left, needs {step.useful_s}"))
+        useful_s = useful_seconds(step, outcomes)
+        if useful_s < step.useful_s:
+            print(f"gpu_record: {step.name}: useful from {useful_s:.0f} s, by its twin's measured wall", flush=True)
+        if not args.dry_run and left < useful_s:
+            outcomes.append(Outcome(step.name, "SKIP", note=f"{left:.0f} s left, needs {useful_s:.0f}"))
         elif step.check:
             outcomes.append(check_step(step, args, dest, env, left))
             if step.name == "fa4" and outcomes[-1].status != "PASS" and env.get("SMOKE_ATTN") == "flash_attention_4":

@@ -189,6 +189,22 @@ def test_a_step_without_the_time_it_needs_is_skipped_and_a_failure_fails_the_cal
     assert "| gcpo-0.6b | SKIP | 0.0 | " in text and "needs 480" in text
 
 
+def test_a_run_whose_twin_passed_needs_the_time_its_twin_took_not_the_h100_estimate(tmp_path, fake, monkeypatch):
+    # GCPO at 0.6b let in on a small budget; GRPO at the same shape then needs what GCPO's run measured, scaled as
+    # its estimate is, not the H100 record's 470 s (it would be skipped with 100 s)
+    monkeypatch.setitem(record.STEPS, "gcpo-0.6b", dataclasses.replace(record.STEPS["gcpo-0.6b"], useful_s=1))
+    out = tmp_path / "out"
+    assert _main(out, "--budget", "100", "--reserve", "2", "gcpo-0.6b", "grpo-0.6b", "tiny", python=fake) == 0
+    text = (out / "record.md").read_text()
+    assert "| grpo-0.6b | PASS | " in text and "## GCPO beside GRPO, qwen3-0.6b" in text
+    assert "| tiny | SKIP | 0.0 | " in text and "needs 260" in text  # a step with no twin keeps its estimate
+    gcpo_wall = 60.0
+    grpo = record.STEPS["grpo-0.6b"]
+    assert record.useful_seconds(grpo, [record.Outcome("gcpo-0.6b", "PASS", gcpo_wall)]) == pytest.approx(47.0)
+    assert record.useful_seconds(grpo, [record.Outcome("gcpo-0.6b", "TIMEOUT", gcpo_wall)]) == 470
+    assert record.useful_seconds(grpo, [record.Outcome("gcpo-0.6b", "PASS", 6000.0)]) == 470
+
+
 def test_gcpo_is_put_beside_grpo_when_both_ran_in_the_call(tmp_path, fake):
     out = tmp_path / "out"
     assert _main(out, "--budget", "2000", "gcpo-0.6b", "grpo-0.6b", python=fake) == 0
