@@ -342,9 +342,13 @@ def box_step(args: argparse.Namespace, dest: Path, env: dict[str, str]) -> Outco
     start = time.monotonic()
     lines = []
 
-    def capture(name: str, command: Sequence[str], timeout_s: float = 120.0) -> tuple[Optional[int], str]:
+    def capture(
+        name: str, command: Sequence[str], timeout_s: float = 120.0, environ: Optional[dict[str, str]] = None
+    ) -> tuple[Optional[int], str]:
         try:
-            done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout_s)
+            done = subprocess.run(
+                command, capture_output=True, text=True, cwd=ROOT, env=environ or env, timeout=timeout_s
+            )
             status, text = done.returncode, done.stdout + done.stderr
         except (OSError, subprocess.TimeoutExpired) as error:
             status, text = None, f"{' '.join(command)}: {error}\n"
@@ -361,8 +365,11 @@ def box_step(args: argparse.Namespace, dest: Path, env: dict[str, str]) -> Outco
     probe = "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda)"
     versions = capture("versions.txt", [args.python, "-c", probe])[1].split()
     lines.append("Python {}, torch {} (CUDA {})".format(*versions[:3]) if len(versions) >= 3 else "versions: ?")
+    # the box's own distributions: with the bundle on PYTHONPATH, pip lists the bundle's in its place (as
+    # `name @ file:///...`, no version), and the comparison would call the box's versions absent
     freeze = dest / "pip-freeze.txt"
-    capture(freeze.name, [args.python, "-m", "pip", "freeze", "--all"])
+    box_only = {key: value for key, value in env.items() if key != "PYTHONPATH"}
+    capture(freeze.name, [args.python, "-m", "pip", "freeze", "--all"], environ=box_only)
     if args.expect_freeze is not None:
         lines += freeze_lines(read_freeze(freeze), read_freeze(args.expect_freeze), args.expect_freeze.name)
     for module in IMPORTTIME_MODULES:

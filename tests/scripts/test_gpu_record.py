@@ -228,6 +228,24 @@ def test_the_box_is_described_and_its_freeze_compared(tmp_path, monkeypatch):
     assert (out / "box" / "pip-freeze.txt").read_text().strip()
 
 
+def test_the_box_freeze_is_the_boxs_own_not_the_bundles_on_pythonpath(tmp_path, monkeypatch):
+    # the H200 run of 2026-11-28: with the bundle first on PYTHONPATH, pip listed the bundle's wheels in place of
+    # the box's (`name @ file:///...`), and the comparison called the box's versions absent
+    monkeypatch.setattr(record, "IMPORTTIME_MODULES", ())
+    site = tmp_path / "bundle-site"
+    info = site / "pytest-99.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pytest\nVersion: 99.0\n")
+    (info / "direct_url.json").write_text('{"url": "file:///wheels/pytest-99.0-py3-none-any.whl", "archive_info": {}}')
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    expected = tmp_path / "box-freeze.txt"
+    expected.write_text(f"pytest=={pytest.__version__}\n")
+    out = tmp_path / "out"
+    assert record.main(["run", "--out", str(out), "--expect-freeze", str(expected), "box"]) == 0
+    assert "pip freeze against box-freeze.txt: 0 of its 1 distributions differ" in (out / "record.md").read_text()
+    assert "99.0" not in (out / "box" / "pip-freeze.txt").read_text()
+
+
 def test_wait_copies_the_record_of_a_run_still_going_then_of_the_finished_one(tmp_path, capsys):
     run, out = tmp_path / "record", tmp_path / "out"
     run.mkdir()
