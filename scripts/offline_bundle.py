@@ -80,7 +80,7 @@ PRUNE_PRESETS: dict[str, tuple[tuple[str, str], ...]] = {
         ("av.libs", "its libraries"),
         ("torchcodec", "audio/video decoding, multimodal inputs only"),
         ("torchcodec.libs", "its libraries"),
-        ("nvidia", "nvcc and nvvm wheels: the box's CUDA has its own, and eager mode compiles nothing"),
+        ("nvidia", "nvcc and nvvm wheels: the box's CUDA and triton have their own (vLLM compiled on an H200)"),
         ("ray/jars", "Ray's Java workers"),
         ("bin", "console scripts written for this machine's paths"),
     ),
