@@ -221,11 +221,11 @@ def useful_seconds(step: Step, outcomes: Sequence[Outcome]) -> float:
     """The least time ``step`` needs for a useful result: its estimate's, or, where its twin (the other estimator at
     the same shape, the same run but for the advantage) passed in this record, the twin's measured wall scaled the
     same way. The estimates are the H100 record's (eager vLLM, SDPA); a faster stack shows in the twin's wall."""
-    twin = {"gcpo": "grpo", "grpo": "gcpo"}.get(step.name.split("-", 1)[0])
-    if not step.smoke or twin is None or "-" not in step.name:
+    estimator, _, shape = step.name.partition("-")
+    twin = {"gcpo": "grpo", "grpo": "gcpo"}.get(estimator)
+    if twin is None or not shape:
         return float(step.useful_s)
-    twin_name = f"{twin}-{step.name.split('-', 1)[1]}"
-    walls = [o.wall_s for o in outcomes if o.step == twin_name and o.status == "PASS"]
+    walls = [o.wall_s for o in outcomes if o.step == f"{twin}-{shape}" and o.status == "PASS"]
     if not walls:
         return float(step.useful_s)
     return min(float(step.useful_s), walls[-1] * step.useful_s / step.estimate_s)
