@@ -580,7 +580,7 @@ def credit_shape_tests(runs: Mapping[str, Mapping[int, dict]], step: Optional[in
 
 def plot(runs: Mapping[str, Mapping[int, dict]], out_dir: Path) -> list[Path]:
     """PNG figures: held-out accuracy, distinct correct answers and coverage over steps (mean ± sd band), pass@k
-    at the last evaluation, and every run's training curves (entropy, reward, GCPO's effective solutions and
+    at the last evaluation, where each arm ends in (accuracy, distinct correct answers), and every run's training curves (entropy, reward, GCPO's effective solutions and
     all-correct push)."""
     import matplotlib
 
@@ -617,6 +617,29 @@ def plot(runs: Mapping[str, Mapping[int, dict]], out_dir: Path) -> list[Path]:
     ax.legend()
     fig.tight_layout()
     paths.append(out_dir / "heldout_pass_at_k.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    # the real path's counterpart of the simulator's frontier (docs/frontier.md): where each arm ends, in
+    # (accuracy, distinct correct answers), each run a faint dot and the arm's mean with its 95 % t interval
+    fig, ax = plt.subplots(figsize=(5.2, 4))
+    for i, (arm, seeds) in enumerate(runs.items()):
+        last = max(set.intersection(*(set(r["evals"]) for r in seeds.values())))
+        points = np.array(
+            [[r["evals"][last]["accuracy"], r["evals"][last]["distinct_correct"]] for r in seeds.values()]
+        )
+        ax.scatter(points[:, 0], points[:, 1], color=f"C{i}", alpha=0.25, s=12)
+        half = np.zeros(2)
+        if len(points) > 1:
+            half = stats.t.ppf(0.975, len(points) - 1) * points.std(0, ddof=1) / math.sqrt(len(points))
+        mean = points.mean(0)
+        ax.errorbar(*mean, xerr=half[0], yerr=half[1], color=f"C{i}", marker="o", capsize=3)
+        ax.annotate(f"{arm} (step {last}, {len(points)})", mean, textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xlabel("held-out accuracy")
+    ax.set_ylabel(f"distinct correct answers among {DISTINCT_AMONG}")
+    ax.set_title("where each arm ends (mean, 95 % CI over seeds)", fontsize=9)
+    fig.tight_layout()
+    paths.append(out_dir / "heldout_frontier.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 

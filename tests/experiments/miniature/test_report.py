@@ -153,6 +153,12 @@ def test_the_table_is_mean_and_sd_over_seeds_at_the_last_shared_evaluation(tmp_p
         paired_table(runs, baseline="ppo")
     paths = plot(runs, tmp_path / "figures")
     assert all(p.stat().st_size > 1000 and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+    assert [p.name for p in paths] == [
+        "heldout_over_steps.png",
+        "heldout_pass_at_k.png",
+        "heldout_frontier.png",
+        "training_curves.png",
+    ]
 
 
 def test_uneven_dumps_and_missing_runs_are_errors(tmp_path):
@@ -242,7 +248,7 @@ def test_the_report_command_writes_the_tables_and_the_tests_of_the_finishedcolle
     # one more distinct correct answer on both prompts of both seeds: +1 per prompt, every pair higher
     assert "| gcpo_batch | distinct_correct | 2 | +1.000 | [+1.000, +1.000] |" in table
     assert json.loads((tmp_path / "results.json").read_text())["gcpo_batch"]["2"]["evals"]["3"]["accuracy"] == 1.0
-    assert len(list((tmp_path / "figures").glob("*.png"))) == 3
+    assert len(list((tmp_path / "figures").glob("*.png"))) == 4
 
 
 def test_the_report_command_adds_the_ablations_tests_when_their_arms_ran(tmp_path, capsys):
