@@ -633,11 +633,12 @@ def plot(runs: Mapping[str, Mapping[int, dict]], out_dir: Path) -> list[Path]:
         if len(points) > 1:
             half = stats.t.ppf(0.975, len(points) - 1) * points.std(0, ddof=1) / math.sqrt(len(points))
         mean = points.mean(0)
-        ax.errorbar(*mean, xerr=half[0], yerr=half[1], color=f"C{i}", marker="o", capsize=3)
-        ax.annotate(f"{arm} (step {last}, {len(points)})", mean, textcoords="offset points", xytext=(5, 5), fontsize=8)
+        label = f"{arm} (step {last}, {len(points)} seeds)"
+        ax.errorbar(*mean, xerr=half[0], yerr=half[1], color=f"C{i}", marker="o", capsize=3, label=label)
     ax.set_xlabel("held-out accuracy")
     ax.set_ylabel(f"distinct correct answers among {DISTINCT_AMONG}")
     ax.set_title("where each arm ends (mean, 95 % CI over seeds)", fontsize=9)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(out_dir / "heldout_frontier.png")
     fig.savefig(paths[-1], dpi=110)
