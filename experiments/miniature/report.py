@@ -580,8 +580,8 @@ def credit_shape_tests(runs: Mapping[str, Mapping[int, dict]], step: Optional[in
 
 def plot(runs: Mapping[str, Mapping[int, dict]], out_dir: Path) -> list[Path]:
     """PNG figures: held-out accuracy, distinct correct answers and coverage over steps (mean ± sd band), pass@k
-    at the last evaluation, where each arm ends in (accuracy, distinct correct answers), and every run's training curves (entropy, reward, GCPO's effective solutions and
-    all-correct push)."""
+    at the last evaluation, where each arm ends in (accuracy, distinct correct answers), and every run's training
+    curves (entropy, reward, GCPO's effective solutions and all-correct push)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -629,10 +629,9 @@ def plot(runs: Mapping[str, Mapping[int, dict]], out_dir: Path) -> list[Path]:
             [[r["evals"][last]["accuracy"], r["evals"][last]["distinct_correct"]] for r in seeds.values()]
         )
         ax.scatter(points[:, 0], points[:, 1], color=f"C{i}", alpha=0.25, s=12)
-        half = np.zeros(2)
-        if len(points) > 1:
-            half = stats.t.ppf(0.975, len(points) - 1) * points.std(0, ddof=1) / math.sqrt(len(points))
-        mean = points.mean(0)
+        intervals = [paired_t(points[:, j]) for j in (0, 1)]  # one seed: no interval, a bare point
+        mean = [t["mean"] for t in intervals]
+        half = [t["high"] - t["mean"] if math.isfinite(t["high"]) else 0.0 for t in intervals]
         label = f"{arm} (step {last}, {len(points)} seeds)"
         ax.errorbar(*mean, xerr=half[0], yerr=half[1], color=f"C{i}", marker="o", capsize=3, label=label)
     ax.set_xlabel("held-out accuracy")
