@@ -3,8 +3,8 @@
 from setuptools import find_packages, setup
 
 VERL = "verl[verl-core]==0.9.1"  # keep in sync with recipe/gcpo/REQUIRED_VERL.txt
-# the entry point uses Hydra's public API only (hydra.main, a callback, a search-path plugin); verl 0.9.1 asks for
-# hydra-core without a version
+# the entry point uses Hydra's public API only (the compose API, its ConfigStore); verl 0.9.1 asks for hydra-core
+# without a version
 HYDRA = "hydra-core>=1.3.2"
 
 setup(
@@ -15,8 +15,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10,<3.13",
-    # hydra_plugins is Hydra's namespace package (no __init__.py): the recipe's search-path plugin lives there
-    packages=find_packages(include=["gcpo_core", "gcpo_core.*", "recipe", "recipe.*"]) + ["hydra_plugins.gcpo_recipe"],
+    packages=find_packages(include=["gcpo_core", "gcpo_core.*", "recipe", "recipe.*", "verl_preflight"]),
     include_package_data=True,
     package_data={
         "gcpo_core": ["data/*.jsonl", "data/*.md"],
@@ -51,7 +50,7 @@ setup(
         # what a GPU node needs on top of verl's own GPU stack (vLLM, flash-attn: see README)
         "gpu": [VERL, HYDRA],
     },
-    entry_points={"console_scripts": ["gcpo=gcpo_core.cli:main"]},
+    entry_points={"console_scripts": ["gcpo=gcpo_core.cli:main", "verl-preflight=verl_preflight.__main__:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "License :: OSI Approved :: Apache Software License",

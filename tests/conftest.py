@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # verl's default trainer.logger has wandb, which the entry point refuses without an API key unless W&B is offline
-# (recipe/gcpo/preflight/machine.py): the tests log nowhere; the logger checks pass their own environment
+# (verl_preflight/machine.py): the tests log nowhere; the logger checks pass their own environment
 os.environ.setdefault("WANDB_MODE", "offline")
 
 # Everything the tests and what they start write to the temporary folder (Ray's session folders, verl's checkpoint

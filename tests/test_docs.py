@@ -159,11 +159,13 @@ def test_the_start_up_lines_in_training_md_are_the_main_launchers():
     /root, the checkout at /opt/gcpo-verl, as in the Docker image)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf, open_dict
+    from verl.utils.device import auto_set_device
 
-    from recipe.gcpo.main_gcpo import CONFIG_DIR, adapt
+    from recipe.gcpo.checks import CONFIG_DIR, RECIPE_REWARD
     from recipe.gcpo.run_summary import memory_lines, protocol_line, startup_lines
     from tests.recipe.gcpo.conftest import gcpo_settings
     from tests.scripts.launch import launcher_overrides
+    from verl_preflight import migrate_legacy_reward
 
     overrides = launcher_overrides("run_qwen3_4b_gcpo.sh", env={"HOME": "/root"})
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):  # Hydra's composition of it
@@ -171,7 +173,8 @@ def test_the_start_up_lines_in_training_md_are_the_main_launchers():
     choices = OmegaConf.to_container(config.hydra.runtime.choices)
     with open_dict(config):
         del config["hydra"]  # the task's config, as the checks read it
-    adapt(config)
+    auto_set_device(config)  # what the checks do before anything reads the config
+    migrate_legacy_reward(config, RECIPE_REWARD)
     settings = gcpo_settings(config)
     lines = startup_lines(config, settings) + [protocol_line(choices)] + memory_lines(settings, config)
     printed = [f"gcpo: {line}".replace(str(ROOT), "/opt/gcpo-verl") for line in lines]
@@ -181,12 +184,12 @@ def test_the_start_up_lines_in_training_md_are_the_main_launchers():
 
 
 def test_the_verifier_comparisons_case_counts_in_method_md(shared_data, monkeypatch):
-    """docs/method.md's counts of scripts/compare_verifiers.py's cases, from the cases themselves (building them takes
+    """docs/method.md's counts of dev/compare_verifiers.py's cases, from the cases themselves (building them takes
     no grading; the graded counts need the script's minute-long run: re-read them from its output)."""
     import importlib.util
     from collections import Counter
 
-    spec = importlib.util.spec_from_file_location("compare_verifiers", ROOT / "scripts" / "compare_verifiers.py")
+    spec = importlib.util.spec_from_file_location("compare_verifiers", ROOT / "dev" / "compare_verifiers.py")
     compare = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, compare)  # its dataclasses look their module up there
     spec.loader.exec_module(compare)
@@ -195,7 +198,7 @@ def test_the_verifier_comparisons_case_counts_in_method_md(shared_data, monkeypa
     kinds = Counter(case.kind for case in cases)
     quoted = _quoted(
         "docs/method.md",
-        r"`python scripts/compare_verifiers.py` grades every distinct gold answer of `\.\./shared/data` \(([\d,]+)\) "
+        r"`python dev/compare_verifiers.py` grades every distinct gold answer of `\.\./shared/data` \(([\d,]+)\) "
         r"crossed with systematic renderings, plus every real response there \(([\d,]+) rollouts, ([\d,]+) reference "
         r"solutions\), ([\d,]+) cases",
     )
@@ -214,34 +217,36 @@ def test_the_verifier_comparisons_case_counts_in_method_md(shared_data, monkeypa
 
 
 def test_the_start_up_steps_in_training_md_are_the_entry_points_in_its_order():
-    """docs/training.md's numbered start-up list: a step for each stage of the start-up checks
-    (StartUpChecks.on_run_start, accept_run's inlined) and the task (main), in the order the code runs them."""
+    """docs/training.md's numbered start-up list: a step for each stage of the front door (verl_preflight's ``run``),
+    the recipe's check and its accepted run, in the order the code runs them (check_config's machine checks come
+    after its config checks: the steps "Check the config" and "Check this machine" are its call)."""
     import ast
 
     section = (ROOT / "docs/training.md").read_text().split("## The entry point", 1)[1].split("\n### ", 1)[0]
     steps = re.findall(r"^\d+\. \*\*(.+?)\*\*", section, re.M)
     call_of = {
-        "Compose": "add_recipe_keys",
-        "Adapt": "adapt",
-        "Validate the config": "validate",
+        "Parse the command line": "parse_command_line",
+        "Compose": "compose_config",
+        "Check the config": "check_config",
+        "Check this machine": "check_config",
         "Say what will run": "print_startup",
-        "Check this machine": "run_checks",
         "Train": "train",
     }
     assert sorted(steps) == sorted(call_of), steps
-    module = ast.parse((ROOT / "recipe/gcpo/main_gcpo.py").read_text()).body
-    functions = {node.name: node for node in module if isinstance(node, ast.FunctionDef)}
-    checks = next(node for node in module if isinstance(node, ast.ClassDef) and node.name == "StartUpChecks")
-    functions["on_run_start"] = next(node for node in checks.body if getattr(node, "name", "") == "on_run_start")
 
-    def calls(name):
+    def calls(path: Path, name: str) -> list[str]:
+        tree = ast.parse(path.read_text())
+        function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
         found = sorted(
-            (node.lineno, node.col_offset, node.func.id)
-            for node in ast.walk(functions[name])
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            (node.lineno, node.col_offset, getattr(node.func, "id", getattr(node.func, "attr", "")))
+            for node in ast.walk(function)
+            if isinstance(node, ast.Call)
         )
-        return [c for _, _, called in found for c in (calls(called) if called == "accept_run" else [called])]
+        return [called for _, _, called in found]
 
-    started = calls("on_run_start") + calls("main")
-    order = [called for called in dict.fromkeys(started) if called in call_of.values()]
-    assert order == [call_of[step] for step in steps]
+    entry = ROOT / "recipe/gcpo/main_gcpo.py"
+    order = calls(ROOT / "verl_preflight/front_door.py", "run")
+    order = [c for called in order for c in (calls(entry, "check") if called == "check" else [called])]
+    order += calls(entry, "accepted")
+    ran = [called for called in dict.fromkeys(order) if called in call_of.values()]
+    assert ran == list(dict.fromkeys(call_of[step] for step in steps)), ran

@@ -20,7 +20,7 @@ from pathlib import Path
 from tests.recipe.gcpo.test_main_gcpo import VALID
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ["setup.py", "pyproject.toml", "README.md", "gcpo_core", "recipe", "hydra_plugins"]
+SOURCES = ["setup.py", "pyproject.toml", "README.md", "gcpo_core", "recipe", "verl_preflight"]
 
 
 def _site_packages(venv: Path) -> Path:

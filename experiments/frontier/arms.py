@@ -24,7 +24,7 @@ import torch
 from gcpo_core.credit.advantages import group_normalize
 from gcpo_core.credit.compute import compute_group_credit
 from gcpo_core.credit.config import CreditConfig
-from recipe.gcpo.config import EMBEDDING_ESTIMATORS  # the config layer: no verl, no Ray
+from recipe.gcpo.settings import EMBEDDING_ESTIMATORS  # the config layer: no verl, no Ray
 
 SHAPES = ("grpo", "shapley", "loo", "dqo")
 

@@ -19,7 +19,7 @@ summarised in public notes on it (the paper's body was not readable here). For a
 
 BLEU is sentence BLEU over whitespace tokens with one reference and the code's n-gram weights
 (0.02, 0.1, 0.15, 0.25, 0.38), without smoothing, as nltk's ``sentence_bleu`` computes it (hand-written here
-because sacrebleu has no per-order weights; ``scripts/bench_diver.py`` checks the two agree and times them).
+because sacrebleu has no per-order weights; ``dev/bench_diver.py`` checks the two agree and times them).
 
 Choices the sources leave open are switches of :class:`DiverConfig` (defaults and the reading behind each are in
 its docstring).

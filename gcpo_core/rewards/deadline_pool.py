@@ -19,7 +19,7 @@ without ``if __name__ == "__main__"`` that scores answers breaks (pebble's Proce
 re-ran such a script and raised RuntimeError). The workers here are plain subprocesses (fork and exec at once,
 safe in a threaded caller) running this module with the caller's ``sys.path``: nothing of the caller's
 ``__main__`` is imported, so they work the same in scripts, notebooks, pytest and Ray actors. They are also
-cheaper per call: ``scripts/bench_scorer.py`` measured a round trip of 66 us here against 175 us for pebble's
+cheaper per call: ``dev/bench_scorer.py`` measured a round trip of 66 us here against 175 us for pebble's
 ProcessPool in the same run.
 
 Protocol: length-prefixed pickles over the worker's own pipes (the worker's stdout is redirected to its

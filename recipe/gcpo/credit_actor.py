@@ -41,8 +41,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.encoding.encoder import Encoded, EncoderConfig, EncoderStats, RolloutEncoder
 from gcpo_core.encoding.pipeline import RolloutCredit, credit_encoded, credit_rollouts, rows_to_credit
-from recipe.gcpo.config import CreditActorOptions
 from recipe.gcpo.credit_shards import estimated_pieces, shard_rows
+from recipe.gcpo.settings import CreditActorOptions
 
 logger = logging.getLogger(__name__)
 

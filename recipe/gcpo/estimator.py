@@ -29,7 +29,7 @@ from verl.trainer.ppo.core_algos import register_adv_est
 from gcpo_core.credit.advantages import normalize_credit, score_stderr
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.grouping import layout_groups
-from recipe.gcpo.config import EMBEDDING_ESTIMATORS, GCPO_ESTIMATOR, estimator_need, recipe_trainer_message
+from recipe.gcpo.settings import EMBEDDING_ESTIMATORS, GCPO_ESTIMATOR, estimator_need, recipe_trainer_message
 
 _active = threading.local()
 

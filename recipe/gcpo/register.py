@@ -5,7 +5,7 @@ Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator), ``diver`` (re
 (recipe.gcpo.baselines.copo) and ``mc_grpo`` (recipe.gcpo.baselines.mc_grpo) in verl's estimator registry. It
 registers no trainer mode: the GCPO trainer is built by the recipe's entry point, ``python -m recipe.gcpo.main_gcpo``,
 for verl's own ``trainer.v1.trainer_mode=sync``. Which settings need that trainer, and the message, are
-:meth:`recipe.gcpo.settings.RecipeSettings.trainer_need` and :func:`recipe.gcpo.config.recipe_trainer_message`,
+:meth:`recipe.gcpo.settings.RecipeSettings.trainer_need` and :func:`recipe.gcpo.settings.recipe_trainer_message`,
 which the entry point's pre-flight uses too.
 
 Under verl's stock entry point (``VERL_USE_EXTERNAL_MODULES=recipe.gcpo.register python -m verl.trainer.main_ppo
@@ -29,9 +29,11 @@ import functools
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 import recipe.gcpo.estimator  # noqa: F401  (registers "gcpo", "dqo" and "dra_grpo")
-from recipe.gcpo.config import recipe_trainer_message
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
-from recipe.gcpo.settings import RecipeSettings  # its baselines register "diver", "copo" and "mc_grpo"
+from recipe.gcpo.settings import (
+    RecipeSettings,  # its baselines register "diver", "copo" and "mc_grpo"
+    recipe_trainer_message,
+)
 
 
 def install_startup_check() -> None:

@@ -22,8 +22,6 @@ from typing import Any, Optional
 from gcpo_core.rewards.math_reward import DEFAULT_TIMEOUT_S, score_answer
 
 FINGERPRINT_SCALE = 1e-6
-# keyword arguments verl 0.9.1's reward managers may pass besides the named ones (with a reward model router)
-VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
 
 def text_fingerprint(text: str) -> float:
@@ -40,16 +38,14 @@ def compute_score(
     correct_score: float = 1.0,
     wrong_score: float = -1.0,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    **kwargs: Any,
+    *,
+    reward_router_address: Any = None,
+    reward_model_tokenizer: Any = None,
 ) -> dict[str, Any]:
     """verl custom reward function (``reward.custom_reward_function``); every key is always present (verl
-    builds its reward_extra_info arrays from the first response's keys)."""
-    unknown = sorted(set(kwargs) - VERL_EXTRA_KWARGS)
-    if unknown:  # a misspelt reward.custom_reward_function.reward_kwargs key would otherwise do nothing
-        raise TypeError(
-            f"compute_score got unknown keyword arguments {unknown}; it takes correct_score, "
-            "wrong_score and timeout_s (reward.custom_reward_function.reward_kwargs)"
-        )
+    builds its reward_extra_info arrays from the first response's keys). The last two are what verl 0.9.1's reward
+    managers pass besides the named arguments when a reward model serves the run, named so that a misspelt
+    ``reward.custom_reward_function.reward_kwargs`` key is refused (at start-up, by its signature), not absorbed."""
     verdict = score_answer(solution_str or "", str(ground_truth), timeout_s=timeout_s)
     correct = verdict.correct
     return {

@@ -1,5 +1,5 @@
 """What start-up says will run, a line each, printed by the entry point once the config passed
-:mod:`recipe.gcpo.preflight`'s checks (and by a dry run, before the config it prints): the estimator (with GCPO's credit and
+its checks (:mod:`recipe.gcpo.checks`) (and by a dry run, before the config it prints): the estimator (with GCPO's credit and
 encoder), the reward (manager, function, overlong shaping), the scale, the protocol whose trainer settings the run
 takes, and the credit actor's GPU memory computed from the encoder's files, with a warning when vLLM's share plus it
 leaves too little of the GPU.
@@ -13,9 +13,9 @@ from typing import Any, Mapping, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from gcpo_core.encoding.memory import CUDA_CONTEXT_GIB, encoder_memory
-from recipe.gcpo.config import Facts
-from recipe.gcpo.preflight import machine
-from recipe.gcpo.preflight.reward import DATA_SOURCE_DISPATCH, RECIPE_REWARD, RECIPE_REWARD_WHAT, reward_function
+from recipe.gcpo.checks import RECIPE, RECIPE_REWARD, RECIPE_REWARD_WHAT
+from verl_preflight.machine import missing_data_files
+from verl_preflight.reward import DATA_SOURCE_DISPATCH, reward_function
 
 DRY_RUN_MARKER = "# composed config (dry run)"
 DRY_RUN_DONE = "# dry run ({estimator}): the config composes and validates; nothing was started."
@@ -41,8 +41,8 @@ def print_dry_run(config: DictConfig, entry_point: Path) -> None:
     print(f"# entry point: {entry_point.resolve()}")
     print(DRY_RUN_MARKER)
     print(OmegaConf.to_yaml(config, resolve=True))
-    for missing in Facts(config, machine.FACTS)["missing_files"]:
-        print(f"# warning: {missing['path']} does not exist here ({missing['hint']})")
+    for _key, path, hint in missing_data_files(config, RECIPE.prepared):
+        print(f"# warning: {path} does not exist here ({hint})")
     print(DRY_RUN_DONE.format(estimator=f"adv_estimator={config.algorithm.adv_estimator}"))
 
 

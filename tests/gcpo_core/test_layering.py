@@ -1,6 +1,7 @@
 """gcpo_core's packages import only from themselves and the packages below them, and never from verl or Ray; the
-recipe's modules (recipe/gcpo) likewise, in four layers: config -> estimator, credit actor, baselines -> trainer,
-pre-flight -> entry point, the config layer without Ray or verl, and no recipe import hidden in a function."""
+recipe's modules (recipe/gcpo) likewise, in four layers: settings -> estimator, credit actor, baselines -> trainer,
+checks -> entry point, the settings layer without Ray or verl, and no recipe import hidden in a function; the checks
+of a verl config (verl_preflight) import neither the recipe nor gcpo_core."""
 
 import ast
 from pathlib import Path
@@ -67,14 +68,14 @@ def test_each_package_says_what_it_holds():
         assert doc and len(doc.split("\n\n")[0].splitlines()) <= 2, layer  # a summary of at most two lines
 
 
-# --- the recipe: config -> estimator, credit actor, baselines -> trainer, pre-flight -> entry point ----------------
+# --- the recipe: settings -> estimator, credit actor, baselines -> trainer, checks -> entry point ------------------
 
 RECIPE = CORE.parent / "recipe" / "gcpo"
 # bottom first: a module may import from its own layer and the ones before it, never from one after it
 RECIPE_LAYERS = {
-    "config": ["config", "credit_shards", "reward"],
-    "step": ["estimator", "credit_actor", "baselines", "settings"],
-    "trainer": ["gcpo_trainer", "preflight", "run_summary"],
+    "settings": ["settings", "credit_shards", "reward"],
+    "step": ["estimator", "credit_actor", "baselines"],
+    "trainer": ["gcpo_trainer", "checks", "run_summary"],
     "entry": ["register", "main_gcpo"],
 }
 # what a training run does not import: the smoke harness and CPU platform (tests/special_e2e/) and the miniature
@@ -88,7 +89,7 @@ LATE_IMPORTS = {
 
 
 def _recipe_unit(module: str) -> str | None:
-    """``recipe.gcpo.baselines.copo`` -> ``baselines``; ``recipe.gcpo.config`` -> ``config``."""
+    """``recipe.gcpo.baselines.copo`` -> ``baselines``; ``recipe.gcpo.settings`` -> ``settings``."""
     parts = module.split(".")
     return parts[2] if len(parts) > 2 and parts[:2] == ["recipe", "gcpo"] else None
 
@@ -130,7 +131,7 @@ def _recipe_files() -> list[tuple[str, Path]]:
 
 def test_the_recipe_rule_sees_imports_at_any_depth():
     imports = {(m, inside) for _, m, inside in _recipe_imports(RECIPE / "main_gcpo.py")}
-    assert ("recipe.gcpo.preflight", False) in imports
+    assert ("recipe.gcpo.checks", False) in imports
     assert ("recipe.gcpo.gcpo_trainer", True) in {
         (m, inside) for _, m, inside in _recipe_imports(RECIPE / "main_gcpo.py")
     }
@@ -163,7 +164,18 @@ def test_the_recipe_imports_no_tool():
     assert not tools, tools
 
 
-def test_the_config_layer_imports_neither_ray_nor_verl():
+def test_the_checks_of_a_verl_config_import_neither_the_recipe_nor_gcpo_core():
+    package = CORE.parent / "verl_preflight"
+    found = [
+        f"{path.name}:{line} imports {module}"
+        for path in sorted(package.glob("*.py"))
+        for line, module in _imports(path)
+        if module.split(".")[0] in ("recipe", "gcpo_core", "tests", "experiments")
+    ]
+    assert list(package.glob("*.py")) and not found, found
+
+
+def test_the_settings_layer_imports_neither_ray_nor_verl():
     found = [
         f"{path.relative_to(RECIPE)}:{line} imports {module}"
         for unit, path in _recipe_files()

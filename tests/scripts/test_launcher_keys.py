@@ -28,7 +28,7 @@ import verl
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.utils import need_critic, need_reference_policy, need_reward_model
 
-from recipe.gcpo.settings import recipe_blocks
+from recipe.gcpo.checks import recipe_blocks
 from tests.recipe.gcpo.conftest import CONFIG_DIR, compose_gcpo
 from tests.scripts.launch import LAUNCHERS, launcher_overrides
 
@@ -41,7 +41,7 @@ READ_ELSEWHERE = {
         for block in recipe_blocks()
     },
     "reward.reward_kwargs.": "read from the raw config by verl's DAPO reward manager; the entry point checks the names "
-    "against what it reads (recipe.gcpo.preflight.reward.CHECKS, against its REWARD_KWARGS)",
+    "against what it reads (verl_preflight.reward.check_reward_kwargs, against its REWARD_KWARGS)",
     "ray_kwargs.ray_init.": "passed whole to ray.init(**ray_kwargs.ray_init) by verl's run_ppo",
 }
 # the recipe's Hydra config groups: an override of one chooses a file (whose keys are checked by
@@ -210,8 +210,8 @@ def test_every_key_a_protocol_sets_is_read_by_verl(protocol):
 def test_the_recipes_names_the_reasons_give_exist():
     """A reason that names where the recipe checks a key names something that is there (a rename leaves it stale)."""
     reasons = " ".join([*READ_ELSEWHERE.values(), *NOT_FIELDS.values()])
-    names = sorted(set(re.findall(r"\b(?:recipe|gcpo_core)(?:\.\w+)+", reasons)))
-    assert "recipe.gcpo.preflight.reward.CHECKS" in names
+    names = sorted(set(re.findall(r"\b(?:recipe|gcpo_core|verl_preflight)(?:\.\w+)+", reasons)))
+    assert "verl_preflight.reward.check_reward_kwargs" in names
     for name in names:
         module, _, attribute = name.rpartition(".")
         try:

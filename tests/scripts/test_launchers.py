@@ -10,7 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from recipe.gcpo.preflight import validate
+from recipe.gcpo.checks import validate
 from recipe.gcpo.run_summary import DRY_RUN_MARKER
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.scripts.launch import launcher_overrides

@@ -1,5 +1,5 @@
 """The policy model from shared storage: scripts/prepare_model.py (the start-up check of the path a run uses is
-recipe.gcpo.preflight.machine.MODEL_CHECKS, tested in tests/recipe/gcpo/preflight/test_machine.py)."""
+verl_preflight.machine.check_model_path, tested in tests/verl_preflight/test_machine.py)."""
 
 import importlib.util
 import json

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 import torch
 import transfer_queue as tq
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.core_algos import register_adv_est
@@ -39,9 +39,17 @@ from verl.workers.utils.padding import response_to_nested
 from gcpo_core.baselines.copo import COPO_GATES, copo_advantages, copo_terms
 from gcpo_core.credit.config import TRUE_FALSE, check_fields, number, one_of
 from gcpo_core.credit.grouping import layout_groups
-from recipe.gcpo.baselines import Baseline, block_settings, read_rows
-from recipe.gcpo.config import ROLLOUT_GROUP_CHECKS, Check, TrainerNeed, actor_loss_check, only_if
+from recipe.gcpo.baselines import read_rows
 from recipe.gcpo.estimator import grouped_outcome_advantage
+from recipe.gcpo.settings import (
+    Baseline,
+    TrainerNeed,
+    block_settings,
+    check_actor_loss,
+    check_rollout_groups,
+    register,
+)
+from verl_preflight import ConfigError
 
 COPO_ESTIMATOR = "copo"
 BLENDS = ("loss", "advantage")
@@ -69,31 +77,29 @@ class CopoSettings:
 
     def __post_init__(self) -> None:
         check_fields(
-            self, "copo", blend=one_of(BLENDS), gate=one_of(COPO_GATES), k=number(), b=number(), reward_coef=TRUE_FALSE
+            self, "copo", blend=one_of(BLENDS), gate=one_of(COPO_GATES), k=number(0), b=number(), reward_coef=TRUE_FALSE
         )
 
 
-# it compares a prompt's rollouts; the loss blend replaces the actor's loss, and relies on PPO-clip's homogeneity
-CHECKS: tuple[Check, ...] = (
-    *ROLLOUT_GROUP_CHECKS,
-    *only_if(
-        lambda f: f["settings"].blocks["copo"].blend == "loss",
-        (
-            actor_loss_check("algorithm.copo.blend=loss", "COPO's blended loss"),
-            Check(
-                "actor_rollout_ref.actor.policy_loss.loss_mode",
-                lambda f: f["loss_mode"] == "vanilla",
-                "{loss_mode} is not supported with algorithm.copo.blend=loss, which blends two PPO-clip losses "
-                "(verl's 'vanilla' policy loss)",
-            ),
-            Check(
-                "algorithm.div_r1.enable",
-                lambda f: not f["settings"].blocks["div_r1"].enable,
-                "true and algorithm.copo.blend=loss each replace the actor's loss: use one or the other",
-            ),
-        ),
-    ),
-)
+def check_copo(config: DictConfig, settings: CopoSettings, recipe: Any) -> None:
+    """It compares a prompt's rollouts; the loss blend replaces the actor's loss, and relies on PPO-clip's
+    homogeneity."""
+    check_rollout_groups(config, COPO_ESTIMATOR)
+    if settings.blend != "loss":
+        return
+    check_actor_loss(config, "algorithm.copo.blend=loss", "COPO's blended loss")
+    loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
+    if loss_mode != "vanilla":
+        raise ConfigError(
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+            f"{loss_mode} is not supported with algorithm.copo.blend=loss, which blends two PPO-clip losses (verl's "
+            "'vanilla' policy loss)",
+        )
+    if recipe.blocks["div_r1"].enable:
+        raise ConfigError(
+            "algorithm.div_r1.enable",
+            "true and algorithm.copo.blend=loss each replace the actor's loss: use one or the other",
+        )
 
 
 @register_adv_est(COPO_ESTIMATOR)
@@ -270,20 +276,22 @@ def copo_advantage(trainer, settings: CopoSettings, batch: KVBatchMeta, metrics:
     return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
 
 
-BASELINE = Baseline(
-    "copo",
-    CopoSettings,
-    estimator=COPO_ESTIMATOR,
-    needs_trainer=lambda settings: (
-        TrainerNeed(
-            "algorithm.copo.blend=loss",
-            "gives the actor workers COPO's blended loss",
-            "; or use algorithm.copo.blend=advantage, which any trainer runs",
-        )
-        if settings.blend == "loss"
-        else None
-    ),
-    checks=CHECKS,
-    loss_fn=copo_loss_fn,
-    advantage=copo_advantage,
+BASELINE = register(
+    Baseline(
+        "copo",
+        CopoSettings,
+        estimator=COPO_ESTIMATOR,
+        needs_trainer=lambda settings: (
+            TrainerNeed(
+                "algorithm.copo.blend=loss",
+                "gives the actor workers COPO's blended loss",
+                "; or use algorithm.copo.blend=advantage, which any trainer runs",
+            )
+            if settings.blend == "loss"
+            else None
+        ),
+        check=check_copo,
+        loss_fn=copo_loss_fn,
+        advantage=copo_advantage,
+    )
 )

@@ -27,8 +27,8 @@ from omegaconf import DictConfig
 
 from gcpo_core.baselines.div_r1 import SAMPLE_SETS, diversity_rows, sampled_token_entropy
 from gcpo_core.credit.config import TRUE_FALSE, check_fields, number, one_of
-from recipe.gcpo.baselines import Baseline
-from recipe.gcpo.config import Check, TrainerNeed, actor_loss_check
+from recipe.gcpo.settings import Baseline, TrainerNeed, check_actor_loss, register
+from verl_preflight import ConfigError
 
 ENTROPY_ESTIMATES = ("sampled", "exact")
 # verl's agg_loss modes (verl/trainer/ppo/core_algos.py)
@@ -71,15 +71,16 @@ class DivR1Settings:
         )
 
 
-CHECKS: tuple[Check, ...] = (
-    actor_loss_check("algorithm.div_r1.enable=true", "the Div-R1 loss"),
-    Check(
-        "algorithm.div_r1.entropy",
-        lambda f: f["settings"].blocks["div_r1"].entropy != "exact" or f["actor_entropy"],
-        "exact uses the entropies verl's actor computes only when asked: set "
-        "actor_rollout_ref.actor.calculate_entropy=true (or use entropy=sampled, the paper's estimate)",
-    ),
-)
+def check_div_r1(config: DictConfig, settings: DivR1Settings, recipe: Any) -> None:
+    check_actor_loss(config, "algorithm.div_r1.enable=true", "the Div-R1 loss")
+    actor = config.actor_rollout_ref.actor
+    # verl's actor computes the token entropies only when asked, or for its entropy bonus
+    if settings.entropy == "exact" and not (actor.get("calculate_entropy", False) or actor.get("entropy_coeff", 0)):
+        raise ConfigError(
+            "algorithm.div_r1.entropy",
+            "exact uses the entropies verl's actor computes only when asked: set "
+            "actor_rollout_ref.actor.calculate_entropy=true (or use entropy=sampled, the paper's estimate)",
+        )
 
 
 def div_r1_term(
@@ -196,12 +197,14 @@ def div_r1_loss_fn(config: DictConfig, settings: DivR1Settings) -> Optional[Call
     return functools.partial(div_r1_loss, config=actor_config, settings=settings)
 
 
-BASELINE = Baseline(
-    "div_r1",
-    DivR1Settings,
-    needs_trainer=lambda settings: TrainerNeed(
-        "algorithm.div_r1.enable=true", "gives the actor workers the Div-R1 loss"
-    ),
-    checks=CHECKS,
-    loss_fn=div_r1_loss_fn,
+BASELINE = register(
+    Baseline(
+        "div_r1",
+        DivR1Settings,
+        needs_trainer=lambda settings: TrainerNeed(
+            "algorithm.div_r1.enable=true", "gives the actor workers the Div-R1 loss"
+        ),
+        check=check_div_r1,
+        loss_fn=div_r1_loss_fn,
+    )
 )

@@ -5,7 +5,7 @@ lambda_t x the clipped diversity of a correct response within its group) to each
 estimator -- the same function as ``gcpo``'s -- then normalises the shaped reward per prompt exactly as verl's
 GRPO normalises rewards (DIVER's ``compute_grpo_rs_outcome_advantage``). KL-in-reward, rollout correction and
 the write-back are verl's, unchanged. The diversity needs the response texts, hence the recipe's trainer; it
-runs on the driver (no GPU, no encoder): ``scripts/bench_diver.py`` times it.
+runs on the driver (no GPU, no encoder): ``dev/bench_diver.py`` times it.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from verl.trainer.ppo.core_algos import register_adv_est
 
 from gcpo_core.baselines.diver import DiverConfig, diver_bonus
 from gcpo_core.credit.config import CreditConfig
-from recipe.gcpo.baselines import Baseline, read_rows
-from recipe.gcpo.config import ROLLOUT_GROUP_CHECKS, estimator_need
+from recipe.gcpo.baselines import read_rows
 from recipe.gcpo.estimator import StepCredit, compute_gcpo_outcome_advantage, provide_credit
+from recipe.gcpo.settings import Baseline, check_rollout_groups, estimator_need, register
 
 DIVER_ESTIMATOR = "diver"
 register_adv_est(DIVER_ESTIMATOR)(compute_gcpo_outcome_advantage)
@@ -74,11 +74,14 @@ def diver_advantage(trainer, settings: DiverConfig, batch: KVBatchMeta, metrics:
         return verl_step()
 
 
-BASELINE = Baseline(
-    "diver",
-    DiverConfig,
-    estimator=DIVER_ESTIMATOR,
-    needs_trainer=lambda settings: estimator_need(DIVER_ESTIMATOR),
-    checks=ROLLOUT_GROUP_CHECKS,  # its bonus compares the rollouts of a prompt
-    advantage=diver_advantage,
+BASELINE = register(
+    Baseline(
+        "diver",
+        DiverConfig,
+        estimator=DIVER_ESTIMATOR,
+        needs_trainer=lambda settings: estimator_need(DIVER_ESTIMATOR),
+        # its bonus compares the rollouts of a prompt
+        check=lambda config, settings, recipe: check_rollout_groups(config, DIVER_ESTIMATOR),
+        advantage=diver_advantage,
+    )
 )

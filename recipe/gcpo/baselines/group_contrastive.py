@@ -13,18 +13,20 @@ import copy
 import os
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import transfer_queue as tq
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.padding_utils import build_padding_position_ids
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from gcpo_core.credit.config import TRUE_FALSE, Rule, check_fields, number
-from recipe.gcpo.baselines import Baseline, read_rows
-from recipe.gcpo.config import Check, Facts, TrainerNeed
+from recipe.gcpo.baselines import read_rows
+from recipe.gcpo.settings import Baseline, TrainerNeed, register
+from verl_preflight import ConfigError
 
 # per-token fields rebuilt for the injected response; any other per-token field cannot be made up
 _REBUILT = {
@@ -169,33 +171,25 @@ def solution_coverage(path: str, solution_key: str = "solution", rows: int = 200
     return float(np.mean(has))
 
 
-def _unsolved_train_file(facts: Facts) -> dict | None:
-    """The first local parquet training file without reference solutions, and the key looked for (None: none)."""
-    key = facts["settings"].blocks["group_contrastive"].solution_key
-    train_files = OmegaConf.select(facts.config, "data.train_files")
+def check_group_contrastive(config: DictConfig, settings: GroupContrastiveSettings, recipe: Any) -> None:
+    correction = config.algorithm.get("rollout_correction") or {}
+    if any(correction.get(key) for key in ("rollout_is", "rollout_rs", "bypass_mode")):
+        raise ConfigError(
+            "algorithm.rollout_correction",
+            "algorithm.group_contrastive injects reference solutions that were never sampled, so they have no rollout "
+            "log-probs: set rollout_is=null, rollout_rs=null and bypass_mode=false (bypass mode would use them as the "
+            "old log-probs)",
+        )
+    train_files = OmegaConf.select(config, "data.train_files")
     for path in [train_files] if isinstance(train_files, str) else list(train_files or []):
         path = os.path.expanduser(str(path))
-        if path.endswith(".parquet") and os.path.isfile(path) and solution_coverage(path, key) == 0:
-            return {"path": path, "key": key}
-    return None
-
-
-CHECKS: tuple[Check, ...] = (
-    Check(
-        "algorithm.rollout_correction",
-        lambda f: not any(f["rollout_correction"].get(key) for key in ("rollout_is", "rollout_rs", "bypass_mode")),
-        "algorithm.group_contrastive injects reference solutions that were never sampled, so they "
-        "have no rollout log-probs: set rollout_is=null, rollout_rs=null and bypass_mode=false (bypass mode "
-        "would use them as the old log-probs)",
-    ),
-    Check(
-        "data.train_files",
-        lambda f: f["group_contrastive_unsolved"] is None,
-        "{group_contrastive_unsolved[path]} has no reference solutions (extra_info.{group_contrastive_unsolved[key]}) "
-        "for algorithm.group_contrastive: DAPO-Math-17K has none; prepare a set that does, e.g. "
-        "`scripts/prepare_data.py --datasets math`",
-    ),
-)
+        if path.endswith(".parquet") and os.path.isfile(path) and solution_coverage(path, settings.solution_key) == 0:
+            raise ConfigError(
+                "data.train_files",
+                f"{path} has no reference solutions (extra_info.{settings.solution_key}) for "
+                "algorithm.group_contrastive: DAPO-Math-17K has none; prepare a set that does, e.g. "
+                "`scripts/prepare_data.py --datasets math`",
+            )
 
 
 def reference_injection(trainer, settings: GroupContrastiveSettings, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
@@ -207,13 +201,15 @@ def reference_injection(trainer, settings: GroupContrastiveSettings, batch: KVBa
     return batch
 
 
-BASELINE = Baseline(
-    "group_contrastive",
-    GroupContrastiveSettings,
-    needs_trainer=lambda settings: TrainerNeed(
-        "algorithm.group_contrastive.enable=true", "injects the reference solutions before the old log-probabilities"
-    ),
-    checks=CHECKS,
-    facts={"group_contrastive_unsolved": _unsolved_train_file},
-    before_balance=reference_injection,
+BASELINE = register(
+    Baseline(
+        "group_contrastive",
+        GroupContrastiveSettings,
+        needs_trainer=lambda settings: TrainerNeed(
+            "algorithm.group_contrastive.enable=true",
+            "injects the reference solutions before the old log-probabilities",
+        ),
+        check=check_group_contrastive,
+        before_balance=reference_injection,
+    )
 )

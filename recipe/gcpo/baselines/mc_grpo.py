@@ -12,9 +12,8 @@ from verl.trainer.ppo.core_algos import register_adv_est
 
 from gcpo_core.baselines.mc_grpo import MAD_ZERO_RULES, median_centred_advantages
 from gcpo_core.credit.config import TRUE_FALSE, check_fields, one_of
-from recipe.gcpo.baselines import Baseline, block_settings
-from recipe.gcpo.config import ROLLOUT_GROUP_CHECKS
 from recipe.gcpo.estimator import grouped_outcome_advantage
+from recipe.gcpo.settings import Baseline, block_settings, check_rollout_groups, register
 
 MC_GRPO_ESTIMATOR = "mc_grpo"
 
@@ -48,4 +47,11 @@ def compute_mc_grpo_outcome_advantage(
     return grouped_outcome_advantage(with_paper_epsilon, token_level_rewards, response_mask, index, config, epsilon)
 
 
-BASELINE = Baseline("mc_grpo", MCGRPOSettings, estimator=MC_GRPO_ESTIMATOR, checks=ROLLOUT_GROUP_CHECKS)
+BASELINE = register(
+    Baseline(
+        "mc_grpo",
+        MCGRPOSettings,
+        estimator=MC_GRPO_ESTIMATOR,
+        check=lambda config, settings, recipe: check_rollout_groups(config, MC_GRPO_ESTIMATOR),
+    )
+)

@@ -1,6 +1,6 @@
 """The training signal under the default normalisation (all_correct_scale=group) is not the encoder's rounding: on
 real responses, rounding their embeddings to the encoder's GPU precision (float16) moves no advantage by more
-than 0.02 and flips no sign of an advantage larger than 0.05 (scripts/bench_signal.py measures the same with real
+than 0.02 and flips no sign of an advantage larger than 0.05 (dev/bench_signal.py measures the same with real
 float16 forward passes, docs/benchmarks.md)."""
 
 import json

@@ -13,7 +13,7 @@ from gcpo_core.rewards.math_reward import final_answer_region, is_correct, score
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# (gold, response, expected): one or more rows per class of scripts/compare_verifiers.py and of the bugs it found
+# (gold, response, expected): one or more rows per class of dev/compare_verifiers.py and of the bugs it found
 GRADING_TABLE = [
     # boxed, DAPO's "Answer:", GSM8K's "####" and "A:", Minerva's "The final answer is"
     ("0.5", "So the total is \\boxed{\\frac{1}{2}}.", True),
@@ -278,11 +278,11 @@ def test_every_gold_answer_of_math500_verifies_against_itself(shared_data):
 
 
 def test_never_rejects_what_math_verify_accepts_on_the_comparison_cases(shared_data):
-    """scripts/compare_verifiers.py on the first 30 distinct gold answers and the real responses."""
+    """dev/compare_verifiers.py on the first 30 distinct gold answers and the real responses."""
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "compare_verifiers.py"),
+            str(ROOT / "dev" / "compare_verifiers.py"),
             "--data-dir",
             str(shared_data),
             "--limit",
@@ -436,7 +436,7 @@ SEVERAL_BOXES_BEYOND_MATH_VERIFY = [
 
 
 def _math_verify_accepts(gold: str, response: str) -> bool:
-    """math-verify's defaults: the response as written, the gold as LaTeX or boxed (scripts/compare_verifiers.py)."""
+    """math-verify's defaults: the response as written, the gold as LaTeX or boxed (dev/compare_verifiers.py)."""
     from math_verify import parse, verify
 
     return any(verify(parse(written), parse(response)) for written in (f"${gold}$", f"\\boxed{{{gold}}}"))

@@ -30,6 +30,7 @@ BASE = [
 ]
 # the shared protocol's reward block (config/protocol/shared.yaml) as overrides, at an 8k response length
 DAPO_REWARD = [
+    "data.max_response_length=8192",  # DAPO's max_resp_len is the response length
     "reward.reward_manager.name=dapo",
     "+reward.reward_kwargs.max_resp_len=8192",
     "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",

@@ -15,8 +15,8 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from gcpo_core.cli.demo import load_demo_rollouts
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.encoding.encoder import EncoderConfig
-from recipe.gcpo.config import CreditActorOptions, build_section
 from recipe.gcpo.credit_actor import CreditActor, CreditActorTimeout
+from recipe.gcpo.settings import CreditActorOptions, build_section
 
 CPU_ONLY = CreditActorOptions(num_gpus=0, num_cpus=1, startup_timeout_s=120, timeout_s=300)
 
@@ -212,7 +212,7 @@ def test_bad_configs_fail_where_they_are_built_before_any_actor_starts():
         CreditActorOptions(shards="per_rack")
     with pytest.raises(ValueError, match="num_cpus must be 0 or >= 1"):
         CreditActorOptions(num_cpus=0.5)
-    with pytest.raises(ValueError, match="timeout_s must be > 0"):
+    with pytest.raises(ValueError, match="timeout_s must be a finite number > 0"):
         CreditActorOptions(timeout_s="soon")
 
 

@@ -140,7 +140,7 @@ def test_credit_for_another_batch_is_refused():
 def test_dr_grpo_switch_and_std_floor_travel_with_the_credit_parsed_from_the_algorithm_config():
     """The trainer parses ``algorithm`` once (verl's norm_adv_by_std_in_grpo, algorithm.gcpo.credit) and hands the
     result over with each step's credit; the estimator applies it, whatever config verl passes it."""
-    from recipe.gcpo.config import GCPOSettings
+    from recipe.gcpo.settings import GCPOSettings
 
     emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
     uids, rewards = ["g"] * 3, [1.0] * 3

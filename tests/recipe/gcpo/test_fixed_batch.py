@@ -108,8 +108,8 @@ def compute_all(extra: dict | None = None) -> dict[str, dict[str, list[float]]]:
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     from gcpo_core.credit.compute import compute_credit
-    from recipe.gcpo.config import GCPOSettings
     from recipe.gcpo.estimator import StepCredit, provide_credit
+    from recipe.gcpo.settings import GCPOSettings
 
     rewards, embeddings, uids = fixed_batch()
     n = len(uids)

@@ -21,9 +21,9 @@ from gcpo_core.credit.advantages import normalize_credit
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.grouping import layout_groups
 from gcpo_core.encoding.pipeline import credit_rollouts
-from recipe.gcpo.config import CreditActorOptions
 from recipe.gcpo.credit_actor import CreditActor, CreditActorTimeout
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
+from recipe.gcpo.settings import CreditActorOptions
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.special_e2e.smoke import checks
 

@@ -94,14 +94,28 @@ def test_dry_run_validates_and_prints_the_config_without_starting_anything(tmp_p
     assert list(tmp_path.iterdir()) == []  # no outputs/<date>/<time>/ from Hydra
 
 
-def test_a_misspelt_key_is_hydras_report_naming_it_and_writes_nothing(tmp_path):
-    """Hydra refuses an override of a key that does not exist as it composes, before the start-up checks: its own
-    report (the key, and how to add one), exit 1, no traceback, no run directory."""
-    proc = _entry_point(*VALID, "algorithm.gcpo.credit.methd=mc", cwd=tmp_path, dry_run=False)
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    assert proc.stderr.startswith("Could not override 'algorithm.gcpo.credit.methd'.\n")
-    assert "To append to your config use +algorithm.gcpo.credit.methd=mc" in proc.stderr
-    assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == []
+@pytest.mark.parametrize(
+    "override, line",
+    [
+        (
+            "algorithm.gcpo.credit.methd=mc",
+            "error: algorithm.gcpo.credit.methd: not a key verl 0.9.1 or the recipe reads: did you mean "
+            "algorithm.gcpo.credit.method? (verl would ignore it; a free-form block takes any key: "
+            "docs/training.md#keys-verl-does-not-check)",
+        ),
+        (  # added with a +, the recipe's block refuses it as it is parsed
+            "+algorithm.gcpo.credit.methd=mc",
+            "error: algorithm.gcpo.credit: unknown key(s) ['methd'] (did you mean 'method'?); known: [",
+        ),
+    ],
+)
+def test_a_misspelt_key_is_one_line_with_the_closest_key_and_writes_nothing(tmp_path, override, line):
+    """A key the composition does not have, with or without a +: one line, the key and the closest one, exit 2 (it
+    was Hydra's report, advising to add the typo with a +)."""
+    proc = _entry_point(*VALID, override, cwd=tmp_path, dry_run=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert [text for text in proc.stderr.splitlines() if text.strip()][-1].startswith(line)
+    assert "To append to your config" not in proc.stderr and list(tmp_path.iterdir()) == []
 
 
 def test_hydra_full_error_puts_the_traceback_between_two_copies_of_the_reason(tmp_path):
@@ -139,7 +153,7 @@ def test_a_machine_without_gpus_stops_before_ray_with_one_line(tmp_path):
     [("trainer.nnodes=abc", "'abc'"), ("trainer.n_gpus_per_node=0", "0"), ("trainer.nnodes=1.5", "1.5")],
 )
 def test_the_cluster_shape_must_be_positive_integers(override, shown):
-    from recipe.gcpo.preflight import validate
+    from recipe.gcpo.checks import validate
 
     key = override.split("=")[0]
     with pytest.raises(ValueError, match=f"{key}: must be an integer >= 1, got {shown}"):
@@ -147,7 +161,7 @@ def test_the_cluster_shape_must_be_positive_integers(override, shown):
 
 
 def test_the_legacy_trainer_is_refused():
-    from recipe.gcpo.preflight import validate
+    from recipe.gcpo.checks import validate
 
     with pytest.raises(ValueError, match="trainer.use_v1: false selects verl's legacy trainer"):
         validate(compose_gcpo(VALID + ["algorithm.adv_estimator=grpo", "trainer.use_v1=false"]))
@@ -199,25 +213,24 @@ def visible_gpus(monkeypatch, tmp_path):
     """Set how many GPUs this machine shows; no Ray cluster to join unless a test sets RAY_ADDRESS."""
     from types import SimpleNamespace
 
-    import recipe.gcpo.preflight.machine as machine
+    import verl.utils.device as device
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # where Ray looks for a cluster `ray start`ed on this machine
 
-    def set_count(count):
-        monkeypatch.setattr(machine, "is_device_available", lambda: count > 0)
-        monkeypatch.setattr(machine, "get_torch_device", lambda: SimpleNamespace(device_count=lambda: count))
+    def set_count(count):  # what the machine's check reads, as it imports it
+        monkeypatch.setattr(device, "is_device_available", lambda: count > 0)
+        monkeypatch.setattr(device, "get_torch_device", lambda: SimpleNamespace(device_count=lambda: count))
 
     return set_count
 
 
 def accelerator_problem(config):
     """The message (None: none) of the start-up check of this machine's GPUs."""
-    from recipe.gcpo.config import ConfigError, Facts, run_checks
-    from recipe.gcpo.preflight import machine
+    from verl_preflight import ConfigError, machine
 
     try:
-        run_checks(machine.ACCELERATOR_CHECKS, Facts(config, machine.FACTS))
+        machine.check_accelerators(config)
     except ConfigError as error:
         return str(error)
     return None
@@ -295,7 +308,7 @@ def test_the_training_data_loaders_workers_are_stopped_when_training_ends():
     ],
 )
 def test_numeric_keys_are_checked_by_type_and_range(override, message):
-    from recipe.gcpo.preflight import validate
+    from recipe.gcpo.checks import validate
 
     with pytest.raises(ValueError, match=re.escape(message)):
         validate(compose_gcpo(VALID + [override]))
@@ -305,8 +318,12 @@ def test_numeric_keys_are_checked_by_type_and_range(override, message):
 def test_a_missing_data_file_stops_the_run_before_ray_with_one_line(tmp_path):
     """On a machine that can start the run (here: the CPU smoke's platform), a data file that is not there stops it
     before Ray starts; it used to end in a FileNotFoundError traceback from inside a Ray actor after a minute."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     train = tmp_path / "train.parquet"
-    train.write_text("x")
+    rows = {"prompt": [[{"role": "user", "content": "1+1?"}]] * 1024, "data_source": ["x"] * 1024}
+    pq.write_table(pa.table({**rows, "reward_model": [{"ground_truth": "2"}] * 1024}), train)
     absent = tmp_path / "val_absent.parquet"
     overrides = [
         VALID[0],
@@ -387,12 +404,12 @@ def test_a_ray_address_where_nothing_answers_stops_the_run_in_seconds(tmp_path):
 
 
 def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
-    def interrupted():
+    def interrupted(composition, request):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(main_gcpo, "main", interrupted)
+    monkeypatch.setattr(main_gcpo, "check", interrupted)
     with pytest.raises(SystemExit) as stop:
-        main_gcpo.cli()
+        main_gcpo.cli(VALID)
     assert stop.value.code == 130 and capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
 
 
@@ -533,44 +550,92 @@ def _one_line(result, line):
     assert "Traceback" not in err and "Could not override" not in err
 
 
+KEY_HINT = "(verl would ignore it; a free-form block takes any key: docs/training.md#keys-verl-does-not-check)"
+
+
 @pytest.mark.parametrize(
-    "overrides, code, names",
+    "overrides, line",
     [
-        (["algorithm.gcpo.credit.methd=mc"], 1, "Could not override 'algorithm.gcpo.credit.methd'."),
-        (["trainer.total_training_step=3"], 1, "To append to your config use +trainer.total_training_step=3"),
-        (["algorithm.gcpoo.credit.method=mc"], 1, "Could not override 'algorithm.gcpoo.credit.method'."),
-        (["algorithm.gcpo.credit={methd:mc}"], 1, "Key 'methd' is not in struct"),
-        # Hydra's grammar cannot lex an unquoted ~ (and no worker would expand it): the override, marked
+        (
+            ["algorithm.gcpo.credit.methd=mc"],
+            "algorithm.gcpo.credit.methd: not a key verl 0.9.1 or the recipe reads: did you mean "
+            f"algorithm.gcpo.credit.method? {KEY_HINT}",
+        ),
+        (
+            ["trainer.total_training_step=3"],
+            "trainer.total_training_step: not a key verl 0.9.1 or the recipe reads: did you mean "
+            f"trainer.total_training_steps? {KEY_HINT}",
+        ),
+        (
+            ["algorithm.gcpoo.credit.method=mc"],
+            f"algorithm.gcpoo: not a key verl 0.9.1 or the recipe reads: did you mean algorithm.gcpo? {KEY_HINT}",
+        ),
+        (
+            ["algorithm.gcpo.credit={methd:mc}"],
+            "algorithm.gcpo.credit.methd: not a key verl 0.9.1 or the recipe reads: did you mean "
+            f"algorithm.gcpo.credit.method? {KEY_HINT}",
+        ),
+        # Hydra's grammar cannot lex an unquoted ~ (and no worker would expand it): the override, named
         (
             ["actor_rollout_ref.model.path=~/models/qwen"],
-            1,
-            "LexerNoViableAltException: actor_rollout_ref.model.path=~",
+            "actor_rollout_ref.model.path=~/models/qwen: Hydra cannot read this override (LexerNoViableAltException: "
+            "actor_rollout_ref.model.path=~/models/qwen): quote a value with spaces or special characters "
+            "(key='\"~/x\"'), and give paths absolute",
         ),
-        (["--cfg", "bogus"], 2, "error: argument --cfg/-c: invalid choice: 'bogus'"),  # argparse's usage, then this
-        (["--no-such-flag"], 2, "error: unrecognized arguments: --no-such-flag"),
-        (["--cfg", "job", "--package", "no.such"], 1, "package 'no.such' not found in config"),
+        (
+            ["--cfg", "bogus"],
+            "argument --cfg/-c: invalid choice: 'bogus' (choose from 'job', 'hydra', 'all') (this command takes "
+            "key=value overrides and --config-path/-cp, --config-name/-cn, --cfg job|hydra|all [--resolve] "
+            "[--package KEY], --help)",
+        ),
+        (
+            ["--no-such-flag"],
+            "unrecognized arguments: --no-such-flag (this command takes key=value overrides and --config-path/-cp, "
+            "--config-name/-cn, --cfg job|hydra|all [--resolve] [--package KEY], --help)",
+        ),
+        (["--cfg", "job", "--package", "no.such"], "package 'no.such' not found in config"),
+        (
+            ["protocol=shard"],
+            {  # the recipe's config chooses a protocol (none); a user's does not
+                "recipe": "protocol=shard: no option 'shard' in config group protocol: did you mean shared? (options: "
+                "dapo-recipe, shared, verl-grpo)",
+                "own": "protocol: a config group your config does not choose: add one with a + (+protocol=<option>; "
+                "options: dapo-recipe, shared, verl-grpo)",
+            },
+        ),
+        (["reward=null"], "reward: a config group of verl's, not a value: set its keys (reward.<key>=...)"),
+        (["=5"], "'=5': an override is key=value (+key=value adds a key, ~key removes one)"),
+        (["--resolve"], "--resolve goes with --cfg job|hydra|all"),
+        (
+            ["--info"],
+            "--info is Hydra's own and not taken here: this command composes with Hydra's compose API "
+            "(--config-path/-cp, --config-name/-cn, --cfg job|hydra|all [--resolve] [--package KEY], --help)",
+        ),
+        (["~trainer"], "trainer: must be verl's block of trainer.* keys: it is missing (removed with ~trainer?)"),
+        (
+            ["~data"],
+            "~data: removes verl's data, which a later override sets a key of (and verl reads): drop it",
+        ),
     ],
 )
-def test_what_hydra_refuses_is_hydras_own_report_naming_the_key(entry, overrides, code, names):
-    """Hydra's parser and composition refuse these before the start-up checks run: Hydra's (or argparse's) own report,
-    which names the key or flag, Hydra's exit status, no traceback (HYDRA_FULL_ERROR unset), nothing written."""
-    status, out, err = entry(*overrides, dry_run=False)
-    assert status == code and names in err, err[-2000:]
-    assert "Traceback" not in err and "gcpo: " not in out
+def test_what_hydra_meets_first_is_one_line_naming_the_key_or_flag(entry, overrides, line):
+    """Hydra's parser and composition meet these before the start-up checks: one line naming the key, override or
+    flag, exit 2, no traceback and no multi-line report (HYDRA_FULL_ERROR unset), nothing written."""
+    code, out, err = entry(*overrides, dry_run=False)
+    _one_line((code, out, err), line[entry.config] if isinstance(line, dict) else line)
+    assert "gcpo: " not in out
 
 
-def test_a_users_own_config_gets_the_recipes_keys_or_takes_them_with_a_plus(entry):
-    """The start-up checks add the recipe's blocks a user's config lacks (said in a line); an override of them on the
-    command line needs them in the composition first (+gcpo_keys=recipe), as Hydra's report of it says."""
+def test_a_users_own_config_takes_the_recipes_keys_with_or_without_a_plus(entry):
+    """The recipe's blocks a user's config lacks are added (said in a line); the command line overrides them as it
+    does the recipe's own config, with or without +gcpo_keys=recipe."""
     code, out, err = entry()
     assert code == 0, err[-2000:]
     added = "gcpo: your config (my_ppo) has no algorithm.gcpo, algorithm.diver, algorithm.div_r1, algorithm.copo, "
     assert (added in out) == (entry.config == "own") and "(method auto:" in out
-    code, out, err = entry("algorithm.gcpo.credit.method=mc", plus_keys=True)
-    assert code == 0 and "method mc;" in out and "the recipe's keys are added" not in out, err[-2000:]
-    if entry.config == "own":
-        code, _, err = entry("algorithm.gcpo.credit.method=mc", plus_keys=False)
-        assert code == 1 and "To append to your config use +algorithm.gcpo.credit.method=mc" in err
+    for plus_keys in (True, False):
+        code, out, err = entry("algorithm.gcpo.credit.method=mc", plus_keys=plus_keys)
+        assert code == 0 and "method mc;" in out, err[-2000:]
 
 
 @pytest.fixture
@@ -580,7 +645,10 @@ def accepted_run(monkeypatch, tmp_path):
     monkeypatch.delenv("GCPO_DRY_RUN", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(main_gcpo.machine, "RUN_CHECKS", ())  # none of them is here
+    from verl_preflight import machine
+
+    for check in ("check_model_path", "check_accelerators", "check_data_files_exist"):  # none of them is here
+        monkeypatch.setattr(machine, check, lambda *args: None)
     run_dir = tmp_path / "run"
 
     def run(training, *overrides):
@@ -591,10 +659,10 @@ def accepted_run(monkeypatch, tmp_path):
     return run
 
 
-def test_a_run_trains_on_the_checked_config_in_hydras_run_directory(accepted_run):
-    """hydra.main's run directory (hydra.run.dir) with .hydra/ and the job's log, made once the checks passed; the
-    task trains on the config the checks read and adapted (verl's legacy reward keys migrated), without Hydra's
-    node, with the protocol's values."""
+def test_a_run_trains_on_the_checked_config_with_hydras_record_in_its_run_directory(accepted_run):
+    """Hydra's record (hydra.run.dir/.hydra/: the config and the overrides), made once the checks passed; the run
+    trains on the config the checks read and adapted (verl's legacy reward keys migrated), without Hydra's node,
+    with the protocol's values."""
     Path("r.py").write_text(REWARD_FILE)
     seen = []
 
@@ -614,30 +682,16 @@ def test_a_run_trains_on_the_checked_config_in_hydras_run_directory(accepted_run
     assert config.reward.custom_reward_function.name == "legacy_score"  # migrated by the checks, not by the task
     assert config.algorithm.filter_groups.max_inflight_gen_batches == 3  # the protocol's own value
     assert (accepted_run.dir / ".hydra" / "config.yaml").is_file()
-    assert (accepted_run.dir / ".hydra" / "overrides.yaml").is_file()
-    assert (accepted_run.dir / "main_gcpo.log").is_file()
+    assert "custom_reward_function.name=legacy_score" in (accepted_run.dir / ".hydra" / "overrides.yaml").read_text()
 
 
-def test_a_failure_in_training_is_hydras_report_not_a_config_error(accepted_run, monkeypatch, capsys):
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-
+def test_a_failure_in_training_is_its_own_error_not_a_config_refusal(accepted_run, capsys):
     def broken(config):
         raise RuntimeError("a worker died")
 
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(RuntimeError, match="a worker died"):  # Python's exit 1 and traceback, not the config's 2
         accepted_run(broken)
-    assert stop.value.code == 1  # Hydra's status, not the config's 2
-    assert "RuntimeError: a worker died" in capsys.readouterr().err
-
-
-def test_a_task_whose_checks_were_removed_is_refused(accepted_run, capsys):
-    """Hydra runs the task only after the callback; an override that drops the callback is refused, not trained."""
-    with pytest.raises(SystemExit) as stop:
-        accepted_run(lambda config: pytest.fail("trained unchecked"), "~hydra.callbacks.gcpo_start_up_checks")
-    assert stop.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "error: the start-up checks did not run on this config (hydra.callbacks.gcpo_start_up_checks was removed)"
-    )
+    assert "error: " not in capsys.readouterr().err
 
 
 REWARD_FILE = "def my_score(data_source, solution_str, ground_truth, extra_info):\n    return 0.0\n\n\n" + (
@@ -726,6 +780,26 @@ def test_cfg_job_shows_a_users_own_config_with_the_recipes_keys_taken_with_a_plu
     config = yaml.safe_load(proc.stdout)  # the config alone
     assert config["algorithm"]["gcpo"]["credit"]["method"] == "mc" and config["trainer"]["project_name"] == "mine"
     assert list(tmp_path.iterdir()) == [folder]  # nothing written
+
+
+def test_from_a_folder_outside_the_checkout_a_users_config_takes_the_recipes_keys_and_groups(tmp_path):
+    """With the README's install (no PYTHONPATH: the editable install's finder) and a working directory outside the
+    checkout, a user's config takes algorithm.gcpo.* and +protocol=... on the command line (issue 69: the search
+    path plugin was not found there, and the documented +gcpo_keys=recipe failed)."""
+    folder = _own_config(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS", "HF_HUB_OFFLINE")}
+    command = [sys.executable, "-m", "recipe.gcpo.main_gcpo", "--config-path", str(folder), "--config-name", "my_ppo"]
+    overrides = ["algorithm.adv_estimator=gcpo", "algorithm.gcpo.credit.method=mc", "+protocol=shared"]
+    proc = subprocess.run(
+        [*command, *VALID, *overrides, "data.max_response_length=8192"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**env, "GCPO_DRY_RUN": "1", "WANDB_MODE": "offline"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "method mc;" in proc.stdout and "gcpo: protocol: shared: " in proc.stdout
+    assert "has no algorithm.gcpo, " in proc.stdout and list(tmp_path.iterdir()) == [folder]
 
 
 @pytest.mark.parametrize("flag", ["-m", "--multirun"])

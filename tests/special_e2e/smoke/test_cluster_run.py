@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from recipe.gcpo.preflight import validate
+from recipe.gcpo.checks import validate
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.scripts.launch import launcher_overrides
 from tests.special_e2e import ROOT
@@ -26,8 +26,9 @@ def _job_config(total_steps=3, save_freq=1, extra=()):
     env.update(NNODES="2", GPUS_PER_NODE="1")
     args = job_overrides(PATHS, total_steps, save_freq, gcpo=True, extra=extra)
     composed = compose_gcpo(launcher_overrides("run_qwen3_4b_gcpo.sh", *args, env=env))
-    validate(composed)
-    return OmegaConf.to_container(composed, resolve=True)
+    config = OmegaConf.to_container(composed, resolve=True)  # as the job's command line has it
+    validate(composed)  # which sets verl's device as verl's entry point does (cuda here: no CPU platform loaded)
+    return config
 
 
 def test_a_job_composes_the_launchers_config_at_the_smokes_sizes_on_two_nodes():

@@ -21,8 +21,8 @@ from gcpo_core.baselines.diver import DiverConfig, diver_bonus
 from gcpo_core.credit.advantages import group_normalize
 from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.baselines.div_r1 import div_r1_loss
+from recipe.gcpo.checks import recipe_rules
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
-from recipe.gcpo.preflight.recipe_blocks import check_recipe
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 GROUP_SIZE = 4
@@ -147,11 +147,11 @@ def test_diver_is_grpo_once_its_steps_are_over(local_tq, tokenizer):
 
 def test_diver_is_refused_outside_the_recipes_trainer():
     with pytest.raises(ValueError, match="needs the GCPO trainer"):
-        check_recipe(compose_gcpo(BASE + ["algorithm.adv_estimator=diver", "trainer.v1.trainer_mode=colocate_async"]))
+        recipe_rules(compose_gcpo(BASE + ["algorithm.adv_estimator=diver", "trainer.v1.trainer_mode=colocate_async"]))
     with pytest.raises(ValueError, match="needs the GCPO trainer"):  # verl's own trainer class in the recipe's mode
         PPOTrainerSync(compose_gcpo(BASE + ["algorithm.adv_estimator=diver", "trainer.v1.trainer_mode=sync"]))
     with pytest.raises(ValueError, match="algorithm.diver.metric: must be one of"):
-        check_recipe(compose_gcpo(BASE + ["algorithm.diver.metric=bleu"]))  # checked even when unused
+        recipe_rules(compose_gcpo(BASE + ["algorithm.diver.metric=bleu"]))  # checked even when unused
     assert get_adv_estimator_fn("diver") is get_adv_estimator_fn("gcpo")
 
 

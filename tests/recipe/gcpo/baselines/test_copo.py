@@ -18,8 +18,7 @@ from recipe.gcpo.baselines.copo import (
     provide_copo,
     step_copo,
 )
-from recipe.gcpo.preflight import validate
-from recipe.gcpo.preflight.recipe_blocks import check_recipe
+from recipe.gcpo.checks import recipe_rules, validate
 from recipe.gcpo.settings import RecipeSettings
 from tests.recipe.gcpo.baselines.test_div_r1 import (
     DYNAMIC_BSZ,
@@ -213,7 +212,7 @@ def test_the_estimator_returns_the_weighted_local_advantage_it_was_given():
 )
 def test_bad_settings_fail_at_start_up_naming_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
-        check_recipe(compose_gcpo(COPO + overrides))
+        recipe_rules(compose_gcpo(COPO + overrides))
 
 
 def test_the_advantage_blend_needs_no_loss_and_other_estimators_ignore_the_block():

@@ -12,7 +12,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.losses import ppo_loss
 
 from recipe.gcpo.baselines.div_r1 import BASELINE, DivR1Settings, div_r1_loss, div_r1_loss_fn, div_r1_term
-from recipe.gcpo.preflight.recipe_blocks import check_recipe
+from recipe.gcpo.checks import recipe_rules
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 DYNAMIC_BSZ = [
@@ -189,7 +189,7 @@ GRPO = ["algorithm.adv_estimator=grpo"]
 )
 def test_bad_settings_fail_at_start_up_naming_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
-        check_recipe(compose_gcpo(DYNAMIC_BSZ + GRPO + overrides))
+        recipe_rules(compose_gcpo(DYNAMIC_BSZ + GRPO + overrides))
 
 
 def test_exact_entropy_is_accepted_when_the_actor_computes_it():
@@ -202,7 +202,7 @@ def test_exact_entropy_is_accepted_when_the_actor_computes_it():
             "actor_rollout_ref.actor.calculate_entropy=true",
         ]
     )
-    assert check_recipe(config).blocks["div_r1"].entropy == "exact"
+    assert recipe_rules(config).blocks["div_r1"].entropy == "exact"
 
 
 def test_the_verdict_decides_not_the_shaped_score(actor_config):

@@ -14,9 +14,9 @@ import recipe.gcpo.baselines.mc_grpo  # noqa: F401  (registers mc_grpo)
 from gcpo_core.baselines.copo import copo_advantages
 from gcpo_core.baselines.mc_grpo import median_centred_advantages
 from gcpo_core.credit.grouping import layout_groups
-from recipe.gcpo.config import GCPOSettings
+from recipe.gcpo.checks import recipe_rules
 from recipe.gcpo.estimator import compute_gcpo_outcome_advantage
-from recipe.gcpo.preflight.recipe_blocks import check_recipe
+from recipe.gcpo.settings import GCPOSettings
 from tests.recipe.gcpo.conftest import BASE, compose_gcpo, outcome_batch
 
 # COPO's advantage-level reading (its loss blend needs the trainer: tests/recipe/gcpo/baselines/test_copo.py)
@@ -58,7 +58,7 @@ def test_copo_gives_all_correct_and_all_wrong_groups_a_signal_where_grpo_gives_n
     ],
 )
 def test_embedding_baselines_are_gcpo_trainer_estimators_with_fixed_credit_keys(estimator, fixed):
-    settings = check_recipe(
+    settings = recipe_rules(
         compose_gcpo(
             [
                 f"algorithm.adv_estimator={estimator}",
@@ -72,7 +72,7 @@ def test_embedding_baselines_are_gcpo_trainer_estimators_with_fixed_credit_keys(
     assert settings.credit.mix_coef == 0.25
     assert get_adv_estimator_fn(estimator) is compute_gcpo_outcome_advantage
     with pytest.raises(ValueError, match=f"adv_estimator: {estimator} needs the GCPO trainer"):
-        check_recipe(
+        recipe_rules(
             compose_gcpo(
                 [
                     f"algorithm.adv_estimator={estimator}",
@@ -137,7 +137,7 @@ def test_dra_grpo_normalises_every_group_by_its_own_std_with_the_official_epsilo
 
 
 def test_mc_grpo_reads_its_settings_from_the_algorithm_config_and_refuses_bad_ones():
-    from recipe.gcpo.preflight import validate
+    from recipe.gcpo.checks import validate
 
     uids = ["a"] * 9
     rewards = [1, -1, 1, 1, -1, 1, 1, -1, 1]  # binary, G + 1 = 9: MAD = 0

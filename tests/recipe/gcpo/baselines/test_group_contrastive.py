@@ -6,12 +6,12 @@ import math
 import pytest
 
 from recipe.gcpo.baselines.group_contrastive import GroupContrastiveSettings
-from recipe.gcpo.preflight.recipe_blocks import check_recipe
+from recipe.gcpo.checks import recipe_rules
 from tests.recipe.gcpo.conftest import compose_gcpo
 
 
 def _group_contrastive(config):
-    return check_recipe(config).blocks["group_contrastive"]
+    return recipe_rules(config).blocks["group_contrastive"]
 
 
 def test_group_contrastive_needs_solutions_and_no_rollout_correction(tmp_path):

@@ -1,6 +1,6 @@
 """A baseline added in the three steps of docs/training.md#adding-a-baseline (its module: this file; its YAML block:
 the ``+algorithm.toy.*`` overrides; one registration line) reaches the driver's checks and the trainer's hook, with
-neither naming it (recipe/gcpo/baselines/__init__.py)."""
+neither naming it (recipe/gcpo/settings.py, recipe/gcpo/baselines/__init__.py)."""
 
 from dataclasses import dataclass
 
@@ -9,12 +9,12 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from gcpo_core.credit.config import check_fields, integer
-from recipe.gcpo.baselines import BASELINES, Baseline, register
-from recipe.gcpo.config import Check, ConfigError, TrainerNeed
+from recipe.gcpo.checks import RECIPE, recipe_rules
 from recipe.gcpo.gcpo_trainer import GCPOTrainer
-from recipe.gcpo.preflight import check_verl_config
-from recipe.gcpo.preflight.recipe_blocks import check_recipe
+from recipe.gcpo.settings import BASELINES, Baseline, TrainerNeed, register
 from tests.recipe.gcpo.conftest import compose_gcpo
+from verl_preflight import ConfigError
+from verl_preflight.schema import check_resolves, check_schema
 
 
 # ---- step 1, the module: its settings, checks and hook
@@ -27,14 +27,17 @@ class ToySettings:
         check_fields(self, "toy", most_rollouts=integer(2))
 
 
-FACTS = {"toy_most_rollouts": lambda f: f["settings"].blocks["toy"].most_rollouts}  # what only the toy computes
-CHECKS = (
-    Check(
-        "actor_rollout_ref.rollout.n",
-        lambda f: f["rollout_n"] <= f["toy_most_rollouts"],
-        "the toy takes at most {toy_most_rollouts} rollouts, got {rollout_n}",
-    ),
-)
+def check_toy(config, settings: ToySettings, recipe) -> None:
+    n = config.actor_rollout_ref.rollout.n
+    if n > settings.most_rollouts:
+        raise ConfigError(
+            "actor_rollout_ref.rollout.n", f"the toy takes at most {settings.most_rollouts} rollouts, got {n}"
+        )
+
+
+def check_verl_config(config) -> None:
+    """verl's schema of keys, the recipe's blocks free."""
+    check_schema(check_resolves(config), RECIPE.blocks(), RECIPE.reader)
 
 
 def count_rows(trainer, settings: ToySettings, batch, metrics):
@@ -47,8 +50,7 @@ TOY = Baseline(
     "toy",
     ToySettings,
     needs_trainer=lambda settings: TrainerNeed("algorithm.toy.enable=true", "counts the rows"),
-    checks=CHECKS,
-    facts=FACTS,
+    check=check_toy,
     before_balance=count_rows,
 )
 # ---- step 2, the YAML block: written here as the overrides a config file would hold
@@ -70,18 +72,18 @@ def test_unregistered_the_block_is_a_key_nothing_reads():
 
 def test_the_driver_parses_and_checks_a_registered_baseline(toy_registered):
     check_verl_config(compose_gcpo(GRPO + TOY_BLOCK))  # the schema check takes the block
-    settings = check_recipe(compose_gcpo(GRPO + TOY_BLOCK))
+    settings = recipe_rules(compose_gcpo(GRPO + TOY_BLOCK))
     assert settings.blocks["toy"] == ToySettings(enable=True, most_rollouts=4)
     assert settings.trainer_need() == TrainerNeed("algorithm.toy.enable=true", "counts the rows")
     with pytest.raises(ConfigError, match="the toy takes at most 4 rollouts, got 8"):
-        check_recipe(compose_gcpo(GRPO + TOY_BLOCK + ["actor_rollout_ref.rollout.n=8"]))
+        recipe_rules(compose_gcpo(GRPO + TOY_BLOCK + ["actor_rollout_ref.rollout.n=8"]))
     with pytest.raises(ConfigError, match=r"^algorithm.toy.most_rollouts: must be an integer >= 2, got 1$"):
-        check_recipe(compose_gcpo(GRPO + ["+algorithm.toy.most_rollouts=1"]))  # parsed even when not enabled
+        recipe_rules(compose_gcpo(GRPO + ["+algorithm.toy.most_rollouts=1"]))  # parsed even when not enabled
     with pytest.raises(ConfigError, match=r"algorithm.toy: unknown key\(s\) \['most_rolouts'\]"):
-        check_recipe(compose_gcpo(GRPO + ["+algorithm.toy.most_rolouts=3"]))
+        recipe_rules(compose_gcpo(GRPO + ["+algorithm.toy.most_rolouts=3"]))
     with pytest.raises(ConfigError, match="algorithm.toy.enable: true needs the GCPO trainer, which counts the rows"):
-        check_recipe(compose_gcpo(GRPO + TOY_BLOCK + ["trainer.v1.trainer_mode=colocate_async"]))
-    assert check_recipe(compose_gcpo(GRPO + ["+algorithm.toy.most_rollouts=2"])).trainer_need() is None
+        recipe_rules(compose_gcpo(GRPO + TOY_BLOCK + ["trainer.v1.trainer_mode=colocate_async"]))
+    assert recipe_rules(compose_gcpo(GRPO + ["+algorithm.toy.most_rollouts=2"])).trainer_need() is None
 
 
 def test_the_trainer_runs_a_registered_baselines_hook(toy_registered, monkeypatch):
@@ -100,9 +102,3 @@ def test_a_name_is_registered_once_and_only_an_estimators_baseline_has_an_advant
         register(TOY)
     with pytest.raises(ValueError, match="an advantage step needs the estimator that selects it"):
         register(Baseline("toy2", ToySettings, advantage=lambda *args: None))
-
-
-def test_a_baselines_own_facts_are_named_after_it():
-    with pytest.raises(ValueError, match=r"facts \['most'\] are not named toy2_\.\.\."):
-        register(Baseline("toy2", ToySettings, facts={"most": lambda f: 1}))
-    assert "toy2" not in BASELINES
