@@ -16,6 +16,12 @@
 #   TOTAL_STEPS (500)  VAL_SETS ("aime24 aime25 math500 amc23")  VAL_N (16)  TP_SIZE (1)  GPU_MEM_UTIL (0.7)
 #   RAY_ADDRESS (an existing Ray cluster: head_ip:6379)  RAY_NUM_CPUS (fixed CPU count for a local Ray)
 #   DRY_RUN=1 or --dry-run: print the composed, validated config and stop (no GPU, no Ray).
+#   TRAINER_MODE (sync): verl's V1 trainer mode, with the settings of verl's own asynchronous examples
+#     (docs/advance/v1_async_trainer.md): colocate_async: one warm-up batch in flight
+#     (trainer.v1.colocate_async.num_warmup_batches=1); separate_async: a rollout pool of its own beside the
+#     trainer's, ROLLOUT_NNODES (NNODES) x ROLLOUT_GPUS_PER_NODE (half of GPUS_PER_NODE, the other half training),
+#     weights over CHECKPOINT_ENGINE (nccl), TRAIN_BATCH_SIZE / MINI_BATCH_SIZE mini-batches a step
+#     (trainer.v1.separate_async.parameter_sync_step), one warm-up batch.
 
 # ---- protocol (docs/protocol.md) ------------------------------------------------------------------------------
 # PROTOCOL selects the hyperparameters every arm shares:
@@ -67,6 +73,7 @@ esac
 : "${TP_SIZE:=1}"
 : "${GPU_MEM_UTIL:=0.7}"
 : "${DRY_RUN:=0}"
+: "${TRAINER_MODE:=sync}"
 if [[ -z "${LOGGER:-}" ]]; then
   if [[ -n "${WANDB_API_KEY:-}" ]]; then LOGGER='["console","wandb"]'; else LOGGER='["console"]'; fi
 fi
@@ -75,9 +82,16 @@ fi
 # message for MAX_RESPONSE_LENGTH=8k is an arithmetic error, Hydra's for N_RESP=abc a bare TypeError).
 gcpo_check_numbers() {
   local name value
+  case "${TRAINER_MODE}" in
+    sync|colocate_async|separate_async) ;;
+    *) echo "error: TRAINER_MODE must be one of sync, colocate_async, separate_async, got '${TRAINER_MODE}'" >&2
+       return 1 ;;
+  esac
   for name in NNODES GPUS_PER_NODE TRAIN_BATCH_SIZE N_RESP MINI_BATCH_SIZE MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH \
-      TOTAL_STEPS VAL_N TP_SIZE INFLIGHT_GEN_BATCHES; do
-    if [[ "${name}" == INFLIGHT_GEN_BATCHES && -z "${INFLIGHT_GEN_BATCHES+set}" ]]; then continue; fi
+      TOTAL_STEPS VAL_N TP_SIZE INFLIGHT_GEN_BATCHES ROLLOUT_NNODES ROLLOUT_GPUS_PER_NODE; do
+    if [[ "${name}" =~ ^(INFLIGHT_GEN_BATCHES|ROLLOUT_NNODES|ROLLOUT_GPUS_PER_NODE)$ && -z "${!name+set}" ]]; then
+      continue
+    fi
     value="${!name}"
     if [[ ! "${value}" =~ ^[1-9][0-9]*$ ]]; then
       echo "error: ${name} must be a positive integer, got '${value}'" >&2
@@ -170,6 +184,20 @@ gcpo_launch() {
   if [[ -n "${INFLIGHT_GEN_BATCHES:-}" ]]; then
     trainer+=("algorithm.filter_groups.max_inflight_gen_batches=${INFLIGHT_GEN_BATCHES}")
   fi
+  trainer+=("trainer.v1.trainer_mode=${TRAINER_MODE}")
+  case "${TRAINER_MODE}" in
+    colocate_async) trainer+=("trainer.v1.colocate_async.num_warmup_batches=1") ;;
+    separate_async)  # verl's example: half of each node trains, half generates
+      local half=$((GPUS_PER_NODE / 2))
+      trainer+=(
+        "trainer.n_gpus_per_node=$((GPUS_PER_NODE - ${ROLLOUT_GPUS_PER_NODE:-${half}}))"
+        "actor_rollout_ref.rollout.nnodes=${ROLLOUT_NNODES:-${NNODES}}"
+        "actor_rollout_ref.rollout.n_gpus_per_node=${ROLLOUT_GPUS_PER_NODE:-${half}}"
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=${CHECKPOINT_ENGINE:-nccl}"
+        "trainer.v1.separate_async.parameter_sync_step=$((TRAIN_BATCH_SIZE / MINI_BATCH_SIZE))"
+        "trainer.v1.separate_async.num_warmup_batches=1"
+      ) ;;
+  esac
   if [[ -n "${RAY_NUM_CPUS:-}" && -z "${RAY_ADDRESS:-}" ]]; then
     trainer+=("ray_kwargs.ray_init.num_cpus=${RAY_NUM_CPUS}")
   fi

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from verl_preflight import machine
 from verl_preflight.errors import ConfigError, refuse
 from verl_preflight.reward import check_reward, migrate_legacy_reward
-from verl_preflight.rules import check_batch_geometry, check_estimator, check_lengths_and_shards
+from verl_preflight.rules import check_batch_geometry, check_estimator, check_lengths_and_shards, check_trainer_mode
 from verl_preflight.schema import check_blocks, check_resolves, check_schema, check_verl_dataclasses
 from verl_preflight.values import check_values
 
@@ -110,6 +110,7 @@ def check_config(
     check_estimator(config, extension.estimators(), "verl or " + extension.name if extension.name else "verl")
     check_batch_geometry(config)
     check_lengths_and_shards(config)
+    check_trainer_mode(config)
     settings = extension.rules(config) if extension.rules is not None else None
     check_reward(config)
     machine.check_files_and_loggers(config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Iterable
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from verl_preflight.errors import did_you_mean, refuse
 
@@ -119,4 +119,38 @@ def check_lengths_and_shards(config: DictConfig) -> None:
             f"{ROLLOUT}.max_model_len",
             f"{max_model_len} is shorter than one sequence (data.max_prompt_length + data.max_response_length = {seq}): "
             f"vLLM would refuse the longest prompts or cut the responses; set it >= {seq} or null (vLLM's default)",
+        )
+
+
+def check_trainer_mode(config: DictConfig) -> None:
+    """What verl's separate_async trainer asserts as it is built, in the task runner minutes in: a step is
+    ``parameter_sync_step`` mini-batches, the rollout pool has nodes and GPUs (verl's defaults have none), and weights
+    cross to it over a checkpoint engine that can send them (``naive`` only feeds a colocated rollout)."""
+    if config.trainer.v1.trainer_mode != "separate_async":
+        return
+    v1, rollout = config.trainer.v1, config.actor_rollout_ref.rollout
+    sync_step, mini = v1.separate_async.parameter_sync_step, config.actor_rollout_ref.actor.ppo_mini_batch_size
+    if config.data.train_batch_size != sync_step * mini:
+        refuse(
+            "data.train_batch_size",
+            f"{config.data.train_batch_size} must be trainer.v1.separate_async.parameter_sync_step x "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size = {sync_step} x {mini} = {sync_step * mini} in separate_async",
+        )
+    for key in ("nnodes", "n_gpus_per_node"):
+        if not (rollout.get(key) or 0) > 0:
+            refuse(f"{ROLLOUT}.{key}", f"{rollout.get(key)}: separate_async needs a rollout pool of its own (> 0)")
+    gpus, tp = rollout.nnodes * rollout.n_gpus_per_node, rollout.tensor_model_parallel_size
+    if gpus < tp:  # no standalone replica at all: the rollout client would find no server
+        refuse(f"{ROLLOUT}.n_gpus_per_node", f"the rollout pool's {gpus} GPU(s) hold no replica of {tp} (TP)")
+    if rollout.checkpoint_engine.backend == "naive":
+        refuse(
+            f"{ROLLOUT}.checkpoint_engine.backend",
+            "naive cannot send weights to a rollout pool of its own (separate_async): use nccl, nixl or mooncake",
+        )
+    reward_model = OmegaConf.select(config, "reward.reward_model") or {}
+    if reward_model.get("enable") and not reward_model.get("enable_resource_pool"):
+        refuse(
+            "reward.reward_model.enable_resource_pool",
+            "false: a colocated reward model is not supported in separate_async (the standalone rollout never pauses "
+            "to free GPU memory): set it true",
         )

@@ -173,6 +173,10 @@ VALUE_RULES: dict[str, Union[Range, OneOf, Rule, ListOf]] = {
     # verl's TRAINER_REGISTRY (named here: importing it loads verl's trainer stack; a test holds the two equal)
     "trainer.v1.trainer_mode": OneOf(("sync", "colocate_async", "separate_async")),
     "trainer.v1.sampler.max_off_policy_strategy": OneOf(("drop", "wait")),
+    "trainer.v1.sampler.max_off_policy_threshold": Range(1, integer=True, nullable=True),  # verl's replay buffer's
+    "trainer.v1.colocate_async.num_warmup_batches": Range(0),
+    "trainer.v1.separate_async.num_warmup_batches": Range(0),
+    "trainer.v1.separate_async.parameter_sync_step": Range(1, integer=True),
     "data.truncation": OneOf((None, "error", "left", "right", "middle")),
     f"{ACTOR}.optim.betas": ListOf(BETA, length=2),
     # verl's optimizer config asserts these without a message

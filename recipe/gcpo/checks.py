@@ -19,12 +19,10 @@ from gcpo_core.encoding.encoder import resolve_model_path
 from gcpo_core.training_data.prepare import prepared_file_names
 from recipe.gcpo.settings import (
     GCPO_FILTER_METRIC,
-    SYNC_TRAINER_MODE,
     RecipeSettings,
     check_rollout_groups,
     recipe_blocks,
     recipe_estimators,
-    recipe_trainer_problem,
 )
 from verl_preflight import ConfigError, Extension, check_config
 from verl_preflight.reward import function_source, reward_function
@@ -47,7 +45,7 @@ def recipe_rules(config: DictConfig) -> RecipeSettings:
     Raises:
         ConfigError: a bad recipe value, a setting that needs the GCPO trainer outside it, or one of the rules below.
     """
-    use_v1, mode = config.trainer.get("use_v1", True), OmegaConf.select(config, "trainer.v1.trainer_mode")
+    use_v1 = config.trainer.get("use_v1", True)
     if not use_v1:
         raise ConfigError(
             "trainer.use_v1",
@@ -55,11 +53,6 @@ def recipe_rules(config: DictConfig) -> RecipeSettings:
             "`python -m verl.trainer.main_ppo` for it",
         )
     settings = RecipeSettings.parse(config)  # what the trainer will parse, by the same code
-    need = settings.trainer_need()
-    if need is not None and mode != SYNC_TRAINER_MODE:  # a setting only the GCPO trainer serves, in its mode
-        key, _, value = need.setting.partition("=")
-        found = f"trainer.use_v1={use_v1}, trainer.v1.trainer_mode={mode}"
-        raise ConfigError(key, f"{value} {recipe_trainer_problem(need, found)}")
     if settings.gcpo is not None:  # an estimator that embeds the responses (gcpo, dqo, dra_grpo)
         check_gcpo(config, settings)
     check_gcpo_signal(config)

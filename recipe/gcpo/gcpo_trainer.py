@@ -1,20 +1,25 @@
-"""The GCPO trainer: verl 0.9.1's V1 synchronous trainer with Shapley credit before the advantage step (and,
-optionally, Group Contrastive PO's reference injection before the old log-probabilities).
+"""The GCPO trainer: verl 0.9.1's V1 trainer, in whichever of its modes runs (``trainer.v1.trainer_mode``: sync,
+colocate_async, separate_async), with Shapley credit before the advantage step (and, optionally, Group Contrastive
+PO's reference injection before the old log-probabilities).
 
-Not a trainer mode of its own: the recipe's entry point (``recipe.gcpo.main_gcpo``) builds it for verl's
-``trainer.v1.trainer_mode=sync``, so every branch of verl's trainer that reads the mode (replay buffer, gen batch
-size, DAPO refill, checkpoints, resume) is the sync one. With ``algorithm.adv_estimator=gcpo``, right after the
-batch is balanced a background thread reads its responses from TransferQueue, decodes them and has the credit
-actors start embedding them (``algorithm.gcpo.actor.prefetch``), while verl computes the old and reference
-log-probabilities. Each step's ``_compute_advantage`` then has the actors compute every rollout's Shapley credit
-in one call (embedding whatever was not prefetched; ``timing_s/gcpo_*`` say where the step's time went); verl's
-own advantage step then runs unchanged
-(KL-in-reward, rollout correction, write-back) with the ``gcpo`` estimator, which normalises that credit per
-prompt. A baseline's hooks (its actor loss, its step before balancing, its advantage step) come from the registry
-(:mod:`recipe.gcpo.baselines`). With any other estimator the trainer is verl's sync trainer.
+One set of step hooks, :class:`GCPOSteps`, is a mixin before the class verl registers for each mode
+(:data:`GCPO_TRAINERS`, which the entry point's task runner builds): every branch of verl's trainer that reads the
+mode (replay buffer, warm-up batches, partial rollouts, weight sync, checkpoints, resume) is verl's own. With
+``algorithm.adv_estimator=gcpo``, right after the batch is balanced a background thread reads its responses from
+TransferQueue, decodes them and has the credit actors start embedding them (``algorithm.gcpo.actor.prefetch``), while
+verl computes the old and reference log-probabilities. Each ``_compute_advantage`` then has the actors compute every
+rollout's Shapley credit in one call (embedding whatever was not prefetched; ``timing_s/gcpo_*`` say where the
+step's time went); verl's own advantage step then runs unchanged (KL-in-reward, rollout correction, write-back) with
+the ``gcpo`` estimator, which normalises that credit per prompt. A baseline's hooks (its actor loss, its step before
+balancing, its advantage step) come from the registry (:mod:`recipe.gcpo.settings`). With any other estimator the
+trainer is verl's.
 
-Sync mode only: in sync mode vLLM sleeps during the advantage step (so the encoder can share GPU 0) and all
-rollouts of a group come from one policy version.
+Where the credit actors run, per mode (docs/training.md#trainer-modes): on the trainer's GPUs (verl's global pool)
+in every mode, beside a vLLM that verl has put to sleep for the step in sync and colocate_async (``on_sample_end``)
+and, in separate_async, beside the hybrid replicas it puts to sleep (``on_step_begin``), never on the standalone
+rollout pool. In the asynchronous modes a group's rollouts may come from several policy versions (partial rollouts
+resumed after a weight update): its credit is computed on the final texts, and ``gcpo/policy_version/*`` says how
+far apart the versions of each step's groups are.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import transfer_queue as tq
 from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 
@@ -40,6 +47,9 @@ logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 
 GLOBAL_POOL = "global_pool"
+# separate_async runs a step's hooks once per mini-batch (verl's parameter_sync_step): each gets its own draw of
+# Monte-Carlo permutations, seed + global step + this stride x the mini-batch's index (0 in the other modes)
+MINI_BATCH_SEED_STRIDE = 1_000_003
 
 
 def reward_timeout_metrics(batch: KVBatchMeta) -> dict[str, float]:
@@ -66,8 +76,33 @@ def reward_timeout_metrics(batch: KVBatchMeta) -> dict[str, float]:
     }
 
 
-class GCPOTrainer(PPOTrainerSync):
-    """verl's sync trainer plus the GCPO credit actor."""
+def policy_version_metrics(batch: KVBatchMeta) -> dict[str, float]:
+    """How many policy versions each group's rollouts span, from the versions verl tags each row with
+    (``min_global_steps``/``max_global_steps``: the weights its first and last tokens were generated with; a partial
+    rollout resumed after a weight update spans two): ``gcpo/policy_version/group_span_max`` and ``_mean`` (1: one
+    version, as verl counts its own per-row span), ``gcpo/policy_version/mixed_groups`` (groups spanning more than
+    one). Padding rows and Group Contrastive's injected references (no policy generated them) are left out; every
+    span is 1 in verl's sync mode."""
+    spans: dict[str, list[int]] = {}
+    for key, tag, valid in zip(batch.keys, batch.tags, valid_rows(batch)):
+        if valid and not tag.get("group_contrastive_reference") and tag.get("min_global_steps") is not None:
+            low, high = spans.setdefault(key.split("_")[0], [tag["min_global_steps"], tag["max_global_steps"]])
+            spans[key.split("_")[0]] = [min(low, tag["min_global_steps"]), max(high, tag["max_global_steps"])]
+    if not spans:
+        return {}
+    widths = [int(high) - int(low) + 1 for low, high in spans.values()]
+    return {
+        "gcpo/policy_version/group_span_max": float(max(widths)),
+        "gcpo/policy_version/group_span_mean": float(np.mean(widths)),
+        "gcpo/policy_version/mixed_groups": float(sum(w > 1 for w in widths)),
+    }
+
+
+class GCPOSteps:
+    """GCPO's steps in verl's V1 trainer: a mixin before the class verl registers for a trainer mode, whose methods
+    each call verl's own (``super()``) and add the recipe's part: the credit actors (``_setup``, ``on_train_begin``,
+    ``on_train_end``), the prefetched embedding (``_balance_batch``), the credit and the baselines' hooks
+    (``_compute_advantage``). Nothing else of verl's trainer is overridden."""
 
     # (batch keys, the background job that fetches and decodes their responses and hands them to the actors)
     _prefetched: tuple[list, Future] | None = None
@@ -113,6 +148,11 @@ class GCPOTrainer(PPOTrainerSync):
 
     def on_train_end(self):
         super().on_train_end()
+        self.release_credit()
+
+    def release_credit(self) -> None:
+        """Stop the decoding thread and the credit actors (idempotent): at verl's ``on_train_end``, and by the task
+        runner after ``fit``, which returns on its last step without calling ``on_train_end``."""
         if self._decoder is not None:
             self._decoder.shutdown(wait=True)
             self._decoder = None
@@ -177,9 +217,10 @@ class GCPOTrainer(PPOTrainerSync):
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         metrics.update(reward_timeout_metrics(batch))
+        metrics.update(policy_version_metrics(batch))
 
         def verl_step() -> KVBatchMeta:
-            return super(GCPOTrainer, self)._compute_advantage(batch, metrics)
+            return super(GCPOSteps, self)._compute_advantage(batch, metrics)
 
         for baseline, settings in self.settings.selected:  # at most one: each is selected by its estimator
             if baseline.advantage is not None:
@@ -201,8 +242,11 @@ class GCPOTrainer(PPOTrainerSync):
             if texts is None:
                 with marked_timer("gcpo_fetch_decode", timing_raw):
                     texts = self._decode_responses(batch)
-            # a new draw of Monte-Carlo permutations each step, the same one when a resumed run repeats a step
-            seed = self.gcpo.credit.seed + int(getattr(self, "global_steps", 0))
+            # a new draw of Monte-Carlo permutations each step (and mini-batch), the same one when a resumed run
+            # repeats a step
+            seed = self.gcpo.credit.seed + int(getattr(self, "global_steps", 0)) + MINI_BATCH_SEED_STRIDE * int(
+                getattr(self, "local_trigger_step", 0)
+            )
             result = self.credit_actor.compute(
                 texts,
                 reward.tolist(),
@@ -212,9 +256,13 @@ class GCPOTrainer(PPOTrainerSync):
                 seed=seed,
                 return_embeddings=self._dumping_now(),
             )
-        timing_raw["gcpo_embed"] = result.timings["embed"]
-        timing_raw["gcpo_embed_prefetch"] = result.timings.get("embed_prefetch", 0.0)
-        timing_raw["gcpo_shapley"] = result.timings["shapley"]
+        # summed over the step's mini-batches (separate_async runs this once per mini-batch), as marked_timer sums
+        for name, seconds in (
+            ("gcpo_embed", result.timings["embed"]),
+            ("gcpo_embed_prefetch", result.timings.get("embed_prefetch", 0.0)),
+            ("gcpo_shapley", result.timings["shapley"]),
+        ):
+            timing_raw[name] = timing_raw.get(name, 0.0) + seconds
         metrics.update({key: value for key, value in result.metrics.items() if key.startswith("gcpo/")})
         metrics["gcpo/mean_credit_score"] = float(result.score[valid].mean()) if valid.any() else 0.0
         if self._dumping_now():
@@ -233,8 +281,10 @@ class GCPOTrainer(PPOTrainerSync):
         return int(self.config.actor_rollout_ref.rollout.n)
 
     def _dumping_now(self) -> bool:
+        """A step the dump is due, at its first mini-batch (one file a step)."""
         every = self.gcpo.dump.every_n_steps
-        return every > 0 and int(getattr(self, "global_steps", 0)) % every == 0
+        first = int(getattr(self, "local_trigger_step", 0)) == 0
+        return every > 0 and first and int(getattr(self, "global_steps", 0)) % every == 0
 
     def _dump_credit(self, texts, reward, uids, valid, result) -> None:
         from gcpo_core.evaluation.dump import write_credit_dump
@@ -251,3 +301,26 @@ class GCPOTrainer(PPOTrainerSync):
             seed=self.gcpo.credit.seed,
         )
         logger.info("GCPO credit dump written to %s", path)
+
+
+class GCPOSyncTrainer(GCPOSteps, PPOTrainerSync):
+    """verl's sync trainer with GCPO's steps."""
+
+
+class GCPOColocateAsyncTrainer(GCPOSteps, PPOTrainerColocateAsync):
+    """verl's colocate_async trainer with GCPO's steps: rollout and training on the same GPUs, the next batches'
+    generation overlapping the step, partial rollouts resumed after each weight update."""
+
+
+class GCPOSeparateAsyncTrainer(GCPOSteps, PPOTrainerSeparateAsync):
+    """verl's separate_async trainer with GCPO's steps: a rollout pool of its own, weights sent over a checkpoint
+    engine, the step's hooks run once per mini-batch (``trainer.v1.separate_async.parameter_sync_step``)."""
+
+
+# verl's trainer mode -> the recipe's trainer for it (a test holds its keys to verl's TRAINER_REGISTRY)
+GCPO_TRAINERS: dict[str, type] = {
+    "sync": GCPOSyncTrainer,
+    "colocate_async": GCPOColocateAsyncTrainer,
+    "separate_async": GCPOSeparateAsyncTrainer,
+}
+GCPOTrainer = GCPOSyncTrainer  # the sync mode's, verl's default

@@ -5,8 +5,8 @@ The command line is composed with Hydra's compose API and checked before Ray or 
 (:mod:`verl_preflight`, with the recipe's rules: :data:`recipe.gcpo.checks.RECIPE`); a refusal is one line,
 ``error: <message>``, exit status 2, and nothing is written (``HYDRA_FULL_ERROR=1`` adds the traceback). An accepted
 run says what will run (:mod:`recipe.gcpo.run_summary`), leaves Hydra's record (``.hydra/``) in ``hydra.run.dir``
-and runs verl's ``run_ppo`` with :class:`GCPOTaskRunner`, which builds the recipe's trainer in verl's ``sync`` trainer
-mode (verl's own trainer in its other modes; the GCPO estimators are refused there). ``GCPO_DRY_RUN=1`` stops after
+and runs verl's ``run_ppo`` with :class:`GCPOTaskRunner`, which builds the recipe's trainer for verl's trainer mode
+(``trainer.v1.trainer_mode``: verl's registered class with GCPO's steps). ``GCPO_DRY_RUN=1`` stops after
 the checks, printing the composed config (the launchers' ``--dry-run``); ``--cfg job`` prints the composition alone.
 """
 
@@ -27,7 +27,6 @@ from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
 from recipe.gcpo.checks import CONFIG_DIR, RECIPE
 from recipe.gcpo.run_summary import print_dry_run, print_startup
-from recipe.gcpo.settings import SYNC_TRAINER_MODE
 from verl_preflight.front_door import Composition, Request, run, write_record
 
 PROGRAM = "recipe.gcpo.main_gcpo"
@@ -74,16 +73,12 @@ def cli(argv: Optional[Sequence[str]] = None) -> None:
 
 
 def trainer_class(mode: str):
-    """The trainer the recipe runs in verl's trainer mode ``mode``: GCPOTrainer for ``sync``, verl's own else."""
-    from verl.trainer.ppo.v1 import get_trainer_cls
+    """The trainer the recipe runs in verl's trainer mode ``mode``: verl's registered class with GCPO's steps."""
+    # imported where the trainer is built (the task runner), not in the driver: the dry run never builds one, and the
+    # trainer pulls in TransferQueue and verl's trainer stack
+    from recipe.gcpo.gcpo_trainer import GCPO_TRAINERS
 
-    if mode == SYNC_TRAINER_MODE:
-        # imported where the trainer is built (the task runner), not in the driver: the dry run never builds one,
-        # and the trainer pulls in TransferQueue and verl's trainer stack
-        from recipe.gcpo.gcpo_trainer import GCPOTrainer
-
-        return GCPOTrainer
-    return get_trainer_cls(mode)
+    return GCPO_TRAINERS[mode]
 
 
 class GCPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
@@ -119,11 +114,20 @@ class GCPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
         finally:
             try:
                 stop_dataloader_workers(getattr(self, "trainer", None))
+                release_credit(getattr(self, "trainer", None))
                 tracking = getattr(self.trainer, "logger", None)
                 if tracking is not None:
                     tracking.finish(exit_code=0 if succeeded else 1)
             finally:
                 tq.close()
+
+
+def release_credit(trainer) -> None:
+    """Stop the credit actors and their decoding thread once training is over: verl's ``fit`` returns on its last
+    step without calling ``on_train_end``, where the trainer releases them itself."""
+    release = getattr(trainer, "release_credit", None)
+    if release is not None:
+        release()
 
 
 def stop_dataloader_workers(trainer) -> None:

@@ -4,9 +4,9 @@ under any other trainer.
 Registers ``gcpo``, ``dqo``, ``dra_grpo`` (recipe.gcpo.estimator), ``diver`` (recipe.gcpo.baselines.diver), ``copo``
 (recipe.gcpo.baselines.copo) and ``mc_grpo`` (recipe.gcpo.baselines.mc_grpo) in verl's estimator registry. It
 registers no trainer mode: the GCPO trainer is built by the recipe's entry point, ``python -m recipe.gcpo.main_gcpo``,
-for verl's own ``trainer.v1.trainer_mode=sync``. Which settings need that trainer, and the message, are
-:meth:`recipe.gcpo.settings.RecipeSettings.trainer_need` and :func:`recipe.gcpo.settings.recipe_trainer_message`,
-which the entry point's pre-flight uses too.
+for each of verl's own trainer modes (``recipe.gcpo.gcpo_trainer.GCPO_TRAINERS``). Which settings need that trainer,
+and the message, are :meth:`recipe.gcpo.settings.RecipeSettings.trainer_need` and
+:func:`recipe.gcpo.settings.recipe_trainer_message`.
 
 Under verl's stock entry point (``VERL_USE_EXTERNAL_MODULES=recipe.gcpo.register python -m verl.trainer.main_ppo
 --config-path <checkout>/recipe/gcpo/config --config-name gcpo_trainer ...``: verl imports the module in every
@@ -29,7 +29,7 @@ import functools
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 import recipe.gcpo.estimator  # noqa: F401  (registers "gcpo", "dqo" and "dra_grpo")
-from recipe.gcpo.gcpo_trainer import GCPOTrainer
+from recipe.gcpo.gcpo_trainer import GCPOSteps
 from recipe.gcpo.settings import (
     RecipeSettings,  # its baselines register "diver", "copo" and "mc_grpo"
     recipe_trainer_message,
@@ -44,7 +44,7 @@ def install_startup_check() -> None:
 
     @functools.wraps(original)
     def checked_init(self, config, *args, **kwargs):
-        if not isinstance(self, GCPOTrainer):  # which parses the settings itself
+        if not isinstance(self, GCPOSteps):  # the recipe's trainers parse the settings themselves
             # parsed once in this process: verl's estimators then read these settings each step
             need = RecipeSettings.parse(config).trainer_need()
             if need is not None:

@@ -114,7 +114,24 @@ def startup_lines(config: DictConfig, settings: Any = None) -> list[str]:
         f"device(s); {data.train_batch_size} prompts x {n} rollouts a step, responses up to "
         f"{data.max_response_length} tokens; {length}; {saves}"
     )
-    return [estimator, describe_reward(config), scale]
+    return [estimator, describe_reward(config), scale, mode_line(config)]
+
+
+def mode_line(config: DictConfig) -> str:
+    """verl's trainer mode, and where the rollouts come from in it (docs/training.md#trainer-modes)."""
+    mode, v1, rollout = config.trainer.v1.trainer_mode, config.trainer.v1, config.actor_rollout_ref.rollout
+    if mode == "sync":
+        return "trainer mode: sync (verl's default): each step generates its own batch, then trains on it"
+    if mode == "colocate_async":
+        return (
+            f"trainer mode: colocate_async: {v1.colocate_async.num_warmup_batches} batch(es) generated ahead on the "
+            "same GPUs, partial rollouts resumed after each weight update"
+        )
+    return (
+        f"trainer mode: separate_async: a rollout pool of {rollout.nnodes} node(s) x {rollout.n_gpus_per_node} "
+        f"device(s) beside the trainer's, weights over {rollout.checkpoint_engine.backend}, "
+        f"{v1.separate_async.parameter_sync_step} mini-batch(es) a step"
+    )
 
 
 PROTOCOL_DIR = Path(__file__).resolve().parent / "config" / "protocol"
@@ -157,6 +174,8 @@ def memory_lines(settings: Any, config: DictConfig, gpu_gib: Optional[float] = N
         return [line + "; this machine has no GPU to compare it with"]
     share = memory.total_gib / gpu_gib
     vllm = float(OmegaConf.select(config, "actor_rollout_ref.rollout.gpu_memory_utilization") or 0.0)
+    if config.trainer.v1.trainer_mode == "separate_async" and not config.actor_rollout_ref.get("hybrid_engine", True):
+        vllm = 0.0  # every vLLM on the rollout pool's GPUs: the trainer's hold the FSDP actor and the credit actors
     line += f"; {100 * share:.1f} % of this {gpu_name or 'GPU'} ({gpu_gib:.0f} GiB) beside vLLM's {vllm:g}"
     lines = [line]
     if vllm + share > GPU_SHARE_LIMIT:

@@ -26,9 +26,6 @@ from recipe.gcpo.credit_shards import SHARDS
 from verl_preflight.errors import ConfigError, check_known, plain
 
 GCPO_ESTIMATOR = "gcpo"
-# verl's trainer mode the GCPO trainer runs in: the recipe's entry point builds GCPOTrainer (verl's
-# PPOTrainerSync plus the credit actor) for it, so every mode-dependent branch of verl's trainer is the sync one
-SYNC_TRAINER_MODE = "sync"
 # Estimators that need the responses' embeddings, hence the GCPO trainer and its credit actor; each fixes some
 # algorithm.gcpo.credit keys (the rest stay configurable, e.g. DQO's alpha is credit.mix_coef).
 EMBEDDING_ESTIMATORS: dict[str, dict] = {
@@ -221,21 +218,15 @@ def estimator_need(estimator: str) -> TrainerNeed:
     )
 
 
-def recipe_trainer_problem(need: TrainerNeed, found: str) -> str:
-    """What is wrong with a setting run without the GCPO trainer (``found``: what runs instead), the setting itself
-    not named: the start-up check names its key (:class:`ConfigError`), :func:`recipe_trainer_message` the whole
-    setting."""
-    return (
-        f"needs the GCPO trainer, which {need.does}: launch with `python -m recipe.gcpo.main_gcpo` (or a launcher "
-        f"in scripts/), which runs the recipe's trainer as verl's V1 sync trainer (trainer.use_v1=true, "
-        f"trainer.v1.trainer_mode={SYNC_TRAINER_MODE}: verl's defaults){need.instead} (found: {found})."
-    )
-
-
 def recipe_trainer_message(need: TrainerNeed, found: str) -> str:
-    """The one message for a setting run without the GCPO trainer, found after start-up (by the estimator or the
-    trainer)."""
-    return f"{need.setting} {recipe_trainer_problem(need, found)}"
+    """The one message for a setting run without the GCPO trainer (``found``: what runs instead), found where verl's
+    own entry point builds its trainer (recipe/gcpo/register.py) or by the estimator."""
+    return (
+        f"{need.setting} needs the GCPO trainer, which {need.does}: launch with `python -m recipe.gcpo.main_gcpo` (or "
+        "a launcher in scripts/), which runs the recipe's trainer in each of verl's V1 trainer modes "
+        f"(trainer.use_v1=true, trainer.v1.trainer_mode: sync, colocate_async, separate_async){need.instead} (found: "
+        f"{found})."
+    )
 
 
 # ---- start-up rules every estimator or loss of its kind shares (recipe.gcpo.checks, the baselines' checks)

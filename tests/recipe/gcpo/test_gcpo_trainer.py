@@ -22,7 +22,7 @@ from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.grouping import layout_groups
 from gcpo_core.encoding.pipeline import credit_rollouts
 from recipe.gcpo.credit_actor import CreditActor, CreditActorTimeout
-from recipe.gcpo.gcpo_trainer import GCPOTrainer
+from recipe.gcpo.gcpo_trainer import GCPO_TRAINERS, GCPOTrainer, policy_version_metrics
 from recipe.gcpo.settings import CreditActorOptions
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.special_e2e.smoke import checks
@@ -73,9 +73,10 @@ def _rollouts():
     return out
 
 
-def _put_batch(tokenizer, step_seed=0, timed_out=None, retried=frozenset()):
+def _put_batch(tokenizer, step_seed=0, timed_out=None, retried=frozenset(), versions=None):
     """``timed_out``: rows whose reward function reported ``timeout`` (set: every row reports the key, as the
-    recipe's reward does; None: no row carries reward extra info); ``retried``: rows graded on the second try."""
+    recipe's reward does; None: no row carries reward extra info); ``retried``: rows graded on the second try;
+    ``versions``: row -> (min, max) policy version, as verl's asynchronous rollout tags a row (default 0, 0)."""
     rng = np.random.default_rng(step_seed)
     keys, fields, tags = [], [], []
     for row, (uid, session, text, reward) in enumerate(_rollouts()):
@@ -108,8 +109,17 @@ def _put_batch(tokenizer, step_seed=0, timed_out=None, retried=frozenset()):
         key = f"{uid}-{step_seed}"
         keys.append(f"{key}_{session}_0")
         fields[-1]["uid"] = key
+        low, high = (versions or {}).get(row, (0, 0))
         tags.append(
-            {"status": "success", "prompt_len": 3, "response_len": length, "seq_len": 3 + length, "global_steps": 1}
+            {
+                "status": "success",
+                "prompt_len": 3,
+                "response_len": length,
+                "seq_len": 3 + length,
+                "global_steps": 1,
+                "min_global_steps": low,
+                "max_global_steps": high,
+            }
         )
     meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
     batch = KVBatchMeta(partition_id="train", keys=meta.keys, tags=meta.tags)
@@ -125,7 +135,7 @@ def _trainer(cls, config, tokenizer, credit_actor=None, global_steps=3):
     trainer.tokenizer = tokenizer
     trainer.global_steps = global_steps
     trainer.timing_raw = {}
-    if isinstance(trainer, GCPOTrainer):
+    if hasattr(trainer, "credit_actor"):
         trainer.credit_actor = credit_actor
     return trainer
 
@@ -188,6 +198,88 @@ def test_gcpo_advantages_from_transfer_queue_with_padding_and_an_incomplete_grou
     # the balance of the two signals reaches verl's tracker with the step's metrics
     assert metrics["gcpo/all_correct_adv_abs"] > 0 and metrics["gcpo/mixed_adv_abs"] > 0
     assert "gcpo/reward/timeout_frac" not in metrics  # no reward extra info in this batch
+
+
+# what verl's asynchronous trainers need of a config to be built (separate_async: a rollout pool, a checkpoint
+# engine that can send weights, a step of parameter_sync_step mini-batches)
+MODE_OVERRIDES = {
+    "sync": [],
+    "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
+    "separate_async": [
+        "trainer.v1.trainer_mode=separate_async",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+        "data.train_batch_size=16",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    ],
+}
+
+
+@pytest.mark.parametrize("mode", list(MODE_OVERRIDES))
+def test_each_modes_trainer_computes_the_same_gcpo_advantages_and_says_how_many_versions_a_group_spans(
+    mode, local_tq, tiny_tokenizer, credit_actor, minilm
+):
+    """Built by each mode's real constructor, the advantage step is the same; a group whose rollouts were generated
+    across weight versions (a partial rollout resumed after an update) is credited on its final texts, and the step
+    says how far apart its versions are (padding rows left out)."""
+    config = compose_gcpo(BASE_OVERRIDES + MODE_OVERRIDES[mode])
+    versions = {0: (2, 2), 1: (2, 3), 2: (3, 3), 3: (3, 3)} if mode != "sync" else None  # sprints: 2 versions
+    batch = _put_batch(tiny_tokenizer, step_seed=40, versions=versions)
+    trainer = _trainer(GCPO_TRAINERS[mode], config, tiny_tokenizer, credit_actor)
+    metrics = {}
+    trainer._compute_advantage(batch, metrics)
+    expected, valid = _expected(tiny_tokenizer, batch, minilm, CreditConfig())
+    np.testing.assert_allclose(_row_advantages(batch), expected, atol=1e-5)
+    spans = (2.0, 4 / 3, 1.0) if mode != "sync" else (1.0, 1.0, 0.0)
+    assert metrics["gcpo/policy_version/group_span_max"] == spans[0]
+    assert metrics["gcpo/policy_version/group_span_mean"] == pytest.approx(spans[1])
+    assert metrics["gcpo/policy_version/mixed_groups"] == spans[2]
+    assert metrics["gcpo/incomplete_groups"] == 1.0  # sheep's missing rollout, as in sync
+
+
+def test_the_version_spread_leaves_out_padding_and_injected_references():
+    tags = [
+        {"min_global_steps": 1, "max_global_steps": 1},
+        {"min_global_steps": 4, "max_global_steps": 4, "group_contrastive_reference": True},  # no policy made it
+        {"min_global_steps": 1, "max_global_steps": 2},
+        {"min_global_steps": 0, "max_global_steps": 9, "is_padding": True},
+    ]
+    batch = KVBatchMeta(partition_id="train", keys=["a_0_0", "a_1_0", "b_0_0", "pad_0_0"], tags=tags)
+    assert policy_version_metrics(batch) == {
+        "gcpo/policy_version/group_span_max": 2.0,
+        "gcpo/policy_version/group_span_mean": 1.5,
+        "gcpo/policy_version/mixed_groups": 1.0,
+    }
+    assert policy_version_metrics(KVBatchMeta(partition_id="train", keys=[], tags=[])) == {}
+
+
+def test_a_steps_mini_batches_each_get_their_own_permutations_timings_summed_and_one_dump(
+    local_tq, tiny_tokenizer, tmp_path
+):
+    """separate_async runs the advantage step once per mini-batch of a step (verl's local_trigger_step): each its
+    own Monte-Carlo draw (the first's is the other modes'), the step's gcpo timings summed, the dump written once."""
+    config = compose_gcpo(
+        BASE_OVERRIDES
+        + MODE_OVERRIDES["separate_async"]
+        + ["algorithm.gcpo.dump.every_n_steps=1", f"algorithm.gcpo.dump.directory={tmp_path}"]
+    )
+    trainer = _trainer(GCPO_TRAINERS["separate_async"], config, tiny_tokenizer, None, global_steps=7)
+    actor = trainer.credit_actor = trainer._create_credit_actor()
+    seeds, compute = [], actor.compute
+    actor.compute = lambda *a, **k: (seeds.append(k["seed"]), compute(*a, **k))[1]
+    try:
+        embeds = []
+        for mini_batch in (0, 1):
+            trainer.local_trigger_step = mini_batch
+            trainer._compute_advantage(_put_batch(tiny_tokenizer, step_seed=50 + mini_batch), {})
+            embeds.append(trainer.timing_raw["gcpo_embed"])
+    finally:
+        trainer.release_credit()
+        trainer.release_credit()  # idempotent: the task runner calls it again after fit
+    assert seeds == [7, 7 + 1_000_003] and trainer.credit_actor is None
+    assert embeds[1] > embeds[0] > 0  # the second mini-batch's time added to the first's
+    assert [p.name for p in tmp_path.iterdir()] == ["credit_step000007.jsonl"]
 
 
 @pytest.mark.parametrize("estimator", ["gcpo", "grpo"])

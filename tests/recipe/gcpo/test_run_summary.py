@@ -25,7 +25,8 @@ def test_the_reward_line_names_the_recipes_default_and_the_shaping():
 
 def test_startup_says_what_will_run():
     config = compose_gcpo(BASE + ["algorithm.gcpo.credit.method=mc"])
-    estimator, reward, scale = run_summary.startup_lines(config, gcpo_settings(config))
+    estimator, reward, scale, mode = run_summary.startup_lines(config, gcpo_settings(config))
+    assert mode.startswith("trainer mode: sync")
     assert estimator.startswith("estimator: algorithm.adv_estimator=gcpo: Shapley credit")
     assert "method mc" in estimator and "encoder sentence-transformers/all-MiniLM-L6-v2" in estimator
     assert reward.startswith("reward: ")

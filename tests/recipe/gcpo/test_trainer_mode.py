@@ -1,10 +1,11 @@
-"""The GCPO trainer is verl's sync trainer in every branch that depends on the trainer mode.
+"""The GCPO trainer is verl's own trainer of each mode (sync, colocate_async, separate_async) in every branch that
+depends on the trainer mode.
 
 verl 0.9.1's V1 trainer reads ``trainer.v1.trainer_mode`` in its constructor (replay buffer class and
 arguments), its dataloader (``data.gen_batch_size``), its rollout submission (what TransferQueue keeps), its
 checkpoints (a TransferQueue checkpoint in the async modes) and its resume. Each test builds the trainer with
-its real constructor from a launcher's composed config and runs verl's own method next to stock
-``PPOTrainerSync``; what only GPUs can build (the actor's worker group, the rollout) is replaced by a recorder.
+its real constructor from a launcher's composed config in each mode and runs verl's own method next to verl's stock
+class of that mode; what only GPUs can build (the actor's worker group, the rollout) is replaced by a recorder.
 """
 
 import ast
@@ -22,31 +23,59 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import PreTrainedTokenizerFast
 from verl.trainer.main_ppo import TaskRunnerV1
 from verl.trainer.ppo.v1 import trainer_base
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
-from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer, get_trainer_cls
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
-from recipe.gcpo.gcpo_trainer import GCPOTrainer
-from recipe.gcpo.main_gcpo import GCPOTaskRunner
+from recipe.gcpo.gcpo_trainer import GCPO_TRAINERS, GCPOSteps, GCPOTrainer
+from recipe.gcpo.main_gcpo import GCPOTaskRunner, trainer_class
 from tests.recipe.gcpo.conftest import compose_gcpo
 from tests.scripts.launch import launcher_overrides
 
 SYNC_LAUNCHERS = ["run_qwen3_4b_gcpo.sh", "run_qwen3_4b_grpo.sh", "run_qwen3_4b_dapo.sh"]
+MODES = ["sync", "colocate_async", "separate_async"]
 
 
 @pytest.fixture
-def stock_sync(monkeypatch):
-    """Build verl's PPOTrainerSync with verl's own constructor: recipe.gcpo.register (if a test imported it)
-    wraps that constructor to refuse the GCPO estimators under a stock trainer, which is exactly what these
-    comparisons build, so the wrapper is taken off."""
+def stock(monkeypatch):
+    """verl's own trainer class of a mode, built with verl's own constructor: recipe.gcpo.register (if a test
+    imported it) wraps that constructor to refuse the GCPO estimators under a stock trainer, which is exactly what
+    these comparisons build, so the wrapper is taken off."""
     monkeypatch.setattr(PPOTrainer, "__init__", getattr(PPOTrainer.__init__, "__wrapped__", PPOTrainer.__init__))
-    return PPOTrainerSync
+    return get_trainer_cls
 
 
-def _launcher_config(script, **env):
-    return compose_gcpo(launcher_overrides(script, env=env))
+@pytest.fixture
+def stock_sync(stock):
+    return stock("sync")
+
+
+def _launcher_config(script, mode="sync", **env):
+    """A launcher's config in a trainer mode, as TRAINER_MODE gives it (verl's asynchronous examples' settings)."""
+    return compose_gcpo(launcher_overrides(script, env={"TRAINER_MODE": mode, **env}))
+
+
+def test_the_recipe_has_a_trainer_for_every_mode_verl_registers_each_verls_class_with_gcpos_steps():
+    assert set(GCPO_TRAINERS) == set(trainer_base.TRAINER_REGISTRY)
+    for mode, cls in GCPO_TRAINERS.items():
+        assert cls.__mro__[1:3] == (GCPOSteps, get_trainer_cls(mode)) and trainer_class(mode) is cls
+        assert trainer_base.TRAINER_REGISTRY[mode] is not cls  # verl's registry is verl's
+    assert GCPOTrainer is GCPO_TRAINERS["sync"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_each_modes_trainer_is_verls_in_its_constructor_replay_buffer_and_mode(mode, stock, monkeypatch):
+    """Through the real constructors: the same replay buffer (class and arguments), mode and mini-batch cadence as
+    verl's own class of the mode; only GCPO's settings and credit actor slot are added."""
+    config = _launcher_config("run_qwen3_4b_gcpo.sh", mode)
+    ours = _replay_buffer_construction(GCPO_TRAINERS[mode], config, monkeypatch)
+    theirs = _replay_buffer_construction(stock(mode), _launcher_config("run_qwen3_4b_gcpo.sh", mode), monkeypatch)
+    assert ours == theirs
+    assert ours[0] is (ReplayBuffer if mode == "sync" else ReplayBufferAsync)
+    trainer = GCPO_TRAINERS[mode](config)
+    assert trainer.trainer_mode == mode and trainer.gcpo is not None and trainer.credit_actor is None
+    assert trainer.parameter_sync_step == (4 if mode == "separate_async" else 1)  # 256 prompts / mini-batches of 64
 
 
 def _replay_buffer_construction(trainer_cls, config, monkeypatch):
@@ -159,10 +188,10 @@ def _dataloader():
     return loader
 
 
-def _a_step_with_a_checkpoint_and_a_resume(trainer_cls, ckpt_dir, monkeypatch):
+def _a_step_with_a_checkpoint_and_a_resume(trainer_cls, ckpt_dir, monkeypatch, mode="sync"):
     """Submit a batch of prompts, save a checkpoint at step 50, then resume a new trainer from it."""
     tq_calls = _record_transfer_queue(monkeypatch)
-    config = _launcher_config("run_qwen3_4b_gcpo.sh", CKPT_DIR=str(ckpt_dir))
+    config = _launcher_config("run_qwen3_4b_gcpo.sh", mode, CKPT_DIR=str(ckpt_dir))
     trainer = trainer_cls(config)
     trainer.global_steps = 50
     trainer.agent_loop_manager = _AgentLoop()
@@ -192,18 +221,34 @@ def _a_step_with_a_checkpoint_and_a_resume(trainer_cls, ckpt_dir, monkeypatch):
     }
 
 
-def test_checkpoints_and_resume_are_verls_sync_ones(tmp_path, stock_sync, monkeypatch):
-    ours = _a_step_with_a_checkpoint_and_a_resume(GCPOTrainer, tmp_path / "ours", monkeypatch)
-    stock = _a_step_with_a_checkpoint_and_a_resume(stock_sync, tmp_path / "stock", monkeypatch)
-    assert ours == stock
-    # sync mode: prompts are registered as tags only, no TransferQueue checkpoint is written or read
-    assert ours["transfer_queue"] == [("kv_batch_put", ["keys", "partition_id", "tags"])]
-    assert not any("transfer_queue" in path for path in ours["files"])
-    assert ours["resumed_step"] == 50 and ours["reissued"] == 0 and ours["dataloader"]
+@pytest.mark.parametrize("mode", MODES)
+def test_checkpoints_and_resume_are_verls_own_in_each_mode(mode, tmp_path, stock, monkeypatch):
+    ours = _a_step_with_a_checkpoint_and_a_resume(GCPO_TRAINERS[mode], tmp_path / "ours", monkeypatch, mode)
+    theirs = _a_step_with_a_checkpoint_and_a_resume(stock(mode), tmp_path / "stock", monkeypatch, mode)
+    assert ours == theirs
+    assert ours["resumed_step"] == 50 and ours["dataloader"]
+    if mode == "sync":  # prompts are registered as tags only, no TransferQueue checkpoint is written or read
+        assert ours["transfer_queue"] == [("kv_batch_put", ["keys", "partition_id", "tags"])]
+        assert not any("transfer_queue" in path for path in ours["files"]) and ours["reissued"] == 0
+    else:  # the asynchronous modes keep their prompts and rollouts in TransferQueue's own checkpoint
+        assert [call[0] for call in ours["transfer_queue"]].count("save_checkpoint") == 1
 
 
 class _Started(Exception):
     """Raised where the trainer would start its workers on GPUs."""
+
+
+ASYNC = {
+    "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
+    "separate_async": [
+        "trainer.v1.trainer_mode=separate_async",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+        "data.train_batch_size=16",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    ],
+}
 
 
 @pytest.mark.parametrize(
@@ -211,10 +256,11 @@ class _Started(Exception):
     [
         (["actor_rollout_ref.rollout.n=4"], GCPOTrainer),
         (["algorithm.adv_estimator=grpo"], GCPOTrainer),
-        (["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=colocate_async"], PPOTrainerColocateAsync),
+        *[(["actor_rollout_ref.rollout.n=4", *o], GCPO_TRAINERS[m]) for m, o in ASYNC.items()],
+        *[(["algorithm.adv_estimator=grpo", *o], GCPO_TRAINERS[m]) for m, o in ASYNC.items()],
     ],
 )
-def test_the_task_runner_builds_the_gcpo_trainer_in_verls_sync_mode(overrides, trainer_cls, monkeypatch):
+def test_the_task_runner_builds_the_gcpo_trainer_of_verls_mode(overrides, trainer_cls, monkeypatch):
     built = []
 
     def start(self):
@@ -236,7 +282,7 @@ def test_the_task_runner_builds_the_gcpo_trainer_in_verls_sync_mode(overrides, t
 def test_the_recipe_registers_no_trainer_mode_of_its_own():
     import recipe.gcpo.register  # noqa: F401
 
-    assert set(trainer_base.TRAINER_REGISTRY) == {"sync", "colocate_async", "separate_async"}
+    assert set(trainer_base.TRAINER_REGISTRY) == set(MODES)
     assert trainer_base.TRAINER_REGISTRY["sync"] is PPOTrainerSync
 
 
@@ -270,12 +316,13 @@ def _run_statements(method, skipped_imports, added_calls=()):
 def test_the_task_runner_is_verls_but_for_the_trainer_class():
     """GCPOTaskRunner.run mirrors verl 0.9.1's TaskRunnerV1.run, choosing the trainer class where verl looks it
     up by mode: this fails when either side changes, so that the mirror is redone."""
-    # the one addition: the training data loader's workers are stopped once training is over (verl keeps them
-    # alive in trainer.train_dataloader_it, and Ray's shutdown killed them with a traceback after a good run)
+    # the additions: the training data loader's workers are stopped once training is over (verl keeps them alive in
+    # trainer.train_dataloader_it, and Ray's shutdown killed them with a traceback after a good run), and the credit
+    # actors released (verl's fit returns on its last step without on_train_end)
     ours = _run_statements(
         GCPOTaskRunner.run,
         {"from verl.utils.logging_utils import configure_verl_logging", "import recipe.gcpo.register"},
-        added_calls={"stop_dataloader_workers"},
+        added_calls={"stop_dataloader_workers", "release_credit"},
     )
     verls = _run_statements(TaskRunnerV1.__ray_actor_class__.run, {"from verl.trainer.ppo.v1 import get_trainer_cls"})
     assert ours == verls
