@@ -4,12 +4,15 @@
 # CPU, in minutes. Run it before a cluster to prove an installation; CI runs it on every change.
 #
 # Usage: bash scripts/smoke_cpu.sh [--compare] [--steps N] [--estimator gcpo|grpo] [--dry-run] [--no-resume]
+#                                  [--trainer-mode sync|colocate_async]
 #                                  [--kill-credit-actor-after S] [--kill-reward-worker-after S] [key=value ...]
 #        bash scripts/smoke_cpu.sh --launcher run_qwen3_4b_gcpo.sh [--steps N] [key=value ...]
 #        bash scripts/smoke_cpu.sh --container [any of the above]
 #   (first form)   the smoke (python -m tests.special_e2e.smoke run) on the CPU: tiny policy, three prompts x 8
 #                  rollouts, STEPS steps, a checkpoint, one resumed step, the checks; --compare runs GCPO then
-#                  GRPO and prints the ratio; --no-resume: the first run only (no checkpoint, no resumed run)
+#                  GRPO and prints the ratio; --no-resume: the first run only (no checkpoint, no resumed run);
+#                  --trainer-mode colocate_async: verl's asynchronous mode on the same devices (one batch generated
+#                  ahead, partial rollouts resumed after each weight update; separate_async needs two GPUs)
 #   --launcher L   one of scripts/run_*.sh with its own config (reward manager, overlong buffer, validation sets,
 #                  dynamic batch sizes, data loader) but the tiny policy, small sizes and the CPU settings as
 #                  overrides, on 30 prompts of the real data, for STEPS steps (default 2) with validation before

@@ -50,6 +50,20 @@ KILL_AFTER_S = 30.0
 TEE_JOIN_S = 30.0
 ADDRESS_IN_USE = ("EADDRINUSE", "Address already in use")
 ESTIMATORS = ("gcpo", "grpo")
+# verl's V1 trainer modes the smoke runs, with the settings of verl's own asynchronous examples
+TRAINER_MODES = {
+    "sync": (),
+    "colocate_async": ("trainer.v1.trainer_mode=colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1"),
+}
+# why the smoke cannot run separate_async: verl 0.9.1 sends weights to a rollout pool of its own over nccl, nixl or
+# mooncake (CUDA or RDMA); its naive engine only feeds a rollout colocated with the actor
+SEPARATE_ASYNC = (
+    "--trainer-mode separate_async needs two GPUs (a rollout pool of its own beside the trainer's) and a checkpoint "
+    "engine that sends weights between them (nccl, nixl, mooncake: CUDA or RDMA); verl 0.9.1 has none for a CPU or a "
+    "single device: the run stops as the actor starts (verl/workers/engine_workers.py, CheckpointEngineRegistry.new: "
+    "'Checkpoint engine nccl not registered'). Its checks run without it (tests/recipe/gcpo/test_trainer_mode.py); "
+    "the run is the GPU record's (issue 67)"
+)
 # flash-attn 2's compiled kernels (flash-attn-4 installs a flash_attn package too, without them)
 FLASH_ATTN_PROBE = "import importlib.util, sys; sys.exit(importlib.util.find_spec('flash_attn_2_cuda') is None)"
 ATTENTION_OVERRIDES = {
@@ -105,6 +119,7 @@ STARTUP_OVERRIDES = (
 VALUE_NEEDED = {
     "--device": "a value (gpu or cpu)",
     "--estimator": "a value (gcpo or grpo)",
+    "--trainer-mode": "a value (sync or colocate_async)",
     "--steps": "a value",
     "--kill-credit-actor-after": "a step",
     "--kill-reward-worker-after": "a step",
@@ -196,6 +211,7 @@ class Options:
     shape: str = "tiny"
     # the shape's checkpoint and resumed run; --no-resume: the first run only
     resume: bool = True
+    trainer_mode: str = "sync"
 
 
 @dataclass(frozen=True)
@@ -285,6 +301,12 @@ def _parser() -> argparse.ArgumentParser:
         help="run the GCPO smoke, then the GRPO smoke, and print their step times side by side",
     )
     parser.add_argument(
+        "--trainer-mode",
+        default="sync",
+        help="verl's V1 trainer mode: sync (default) or colocate_async (one warm-up batch generated ahead, partial "
+        "rollouts resumed after each weight update); separate_async needs two GPUs and a GPU checkpoint engine",
+    )
+    parser.add_argument(
         "--steps",
         default=None,
         help="steps of the first run (default: the shape's; tiny 2, then the resumed run adds one; the Qwen3 "
@@ -356,6 +378,12 @@ def _validated(ns: argparse.Namespace, overrides: tuple[str, ...]) -> Options:
     if credit is not None and estimators != ("gcpo",):
         raise UsageError("--kill-credit-actor-after needs the gcpo estimator (grpo has no credit actor)")
     launcher = _launcher(ns, credit, reward)
+    if ns.trainer_mode == "separate_async":
+        raise UsageError(SEPARATE_ASYNC)
+    if ns.trainer_mode not in TRAINER_MODES:
+        raise UsageError(f"--trainer-mode must be one of {', '.join(TRAINER_MODES)}, got '{ns.trainer_mode}'")
+    if launcher and ns.trainer_mode != "sync":
+        raise UsageError("--launcher takes the mode as the launchers do: TRAINER_MODE=<mode> in the environment")
     return Options(
         device=ns.device,
         estimators=estimators,
@@ -368,6 +396,7 @@ def _validated(ns: argparse.Namespace, overrides: tuple[str, ...]) -> Options:
         overrides=overrides,
         shape=ns.shape,
         resume=ns.resume,
+        trainer_mode=ns.trainer_mode,
     )
 
 
@@ -792,6 +821,7 @@ class Smoke:
         ]
         if estimator == "gcpo":
             args += self._dump_args(run_dir)
+        args += TRAINER_MODES[self.options.trainer_mode]
         return args + self.device_args(ray_dir) + list(self.options.overrides)
 
     def device_args(self, ray_dir: str) -> list[str]:

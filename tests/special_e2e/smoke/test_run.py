@@ -177,6 +177,13 @@ def test_options_their_defaults_and_overrides_anywhere():
             "for a launcher's dry run use the launcher itself: bash scripts/run_qwen3_4b_gcpo.sh --dry-run",
         ),
         (["--launcher", "run_qwen3_4b_gcpo.sh", "--no-resume"], "--launcher has no resumed run: leave out --no-resume"),
+        (["--trainer-mode", "async"], "--trainer-mode must be one of sync, colocate_async, got 'async'"),
+        (["--trainer-mode"], "--trainer-mode needs a value (sync or colocate_async)"),
+        (["--trainer-mode", "separate_async"], "--trainer-mode separate_async needs two GPUs"),
+        (
+            ["--launcher", "run_qwen3_4b_gcpo.sh", "--trainer-mode", "colocate_async"],
+            "--launcher takes the mode as the launchers do: TRAINER_MODE=<mode> in the environment",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(smoke, args, message):
@@ -270,6 +277,7 @@ def test_no_resume_runs_the_first_run_only_and_checks_it_as_such(smoke):
     assert result.status == 0, result.stderr
     (run,) = _trainings(result.calls)
     assert " trainer.total_training_steps=2 " in run and " trainer.save_freq=-1 " in run
+    assert "trainer_mode" not in run  # sync: verl's default
     check = result.calls[-1]
     assert "--estimator gcpo --steps 2 --groups-per-step 3 --resumed-steps 0" in check
     assert "2 steps, no checkpoint, no resume" in result.stderr
@@ -277,6 +285,19 @@ def test_no_resume_runs_the_first_run_only_and_checks_it_as_such(smoke):
     assert dry.status == 0 and "the first run (steps 1-2)\n" in dry.stdout and "resumed run" not in dry.stdout
     # the default still resumes (the test above: two runs)
     assert parse_options(["--device", "cpu"]).resume and not parse_options(["--device", "cpu", "--no-resume"]).resume
+
+
+def test_a_trainer_mode_reaches_every_run_with_verls_example_settings(smoke):
+    """--trainer-mode colocate_async: both runs (the first and the resumed one) in verl's asynchronous mode, with
+    one warm-up batch as verl's own examples have it; the command line's overrides still come last."""
+    result = smoke(
+        "--device", "cpu", "--trainer-mode", "colocate_async", "trainer.v1.colocate_async.num_warmup_batches=2"
+    )
+    assert result.status == 0, result.stderr
+    for run in _trainings(result.calls):
+        mode = run.index(" trainer.v1.trainer_mode=colocate_async ")
+        assert run.index(" trainer.v1.colocate_async.num_warmup_batches=1 ") > mode
+        assert run.rindex(" trainer.v1.colocate_async.num_warmup_batches=2") > run.index("num_warmup_batches=1")
 
 
 def test_a_qwen3_shape_runs_once_at_its_sizes_in_a_folder_of_its_own(smoke):
