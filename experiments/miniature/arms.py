@@ -19,7 +19,7 @@ number of steps; only the advantage differs:
   normalised per group as GCPO's ``group``: the family the paper says leaves winner-takes-all intact;
 * ``gcpo_blend25``, ``gcpo_blend75``: ``gcpo_group`` with ``credit.advantage=blend`` at ``credit.blend_weight`` 0.25
   and 0.75: (1 - w) * GRPO's advantage + w * the Shapley credit's, the dose that reaches all-correct groups too
-  (issue 72, pre-registered in docs/miniature/preregistration_72.md).
+  (issue 72, pre-registered in docs/miniature.md, "The dial's confirmation (issue 72)").
 
 ``DEFAULT_ARMS`` are the decisive ablation's four (issue 47); ``gcpo_batch``, ``gcpo_loo_mix4`` and the blends run
 when asked for (``--arms``; the credit-shape run's four are ``grpo,gcpo_group,gcpo_loo,gcpo_loo_mix4``, the dial
@@ -71,7 +71,8 @@ ARMS: dict[str, tuple[str, ...]] = {
 DEFAULT_ARMS: tuple[str, ...] = ("grpo", "gcpo_group", "gcpo_loo", "dqo")
 # the credit-shape run's four (issue 56; docs/miniature.md)
 CREDIT_SHAPE_ARMS: tuple[str, ...] = ("grpo", "gcpo_group", "gcpo_loo", "gcpo_loo_mix4")
-# issue 72's confirmation (docs/miniature/preregistration_72.md): the dial's four arms at 80 steps, and gcpo_loo at 40
+# issue 72's confirmation (docs/miniature.md, "The dial's confirmation (issue 72)"): these four for 80 steps, and
+# gcpo_loo for 40
 DIAL_ARMS: tuple[str, ...] = ("grpo", "gcpo_group", "gcpo_blend25", "gcpo_blend75")
 
 

@@ -484,27 +484,38 @@ def test_the_all_correct_share_comes_from_the_rollout_dumps_of_every_arm_else_fr
     assert "old" not in table and all_correct_table({"old": runs["old"]}) == ""
 
 
-def _dial_runs(effects, seeds=range(201, 210), share=0.6, seed=0, loo=(0.0, 0.0)):
-    """Runs of issue 72's five arms: each seed's gcpo_group at a random start, every dial arm its ``effects[arm] =
-    (accuracy shift, distinct shift)`` at step 80 plus noise, gcpo_loo ``loo`` against gcpo_group at step 40; every dial
-    arm's all-correct share ``share`` over its 80 steps."""
+def _dial_runs(effects, share=0.6, seed=0, loo=(0.0, 0.0), dial_seeds=range(201, 209), loo_seeds=range(201, 217)):
+    """Issue 72's runs: the dial's four arms on ``dial_seeds`` to step 80 (evaluated at 40 and 80), gcpo_group on the
+    other ``loo_seeds`` to step 40, gcpo_loo on ``loo_seeds`` to step 40. Each seed's gcpo_group is at a random start;
+    every dial arm is shifted by ``effects[arm] = (accuracy, distinct)`` at step 80, gcpo_loo by ``loo`` at step 40,
+    plus a little noise; the dial's arms' all-correct share is ``share`` at every step."""
     rng = np.random.default_rng(seed)
-    runs = {arm: {} for arm in ("grpo", "gcpo_group", "gcpo_blend25", "gcpo_blend75", "gcpo_loo")}
-    for s in seeds:
-        base = {40: (rng.uniform(0.4, 0.6), rng.uniform(3.0, 4.5)), 80: (rng.uniform(0.6, 0.8), rng.uniform(3.0, 4.5))}
-        for arm in runs:
-            shift = {40: loo if arm == "gcpo_loo" else (0.0, 0.0), 80: effects.get(arm, (0.0, 0.0))}
-            steps = (40,) if arm == "gcpo_loo" else (40, 80)
-            evals = {0: {"accuracy": 0.2, "distinct_correct": 2.0}}
-            for step in steps:
-                n = (0.0, 0.0) if arm == "gcpo_group" else (rng.normal(0, 0.01), rng.normal(0, 0.05))
-                evals[step] = {
-                    "accuracy": base[step][0] + shift[step][0] + n[0],
-                    "distinct_correct": base[step][1] + shift[step][1] + n[1],
-                }
-            last = max(steps)
-            training = {"all_correct_share": {t: share for t in range(1, last + 1)}}
-            runs[arm][s] = {"evals": evals, "warm_seed": s, "warm_start_sha256": f"sha{s}", "training": training}
+    plan = [(arm, s, (40, 80)) for s in dial_seeds for arm in ("grpo", "gcpo_group", "gcpo_blend25", "gcpo_blend75")]
+    plan += [("gcpo_group", s, (40,)) for s in loo_seeds if s not in dial_seeds]
+    plan += [("gcpo_loo", s, (40,)) for s in loo_seeds]
+    base = {
+        s: {40: (rng.uniform(0.4, 0.6), rng.uniform(3.0, 4.5)), 80: (rng.uniform(0.6, 0.8), rng.uniform(3.0, 4.5))}
+        for s in loo_seeds
+    }
+    runs = {}
+    for arm, s, steps in plan:
+        evals = {0: {"accuracy": 0.2, "distinct_correct": 2.0}}
+        for step in steps:
+            shift = (
+                loo if (arm == "gcpo_loo" and step == 40) else effects.get(arm, (0.0, 0.0)) if step == 80 else (0, 0)
+            )
+            n = (0.0, 0.0) if arm == "gcpo_group" else (rng.normal(0, 0.01), rng.normal(0, 0.05))
+            evals[step] = {
+                "accuracy": base[s][step][0] + shift[0] + n[0],
+                "distinct_correct": base[s][step][1] + shift[1] + n[1],
+            }
+        training = {"all_correct_share": {t: share for t in range(1, max(steps) + 1)}}
+        runs.setdefault(arm, {})[s] = {
+            "evals": evals,
+            "warm_seed": s,
+            "warm_start_sha256": f"sha{s}",
+            "training": training,
+        }
     return runs
 
 
@@ -514,18 +525,22 @@ def test_the_dial_analysis_on_synthetic_runs_with_known_answers():
     # the dial as the simulator predicts it: blend25 0.2 of Shapley alone's 1.0 over GRPO, blend75 0.7; LOO +0.3
     effects = {"grpo": (0.02, -1.0), "gcpo_blend25": (0.015, -0.8), "gcpo_blend75": (0.005, -0.3)}
     a = dial_analysis(_dial_runs(effects, loo=(0.0, 0.3)))
-    assert a["complete"] and a["A1"]["seeds"] == list(range(201, 210))
+    assert a["complete"] and a["in"] == a["expected"] == 56 and a["A1"]["seeds"] == list(range(201, 217))
     assert a["A1"]["t"]["mean"] == pytest.approx(0.3, abs=0.05) and "lies above Shapley alone" in a["verdict_a"]
     b1, b2, b3 = (a["B"][h] for h in ("B1", "B2", "B3"))
-    assert b1["t"]["mean"] == pytest.approx(0.8, abs=0.05) and b1["holm"]["rejected"]
-    assert b2["t"]["mean"] == pytest.approx(0.7, abs=0.05) and b3["t"]["mean"] == pytest.approx(0.5, abs=0.05)
+    assert b1["seeds"] == list(range(201, 209)) and b1["step"] == 80
+    # 8 seeds with noise of sd 0.05 an arm: each mean within 0.1 (4 standard errors)
+    assert b1["t"]["mean"] == pytest.approx(0.8, abs=0.1) and b1["holm"]["rejected"]
+    assert b2["t"]["mean"] == pytest.approx(0.7, abs=0.1) and b3["t"]["mean"] == pytest.approx(0.5, abs=0.1)
     assert all("**confirmed**" in v for v in a["verdicts_b"])
-    assert a["fractions"]["gcpo_blend25"] == pytest.approx(0.2, abs=0.05)
-    assert a["fractions"]["gcpo_blend75"] == pytest.approx(0.7, abs=0.05)
+    assert a["fractions"]["gcpo_blend25"] == pytest.approx(0.2, abs=0.1)
+    assert a["fractions"]["gcpo_blend75"] == pytest.approx(0.7, abs=0.1)
     assert a["trend"]["mean"] > 0.8 and a["dominated"].startswith("yes: 0.60")
     text = dial_tests(_dial_runs(effects, loo=(0.0, 0.3)))
-    assert "45 of 45 runs in at their steps" in text and "| A1 | gcpo_loo − gcpo_group | 40 | D_adj (5.5) | 9 |" in text
-    assert "| B2 | gcpo_blend75 − grpo | 80 | distinct_correct (among 16) | 9 |" in text
+    assert (
+        "56 of 56 runs in at their steps" in text and "| A1 | gcpo_loo − gcpo_group | 40 | D_adj (5.5) | 16 |" in text
+    )
+    assert "| B2 | gcpo_blend75 − grpo | 80 | distinct_correct (among 16) | 8 |" in text
     assert "Share of all-correct groups in training" in text and "Verdict, A1:" in text
 
     # no LOO effect, no dial effect, and all-correct groups rare: nothing confirmed, and said so
@@ -541,22 +556,20 @@ def test_the_dial_analysis_on_synthetic_runs_with_known_answers():
     assert "**rejected, the other way**" in reversed_["verdicts_b"][2]
 
 
-def test_the_dial_verdict_waits_for_every_seed_and_refuses_a_seed_of_two_warm_starts():
+def test_the_dial_verdict_waits_for_every_run_and_refuses_a_seed_of_two_warm_starts():
     from experiments.miniature.report import dial_analysis, dial_tests
 
     runs = _dial_runs({"grpo": (0.0, -1.0)})
-    del runs["gcpo_loo"][209]
+    del runs["gcpo_loo"][216]
     assert not dial_analysis(runs)["complete"] and "verdict_a" not in dial_analysis(runs)
     text = dial_tests(runs)
-    assert (
-        "44 of 45 runs in at their steps (grpo 9/9, gcpo_group 9/9, gcpo_blend25 9/9, gcpo_blend75 9/9, gcpo_loo 8/9)"
-        in text
-    )
+    assert "55 of 56 runs in at their steps" in text and "gcpo_loo to step 40 15/16" in text
+    assert "gcpo_group to step 80 8/8" in text and "gcpo_group to step 40 8/8" in text
     assert "No verdict yet" in text and "Verdict," not in text
     short = _dial_runs({})
     for seed in short["grpo"]:
         del short["grpo"][seed]["evals"][80]  # a run stopped at step 40 is not in at the dial's step
-    assert dial_analysis(short)["have"]["grpo"] == [] and "No verdict yet" in dial_tests(short)
+    assert dial_analysis(short)["have"][0] == ("grpo", [], 8) and "No verdict yet" in dial_tests(short)
     mixed = _dial_runs({})
     mixed["gcpo_loo"][203]["warm_start_sha256"] = "another"
     with pytest.raises(ValueError, match="seed 203's arms trained from different warm starts"):
@@ -576,7 +589,7 @@ def test_the_report_command_adds_the_dial_tests_and_the_all_correct_share_when_a
                 _write_rollouts(folder, step, {"a": [1.0, 1.0], "b": [1.0, -1.0] if step < 3 else [1.0, 1.0]})
     assert main(["report", "--out", str(tmp_path)]) == 0
     table = (tmp_path / "table.md").read_text()
-    assert "The dial's confirmation (issue 72, pre-registered), seeds 201-209: 0 of 45 runs in" in table
+    assert "The dial's confirmation (issue 72, pre-registered): 0 of 56 runs in" in table
     # steps 1 and 2: one of two groups all correct, step 3 both; the last 20 steps' mean (0.5 + 0.5 + 1) / 3
     assert "| arm | runs | step 1 | steps 1-3 |" in table and "| grpo | 2 | 0.50 | 0.67 |" in table
     assert "No verdict yet" in table
