@@ -8,10 +8,11 @@ update of the loss ``−mean_i A_i · log p(a_i)`` (one PPO step with ratio 1, n
 The optimiser is **SGD on the logits** (``optimizer="sgd"``; lr 3.8, calibrated once so that GRPO's accuracy at step
 40 matches the five-start reference's GRPO, 0.546), not the real run's Adam: Adam on a table of logits normalises
 each logit's step by its own gradient history, so its first step is ``lr·sign(g)`` whatever the advantage's size,
-and the credits' different weights vanish (measured: GRPO and Shapley GCPO within 0.001 in accuracy and 0.01 in
-distinct answers at step 40). The real policy's logits move through shared parameters, where an answer sampled
-often pushes the shared direction more, the rich-get-richer that SGD on logits keeps. ``optimizer="adam"`` is there
-to show the difference. The policy is a table of logits per category, so a template is only a draw of its
+and at a low learning rate the credits' different weights all but vanish early (lr 0.03, step 40: GRPO and Shapley
+GCPO within 0.001 in accuracy and 0.012 in distinct answers), though not later or at a higher rate (lr 0.03, step
+100: +0.63 distinct answers; lr 0.07, step 40: +0.29; docs/frontier.md). The real policy's logits move through shared
+parameters, where an answer sampled often pushes the shared direction more, the rich-get-richer that SGD on logits
+keeps. ``optimizer="adam"`` is there to show the difference. The policy is a table of logits per category, so a template is only a draw of its
 category (held-out templates measure the same policy).
 
 Seeds run side by side in one tensor (the optimisers are elementwise, so each seed's logits follow their own
