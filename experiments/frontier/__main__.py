@@ -17,15 +17,20 @@ from pathlib import Path
 from experiments.frontier.arms import Arm
 from experiments.frontier.frontier import markdown, matched_gap, paired, plot, summarize, within_seed_slope
 from experiments.frontier.simulate import SimSpec, simulate
-from experiments.frontier.task import TaskSpec, build_task
+from experiments.frontier.task import EMBEDDINGS, TaskSpec, build_task
 
 DOSES = (0.25, 0.5, 1.0, 2.0, 4.0, None)
 ALPHAS = (0.5, 1.0, 2.0, 4.0, 8.0)
+# credit.advantage=blend's weights (issue 72); blend-1 is shapley-pure bit for bit, run as a check of that
+BLEND_WEIGHTS = (0.1, 0.25, 0.5, 0.75, 1.0)
+# mix at lambda = 0.01: the floor a review found (docs/method.md, section 6)
+FLOOR_DOSE = 0.01
 DEFAULT_ARMS = (
     "grpo",
-    *(Arm("shapley", d).name for d in DOSES),
+    *(Arm("shapley", d).name for d in (FLOOR_DOSE, *DOSES)),
     *(Arm("loo", d).name for d in DOSES),
     *(Arm("dqo", a).name for a in ALPHAS),
+    *(Arm("blend", w).name for w in BLEND_WEIGHTS),
 )
 TINY_ARMS = ("grpo", "shapley-1", "shapley-pure", "loo-1", "loo-pure", "dqo-2")
 # the real path's known result: gcpo_group - grpo on the five-start reference (docs/miniature.md), G = 8, step 40
@@ -71,7 +76,7 @@ def analyse(runs: dict[int, dict[str, dict]], horizons) -> dict:
             shapes = {r["shape"] for r in by_arm.values()}
             gaps = [
                 gap
-                for a, b in (("shapley", "loo"), ("shapley", "dqo"), ("loo", "dqo"))
+                for a, b in (("shapley", "loo"), ("shapley", "dqo"), ("loo", "dqo"), ("blend", "shapley"))
                 if a in shapes and b in shapes
                 for gap in [matched_gap(by_arm, a, b, step)]
                 if gap is not None
@@ -85,6 +90,9 @@ def analyse(runs: dict[int, dict[str, dict]], horizons) -> dict:
                     ("dqo-2", "grpo"),
                     ("shapley-pure", "dqo-2"),
                     ("shapley-1", "loo-1"),
+                    (Arm("shapley", FLOOR_DOSE).name, "grpo"),
+                    *((Arm("blend", w).name, "grpo") for w in BLEND_WEIGHTS),
+                    *(("shapley-pure", Arm("blend", w).name) for w in BLEND_WEIGHTS),
                 )
                 if a in by_arm and b in by_arm
             ]
@@ -112,6 +120,12 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=SimSpec.lr)
     parser.add_argument("--optimizer", default=SimSpec.optimizer, choices=("adam", "sgd"))
     parser.add_argument("--start-jitter", type=float, default=SimSpec.start_jitter)
+    parser.add_argument(
+        "--embedding",
+        default=TaskSpec.embedding,
+        choices=EMBEDDINGS,
+        help="the answers' embeddings: the stand-in (default) or all-MiniLM-L6-v2's (the miniature's encoder)",
+    )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--no-figure", action="store_true")
     parser.add_argument(
@@ -145,7 +159,7 @@ def main(argv=None) -> int:
     )
     if any(h % spec.eval_every and h != spec.steps for h in horizons):
         parser.error(f"every horizon must be a multiple of {spec.eval_every} or the last step")
-    task_spec = TaskSpec()
+    task_spec = TaskSpec(embedding=args.embedding)
     began = time.monotonic()
     if args.from_results:
         earlier = json.loads(args.from_results.read_text())

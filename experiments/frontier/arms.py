@@ -8,7 +8,11 @@
 * ``dqo``: the additive bonus, ``adv_estimator=dqo``'s settings read from the recipe's config layer
   (``recipe.gcpo.config.EMBEDDING_ESTIMATORS``: ``quality=none``, ``method=loo``, ``advantage=mix``,
   ``all_correct_scale=group``) with ``α = dose`` (the miniature's ``dqo`` arm
-  is α = 2 on ±1 rewards).
+  is α = 2 on ±1 rewards);
+* ``blend``: ``credit.advantage=blend`` with ``blend_weight = dose`` in (0, 1] (issue 72): ``(1 − w)·A_GRPO +
+  w·A_Shapley``, each normalised on its own, so the dose reaches all-correct groups too (``mix``'s does not:
+  their reward is constant, so ``r + λφ`` normalises to φ's advantage whatever λ is); ``blend-1`` is
+  ``shapley-pure`` bit for bit.
 
 Nothing here re-implements a credit: every number comes from ``gcpo_core``.
 """
@@ -26,12 +30,13 @@ from gcpo_core.credit.compute import compute_group_credit
 from gcpo_core.credit.config import CreditConfig
 from recipe.gcpo.settings import EMBEDDING_ESTIMATORS  # the config layer: no verl, no Ray
 
-SHAPES = ("grpo", "shapley", "loo", "dqo")
+SHAPES = ("grpo", "shapley", "loo", "dqo", "blend")
 
 
 @dataclass(frozen=True)
 class Arm:
-    """A credit ``shape`` at a ``dose``: λ of ``r + λ·credit`` (``None``: the credit alone; ``dqo``: α)."""
+    """A credit ``shape`` at a ``dose``: λ of ``r + λ·credit`` (``None``: the credit alone; ``dqo``: α; ``blend``:
+    the weight w in (0, 1])."""
 
     shape: str
     dose: Optional[float] = None
@@ -43,6 +48,8 @@ class Arm:
             raise ValueError("grpo takes no dose")
         if self.shape == "dqo" and self.dose is None:
             raise ValueError("dqo needs its alpha as the dose")
+        if self.shape == "blend" and (self.dose is None or self.dose > 1):
+            raise ValueError(f"blend needs its weight in (0, 1] as the dose, got {self.dose!r}")
         if self.dose is not None and not self.dose > 0:
             raise ValueError(f"a dose must be positive, got {self.dose!r}")
 
@@ -69,6 +76,8 @@ class Arm:
         common = dict(all_correct_scale="group", seed=seed)
         if self.shape == "dqo":  # the recipe's own adv_estimator=dqo keys, alpha as credit.mix_coef
             return CreditConfig(**{**EMBEDDING_ESTIMATORS["dqo"], "seed": seed, "mix_coef": self.dose})
+        if self.shape == "blend":
+            return CreditConfig(method="exact", advantage="blend", blend_weight=self.dose, **common)
         method = "exact" if self.shape == "shapley" else "loo"
         if self.dose is None:
             return CreditConfig(method=method, advantage="shapley", **common)
@@ -85,7 +94,8 @@ def scores_and_advantages(
     """(credit φ, score, advantage) of a padded batch of groups, each (B, G) float64, from the engine.
 
     ``φ`` is the credit before any mixing (the rewards for GRPO), ``score`` what is normalised (``r``, ``φ`` or
-    ``r + λ·φ``), ``advantage`` the group-normalised score (``norm_by_std=False``: only centred, Dr.GRPO).
+    ``r + λ·φ``; ``blend``: φ), ``advantage`` the group-normalised score (``norm_by_std=False``: only centred,
+    Dr.GRPO; ``blend``: the weighted sum of GRPO's and φ's advantages).
 
     Args:
         rewards: (B, G) verifier rewards (±1 in the miniature).

@@ -16,14 +16,15 @@ from typing import Optional
 import numpy as np
 from scipy import stats
 
-SHAPE_ORDER = ("grpo", "shapley", "loo", "dqo")
+SHAPE_ORDER = ("grpo", "shapley", "loo", "dqo", "blend")
 SHAPE_LABELS = {
     "grpo": "GRPO",
     "shapley": "Shapley (r + λφ)",
     "loo": "leave-one-out (r + λ·LOO)",
     "dqo": "dqo bonus (α)",
+    "blend": "blend ((1 − w)·A_GRPO + w·A_Shapley)",
 }
-SHAPE_COLOURS = {"grpo": "black", "shapley": "tab:blue", "loo": "tab:orange", "dqo": "tab:green"}
+SHAPE_COLOURS = {"grpo": "black", "shapley": "tab:blue", "loo": "tab:orange", "dqo": "tab:green", "blend": "tab:purple"}
 
 
 def _t975(df: int) -> float:
@@ -123,16 +124,18 @@ def summarize(runs: dict[str, dict], step: int) -> list[dict]:
     rows = []
     for name, run in runs.items():
         acc, dist = at_step(run, step)
-        rows.append(
-            {
-                "arm": name,
-                "shape": run["shape"],
-                "dose": run["dose"],
-                "step": step,
-                "accuracy": mean_interval(acc),
-                "distinct_correct": mean_interval(dist),
-            }
-        )
+        row = {
+            "arm": name,
+            "shape": run["shape"],
+            "dose": run["dose"],
+            "step": step,
+            "accuracy": mean_interval(acc),
+            "distinct_correct": mean_interval(dist),
+        }
+        share = run["evaluations"][str(step)].get("all_correct_share")
+        if share is not None:  # results written before issue 72 do not have it
+            row["all_correct_share"] = mean_interval(share)
+        rows.append(row)
     return rows
 
 
@@ -150,7 +153,7 @@ def plot(panels: dict[tuple[int, int], dict[str, dict]], path) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
     for ax, (group_size, step) in zip(axes.flat, keys):
         runs = panels[(group_size, step)]
-        for shape in ("dqo", "loo", "shapley"):  # Shapley drawn last, on top
+        for shape in ("dqo", "loo", "blend", "shapley"):  # Shapley drawn last, on top
             curve = shape_curve(runs, shape)
             if len(curve) < 2:
                 continue
@@ -202,12 +205,16 @@ def markdown(result: dict) -> str:
             f"Within-seed slope: {panel['slope_distinct_per_accuracy']:.2f} distinct correct answers per unit of "
             "accuracy.",
             "",
-            "| arm | accuracy (mean ± se) | distinct correct of 16 (mean ± se) |",
-            "|---|---:|---:|",
+            "| arm | accuracy (mean ± se) | distinct correct of 16 (mean ± se) | all-correct groups (share) |",
+            "|---|---:|---:|---:|",
         ]
         for row in panel["arms"]:
             a, d = row["accuracy"], row["distinct_correct"]
-            lines.append(f"| {row['arm']} | {a['mean']:.3f} ± {a['se']:.3f} | {d['mean']:.2f} ± {d['se']:.2f} |")
+            share = row.get("all_correct_share")
+            shown = "-" if share is None else f"{share['mean']:.3f}"
+            lines.append(
+                f"| {row['arm']} | {a['mean']:.3f} ± {a['se']:.3f} | {d['mean']:.2f} ± {d['se']:.2f} | {shown} |"
+            )
         lines += ["", "| at matched accuracy | accuracy range | distinct correct gap (95 % CI) | seeds higher |"]
         lines.append("|---|---|---:|---:|")
         for gap in panel["matched_accuracy"]:

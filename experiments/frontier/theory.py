@@ -72,20 +72,31 @@ def credit_gradient(
     rewards: torch.Tensor,
     group_size: int,
     what: str = "credit",
+    groups: str = "all",
 ) -> torch.Tensor:
     """``E[Σ_i c_i ∇_θ log p(a_i)]`` over every group of ``group_size``, exactly.
 
     ``what``: ``credit`` (the engine's φ, before mixing: the rewards for GRPO), ``score`` (what is normalised:
     ``r + λ·φ``), ``centred`` (the score centred per group, the engine with ``norm_by_std=False``) or
-    ``advantage`` (the engine's normalised advantage).
+    ``advantage`` (the engine's normalised advantage). ``groups``: ``all``, or only the groups whose answers are
+    ``all_correct`` (GRPO's advantage 0) or ``mixed`` (right and wrong): that part of the expected step, the
+    others' terms left out.
     """
     n = logits.shape[-1]
-    groups = multisets(n, group_size)
-    index = torch.tensor(groups, dtype=torch.long)
-    probability = group_probabilities(logits.detach(), groups)
+    multiset = multisets(n, group_size)
+    index = torch.tensor(multiset, dtype=torch.long)
+    probability = group_probabilities(logits.detach(), multiset)
+    r = rewards.to(torch.float64)[index]
     credit, score, advantage = scores_and_advantages(
-        arm, rewards.to(torch.float64)[index], embeddings.to(torch.float64)[index], norm_by_std=what != "centred"
+        arm, r, embeddings.to(torch.float64)[index], norm_by_std=what != "centred"
     )
+    correct = r > 0
+    keep = {
+        "all": torch.ones_like(probability, dtype=torch.bool),
+        "all_correct": correct.all(dim=-1),
+        "mixed": correct.any(dim=-1) & ~correct.all(dim=-1),
+    }[groups]
+    probability = probability * keep
     c = {"credit": credit, "score": score, "centred": advantage, "advantage": advantage}[what]
     p = torch.softmax(logits.detach().to(torch.float64), dim=-1)
     onehot = torch.nn.functional.one_hot(index, n).to(torch.float64)  # (B, G, n)

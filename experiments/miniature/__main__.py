@@ -82,8 +82,10 @@ def with_earlier_runs(runs: dict, earlier: list[Path]) -> dict:
 def report(out: Path, figures: Path | None, earlier: list[Path] = ()) -> str:
     from experiments.miniature.report import (
         ablation_tests,
+        all_correct_table,
         collect,
         credit_shape_tests,
+        dial_tests,
         final_table,
         paired_table,
         paired_tests,
@@ -101,6 +103,13 @@ def report(out: Path, figures: Path | None, earlier: list[Path] = ()) -> str:
     shape = credit_shape_tests(runs)
     if shape:  # issue 56's pre-registered TOST, Holm and verdicts (only when all its runs are in)
         table += "\n\n" + shape
+    dial = dial_tests(runs)
+    if dial:  # issue 72's pre-registered confirmation, with the all-correct share per step
+        table += "\n\n" + dial
+    else:
+        share = all_correct_table(runs)
+        if share:  # where the runs know it: the groups GRPO gives nothing
+            table += "\n\n" + share
     (out / "results.json").write_text(json.dumps(runs, indent=1, default=str) + "\n")
     (out / "table.md").write_text(table + "\n")
     if figures is not None:
@@ -180,6 +189,12 @@ def main(argv=None) -> int:
     )
     run.add_argument("--lr", type=float, default=defaults.lr)
     run.add_argument("--timeout", type=float, default=1800.0, help="seconds one training run may take")
+    run.add_argument(
+        "--dump-rollouts",
+        action="store_true",
+        help="verl writes every step's training rollouts to each run's rollouts/ folder, from which the report "
+        "counts the all-correct groups of every arm (GRPO's included)",
+    )
     run.add_argument("--figures", type=Path, default=None, help="where the report's PNGs go (default OUT)")
     run.add_argument("--dry-run", action="store_true", help="compose and validate the first run's config only")
     run.add_argument("overrides", nargs="*", help="Hydra overrides for every run (key=value)")
@@ -251,7 +266,17 @@ def main(argv=None) -> int:
     if args.dry_run:
         first = seeds[0]
         build(args.out, args.correct_share, args.warm_steps, warm_seed(first))
-        train(arms[0], first, spec, args.out, args.timeout, args.overrides, warm_seed=warm_seed(first), dry_run=True)
+        train(
+            arms[0],
+            first,
+            spec,
+            args.out,
+            args.timeout,
+            args.overrides,
+            warm_seed=warm_seed(first),
+            dry_run=True,
+            dump_rollouts=args.dump_rollouts,
+        )
         return 0
     # a stopped experiment stops its run's processes too (the runner's clean-up runs on SystemExit)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -260,7 +285,16 @@ def main(argv=None) -> int:
         build(args.out, args.correct_share, args.warm_steps, warm_seed(seed))
         for arm in arms:  # arms side by side within a seed: an interrupted experiment stays balanced
             try:
-                train(arm, seed, spec, args.out, args.timeout, args.overrides, warm_seed=warm_seed(seed))
+                train(
+                    arm,
+                    seed,
+                    spec,
+                    args.out,
+                    args.timeout,
+                    args.overrides,
+                    warm_seed=warm_seed(seed),
+                    dump_rollouts=args.dump_rollouts,
+                )
             except RuntimeError as err:
                 print(f"miniature: FAILED: {err}", file=sys.stderr, flush=True)
                 return 1

@@ -16,10 +16,14 @@ number of steps; only the advantage differs:
   compares the two credits' *shape* at matched accuracy (issue 56, pre-registered in docs/miniature.md);
 * ``dqo``: an additive diversity bonus (``adv_estimator=dqo``: reward + alpha * the leave-one-out log-det of the
   unweighted embeddings, alpha = ``credit.mix_coef`` = 2.0, the DQO launcher's, alpha = 1 in 0/1 reward units),
-  normalised per group as GCPO's ``group``: the family the paper says leaves winner-takes-all intact.
+  normalised per group as GCPO's ``group``: the family the paper says leaves winner-takes-all intact;
+* ``gcpo_blend25``, ``gcpo_blend75``: ``gcpo_group`` with ``credit.advantage=blend`` at ``credit.blend_weight`` 0.25
+  and 0.75: (1 - w) * GRPO's advantage + w * the Shapley credit's, the dose that reaches all-correct groups too
+  (issue 72, pre-registered in docs/miniature.md, "The dial's confirmation (issue 72)").
 
-``DEFAULT_ARMS`` are the decisive ablation's four (issue 47); ``gcpo_batch`` and ``gcpo_loo_mix4`` run when asked
-for (``--arms``; the credit-shape run's four are ``grpo,gcpo_group,gcpo_loo,gcpo_loo_mix4``).
+``DEFAULT_ARMS`` are the decisive ablation's four (issue 47); ``gcpo_batch``, ``gcpo_loo_mix4`` and the blends run
+when asked for (``--arms``; the credit-shape run's four are ``grpo,gcpo_group,gcpo_loo,gcpo_loo_mix4``, the dial
+run's ``DIAL_ARMS``).
 
 The device settings are the CPU smoke's: both take them from ``tests.special_e2e.cpu_platform.cpu_overrides``.
 """
@@ -50,10 +54,30 @@ ARMS: dict[str, tuple[str, ...]] = {
     ),
     # dqo fixes quality=none, method=loo, advantage=mix and all_correct_scale=group (recipe/gcpo/config.py)
     "dqo": ("algorithm.adv_estimator=dqo", "algorithm.gcpo.credit.mix_coef=2.0"),
+    # the dial at two doses (issue 72): (1 - w) * GRPO's advantage + w * the Shapley credit's, in every group
+    "gcpo_blend25": (
+        "algorithm.adv_estimator=gcpo",
+        "algorithm.gcpo.credit.all_correct_scale=group",
+        "algorithm.gcpo.credit.advantage=blend",
+        "algorithm.gcpo.credit.blend_weight=0.25",
+    ),
+    "gcpo_blend75": (
+        "algorithm.adv_estimator=gcpo",
+        "algorithm.gcpo.credit.all_correct_scale=group",
+        "algorithm.gcpo.credit.advantage=blend",
+        "algorithm.gcpo.credit.blend_weight=0.75",
+    ),
 }
 DEFAULT_ARMS: tuple[str, ...] = ("grpo", "gcpo_group", "gcpo_loo", "dqo")
 # the credit-shape run's four (issue 56; docs/miniature.md)
 CREDIT_SHAPE_ARMS: tuple[str, ...] = ("grpo", "gcpo_group", "gcpo_loo", "gcpo_loo_mix4")
+# issue 72's confirmation (docs/miniature.md, "The dial's confirmation (issue 72)"): these four for 80 steps, and
+# gcpo_loo for 40
+DIAL_ARMS: tuple[str, ...] = ("grpo", "gcpo_group", "gcpo_blend25", "gcpo_blend75")
+
+
+# the folder of a run's training rollouts, one <step>.jsonl a step (``run_overrides(dump_rollouts=True)``)
+ROLLOUTS = "rollouts"
 
 
 @dataclass(frozen=True)
@@ -79,9 +103,22 @@ class RunSpec:
 
 
 def run_overrides(
-    arm: str, seed: int, spec: RunSpec, data_dir: Path, policy_dir: Path, run_dir: Path, ray_dir: Path
+    arm: str,
+    seed: int,
+    spec: RunSpec,
+    data_dir: Path,
+    policy_dir: Path,
+    run_dir: Path,
+    ray_dir: Path,
+    *,
+    dump_rollouts: bool = False,
 ) -> list[str]:
-    """The Hydra overrides of one run of ``arm`` with ``seed`` (data order, sampling and GCPO's permutations)."""
+    """The Hydra overrides of one run of ``arm`` with ``seed`` (data order, sampling and GCPO's permutations).
+
+    ``dump_rollouts``: verl writes every training step's rollouts (prompt, answer, reward, group key) to
+    ``run_dir/rollouts/<step>.jsonl`` (``trainer.rollout_data_dir``), from which the report counts the all-correct
+    groups of every arm, GRPO's included (GCPO's own ``gcpo/all_correct_groups`` exists only where credit is computed).
+    Off by default: the documented runs were made without it."""
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; the arms are {', '.join(ARMS)}")
     max_prompt_length = 32
@@ -143,4 +180,6 @@ def run_overrides(
     ]
     if arm != "grpo":  # the credit's seed (Shapley's permutations; LOO and DQO draw none)
         args.append(f"algorithm.gcpo.credit.seed={seed}")
+    if dump_rollouts:
+        args.append(f"trainer.rollout_data_dir={run_dir / ROLLOUTS}")
     return args + cpu_overrides(ray_dir)

@@ -23,7 +23,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 import numpy as np
 from scipy import stats
 
-from experiments.miniature.arms import CREDIT_SHAPE_ARMS
+from experiments.miniature.arms import CREDIT_SHAPE_ARMS, DIAL_ARMS, ROLLOUTS
 from experiments.miniature.task import answer_set, is_correct, parse_answer
 from gcpo_core.evaluation.evaluate import pass_at_k
 
@@ -115,8 +115,48 @@ TRAINING_KEYS = (
 )
 
 
+# a training series of every run that has it: the share of a step's groups whose rollouts are all correct
+ALL_CORRECT_SHARE = "all_correct_share"
+
+
+def dumped_all_correct_share(folder: Path) -> dict[int, float]:
+    """Per training step, the share of groups whose rollouts all scored > 0, from verl's dumps of the step's training
+    rollouts (``rollouts/<step>.jsonl``, written with ``run --dump-rollouts``: a line per rollout with its ``score``
+    and its ``uid`` key ``<prompt uid>_<session>_<output>``, so a group is the key's prompt part; the prompt's text
+    where a line has no such key). {} when the run dumped none."""
+    shares = {}
+    for path in sorted((folder / ROLLOUTS).glob("*.jsonl")):
+        groups: dict[str, list[bool]] = defaultdict(list)
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a run stopped mid-line
+            key = row.get("uid")
+            group = key.rsplit("_", 2)[0] if isinstance(key, str) and key.count("_") >= 2 else str(row["input"])
+            groups[group].append(float(row["score"]) > 0)
+        if groups:
+            shares[int(path.stem)] = sum(all(g) for g in groups.values()) / len(groups)
+    return shares
+
+
+def all_correct_share(folder: Path, metrics: Mapping[int, Mapping[str, float]]) -> dict[int, float]:
+    """Per training step, the share of all-correct groups: from the run's rollout dumps (every arm, GRPO's included),
+    else from GCPO's own ``gcpo/all_correct_groups`` / ``gcpo/groups`` (the arms that compute credit)."""
+    dumped = dumped_all_correct_share(folder)
+    if dumped:
+        return dumped
+    return {
+        s: m["gcpo/all_correct_groups"] / m["gcpo/groups"]
+        for s, m in metrics.items()
+        if m.get("gcpo/groups") and "gcpo/all_correct_groups" in m
+    }
+
+
 def run_summary(folder: Path) -> dict:
-    """One run: its evaluation curve, step time and training curves."""
+    """One run: its evaluation curve, step time and training curves (with the all-correct share where known)."""
     evals = {int(p.stem): eval_metrics(p) for p in sorted((folder / "heldout").glob("*.jsonl"))}
     metrics = read_metrics(folder / "metrics.jsonl")
     step_times = [m["timing_s/step"] for s, m in sorted(metrics.items()) if s > 1 and "timing_s/step" in m]
@@ -125,7 +165,43 @@ def run_summary(folder: Path) -> dict:
         for key in TRAINING_KEYS
         if any(key in m for m in metrics.values())
     }
+    share = all_correct_share(folder, metrics)
+    if share:
+        training[ALL_CORRECT_SHARE] = share
     return {"evals": evals, "step_s": float(np.mean(step_times)) if step_times else float("nan"), "training": training}
+
+
+def _series(run: Mapping, key: str) -> dict[int, float]:
+    """A run's training series by integer step (results read back from JSON have string keys)."""
+    return {int(s): float(v) for s, v in run.get("training", {}).get(key, {}).items()}
+
+
+def all_correct_table(runs: Mapping[str, Mapping[int, dict]], every: int = 10) -> str:
+    """Markdown: each arm's share of all-correct groups (mean over its seeds) at step 1 and every ``every`` steps,
+    and over the last 20 steps; "" when no run has the series (runs without rollout dumps or GCPO's metrics)."""
+    series = {arm: [_series(r, ALL_CORRECT_SHARE) for r in seeds.values()] for arm, seeds in runs.items()}
+    series = {arm: [x for x in runs_ if x] for arm, runs_ in series.items()}
+    series = {arm: runs_ for arm, runs_ in series.items() if runs_}
+    if not series:
+        return ""
+    last = max(max(x) for runs_ in series.values() for x in runs_)
+    steps = sorted({1, *range(every, last + 1, every)})
+    lines = [
+        "Share of all-correct groups in training (mean over seeds; GRPO's advantage is 0 there):",
+        "",
+        "| arm | runs | " + " | ".join(f"step {s}" for s in steps) + f" | steps {max(1, last - 19)}-{last} |",
+        "|---" * (len(steps) + 3) + "|",
+    ]
+    for arm, runs_ in series.items():
+        cells = []
+        for s in steps:
+            values = [x[s] for x in runs_ if s in x]
+            cells.append(f"{np.mean(values):.2f}" if values else "-")
+        # the last 20 steps of the longest runs (an arm that stopped earlier, as gcpo_loo at 40, shows "-")
+        tail = [np.mean([v for t, v in x.items() if t > last - 20]) for x in runs_ if max(x) == last]
+        cells.append(f"{np.mean(tail):.2f}" if tail else "-")
+        lines.append(f"| {arm} | {len(runs_)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def collect(out: Path) -> dict[str, dict[int, dict]]:
@@ -575,6 +651,219 @@ def credit_shape_tests(runs: Mapping[str, Mapping[int, dict]], step: Optional[in
         )
     else:
         lines += [f"Verdict, H1: {a['verdict']}", ""] + [f"Verdict, {v}" for v in a["verdicts_h2_h3"]]
+    return "\n".join(lines)
+
+
+# Issue 72's confirmation, pre-registered in docs/miniature.md ("The dial's confirmation (issue 72)") before any of its
+# runs: the dial's four arms (DIAL_ARMS) for 80 steps on seeds 201-208; gcpo_loo for 40 steps on seeds 201-216, against
+# gcpo_group's step 40 (of its 80-step runs on 201-208, of 40-step runs on 209-216); held-out evaluations at steps 0, 40
+# and 80 with 64 samples a prompt; every run's training rollouts dumped. The constants are the criterion's and are not
+# to change once a run has started.
+DIAL_SEEDS: tuple[int, ...] = tuple(range(201, 209))
+LOO_SEEDS: tuple[int, ...] = tuple(range(201, 217))
+DIAL_STEP = 80  # B1-B3 are read here, where all-correct groups are expected to dominate
+LOO_STEP = 40  # A1 where the exploratory result was measured (issue 56's step)
+DOMINANCE_FROM = 61  # all-correct groups "dominate" when their share over steps 61-80 (the dial's arms, pooled) ...
+DOMINANCE_SHARE = 0.5  # ... is above one half
+DIAL_WEIGHTS = {"grpo": 0.0, "gcpo_blend25": 0.25, "gcpo_blend75": 0.75, "gcpo_group": 1.0}
+# the simulator's share of Shapley alone's gain over GRPO that each blend keeps (docs/frontier.md, G = 8, step 100)
+SIMULATED_FRACTION = {"gcpo_blend25": 0.18, "gcpo_blend75": 0.69}
+LOO_HYPOTHESIS = Hypothesis("A1", "gcpo_loo", "gcpo_group", ADJUSTED, "leave-one-out alone against Shapley alone")
+DIAL_HYPOTHESES: tuple[Hypothesis, ...] = (
+    Hypothesis("B1", "gcpo_group", "gcpo_blend25", "distinct_correct", "the dial turned down gives diversity back"),
+    Hypothesis("B2", "gcpo_blend75", "grpo", "distinct_correct", "the dial turned up gives diversity"),
+    Hypothesis("B3", "gcpo_blend75", "gcpo_blend25", "distinct_correct", "more dose, more diversity"),
+)
+# every run the verdict needs: (arm, its seeds, the step it must reach)
+DIAL_RUNS: tuple[tuple[str, tuple[int, ...], int], ...] = (
+    *((arm, DIAL_SEEDS, DIAL_STEP) for arm in DIAL_ARMS),
+    ("gcpo_group", tuple(s for s in LOO_SEEDS if s not in DIAL_SEEDS), LOO_STEP),
+    ("gcpo_loo", LOO_SEEDS, LOO_STEP),
+)
+
+
+def _has(runs: Mapping[str, Mapping[int, dict]], arm: str, seed: int, step: int) -> bool:
+    return seed in runs.get(arm, {}) and step in runs[arm][seed]["evals"]
+
+
+def dial_analysis(runs: Mapping[str, Mapping[int, dict]]) -> dict:
+    """The pre-registered analysis of issue 72's confirmation (docs/miniature.md, "The dial's confirmation (issue 72)").
+
+    Family A, one test at 0.05: A1, ``gcpo_loo − gcpo_group`` in D_adj at step 40 over seeds 201-216, read only where
+    the pair's accuracy is equivalent within ±0.05 (TOST). Family B, Holm at 0.05: B1-B3 in raw distinct correct
+    answers at step 80 over seeds 201-208, each with its accuracy difference and TOST beside it. The all-correct share
+    over steps 61-80 says whether those groups dominated. Verdicts (``complete``) only when every run of
+    ``DIAL_RUNS`` is in at its step. A seed's arms must share one warm start (``warm_start_sha256``), or the analysis
+    refuses."""
+    for seed in LOO_SEEDS:
+        hashes = {runs[a][seed].get("warm_start_sha256") for a in runs if seed in runs[a]} - {None}
+        if len(hashes) > 1:
+            raise ValueError(f"seed {seed}'s arms trained from different warm starts: {sorted(hashes)}")
+    have = [(arm, [s for s in seeds if _has(runs, arm, s, step)], len(seeds)) for arm, seeds, step in DIAL_RUNS]
+    expected = sum(n for *_, n in have)
+    result: dict = {
+        "have": have,
+        "in": sum(len(got) for _, got, _ in have),
+        "expected": expected,
+        "complete": all(len(got) == n for _, got, n in have),
+    }
+
+    def pair(h: Hypothesis, step: int, seeds: Sequence[int]) -> Optional[dict]:
+        shared = [s for s in seeds if _has(runs, h.arm, s, step) and _has(runs, h.baseline, s, step)]
+        if len(shared) < 2:
+            return None
+        accuracy = paired_differences(runs, h.arm, h.baseline, step, "accuracy", shared)
+        return {
+            "hypothesis": h,
+            "step": step,
+            "seeds": shared,
+            "t": paired_t(paired_differences(runs, h.arm, h.baseline, step, h.metric, shared)),
+            "raw": paired_t(paired_differences(runs, h.arm, h.baseline, step, "distinct_correct", shared)),
+            "accuracy": paired_t(accuracy),
+            "accuracy_tost": tost(accuracy, ACCURACY_MARGIN),
+        }
+
+    result["A1"] = pair(LOO_HYPOTHESIS, LOO_STEP, LOO_SEEDS)
+    tests = {h.name: pair(h, DIAL_STEP, DIAL_SEEDS) for h in DIAL_HYPOTHESES}
+    tests = {name: t for name, t in tests.items() if t is not None}
+    for name, adjusted in holm({name: t["t"]["p"] for name, t in tests.items()}).items():
+        tests[name]["holm"] = adjusted
+    result["B"] = tests
+    # the dose-response, outside the families: per seed, distinct correct on the weight (0, 0.25, 0.75, 1)
+    trend_seeds = [s for s in DIAL_SEEDS if all(_has(runs, a, s, DIAL_STEP) for a in DIAL_ARMS)]
+    weights = np.array([DIAL_WEIGHTS[a] for a in DIAL_ARMS])
+    slopes = [
+        float(np.polyfit(weights, [runs[a][s]["evals"][DIAL_STEP]["distinct_correct"] for a in DIAL_ARMS], 1)[0])
+        for s in trend_seeds
+    ]
+    result["trend"] = paired_t(slopes)
+    shares = [
+        v
+        for arm in DIAL_ARMS
+        for s in DIAL_SEEDS
+        if s in runs.get(arm, {})
+        for step, v in _series(runs[arm][s], ALL_CORRECT_SHARE).items()
+        if DOMINANCE_FROM <= step <= DIAL_STEP
+    ]
+    result["late_all_correct_share"] = float(np.mean(shares)) if shares else float("nan")
+    result["fractions"] = {}
+    for arm in SIMULATED_FRACTION:  # each blend's share of Shapley alone's gain over GRPO
+        shared = [s for s in DIAL_SEEDS if all(_has(runs, x, s, DIAL_STEP) for x in (arm, "grpo", "gcpo_group"))]
+        if len(shared) >= 2:
+            gain = paired_differences(runs, "gcpo_group", "grpo", DIAL_STEP, "distinct_correct", shared).mean()
+            part = paired_differences(runs, arm, "grpo", DIAL_STEP, "distinct_correct", shared).mean()
+            result["fractions"][arm] = float(part / gain) if gain else float("nan")
+    if result["complete"]:
+        result["verdict_a"] = _loo_verdict(result["A1"])
+        result["verdicts_b"] = [_dial_verdict(tests[h.name]) for h in DIAL_HYPOTHESES]
+        share = result["late_all_correct_share"]
+        result["dominated"] = (
+            "not measured (no rollout dumps)"
+            if not math.isfinite(share)
+            else f"{'yes' if share > DOMINANCE_SHARE else 'no'}: {share:.2f} of the groups over steps "
+            f"{DOMINANCE_FROM}-{DIAL_STEP}"
+        )
+    return result
+
+
+def _loo_verdict(test: Mapping) -> str:
+    t, acc = test["t"], test["accuracy_tost"]
+    if not acc["equivalent"]:
+        return (
+            f"**Accuracy not matched** (90 % interval [{acc['low']:+.3f}, {acc['high']:+.3f}] not inside "
+            f"±{acc['margin']}): A1 is reported as a trade (D_adj {t['mean']:+.3f} {_interval(t)}), with no verdict."
+        )
+    if math.isfinite(t["p"]) and t["p"] < FAMILY_ALPHA:
+        side = "above" if t["mean"] > 0 else "below"
+        return (
+            f"**Leave-one-out alone lies {side} Shapley alone** at matched accuracy: D_adj {t['mean']:+.3f} "
+            f"{_interval(t)} (p {_p(t['p'])})."
+        )
+    return (
+        f"**Not distinguishable at this resolution**: D_adj {t['mean']:+.3f} {_interval(t)} (p {_p(t['p'])}); the "
+        "exploratory +0.25 is not confirmed."
+    )
+
+
+def _dial_verdict(test: Mapping) -> str:
+    h, t, acc = test["hypothesis"], test["t"], test["accuracy"]
+    matched = "matched" if test["accuracy_tost"]["equivalent"] else "not matched"
+    if test["holm"]["rejected"]:
+        outcome = "**confirmed**" if t["mean"] > 0 else "**rejected, the other way**"
+    else:
+        outcome = "**not rejected**"
+    return (
+        f"{h.name} ({h.what}, {h.arm} − {h.baseline}, raw distinct correct among 16): {outcome} after Holm "
+        f"(p {_p(t['p'])}, Holm p {_p(test['holm']['p_holm'])}): {t['mean']:+.3f} {_interval(t)}, at accuracy "
+        f"{acc['mean']:+.3f} {_interval(acc)} (95 %; ±{ACCURACY_MARGIN} TOST: {matched})."
+    )
+
+
+def dial_tests(runs: Mapping[str, Mapping[int, dict]]) -> str:
+    """Markdown of :func:`dial_analysis` when a blend arm ran ("" otherwise): the tests, the all-correct share, and the
+    verdicts or how many runs are in."""
+    if not any(arm in runs for arm in ("gcpo_blend25", "gcpo_blend75")):
+        return ""
+    a = dial_analysis(runs)
+    arms = (*DIAL_ARMS, "gcpo_loo")
+    in_so_far = ", ".join(
+        f"{arm} to step {step} {len(got)}/{n}" for (arm, got, n), (*_, step) in zip(a["have"], DIAL_RUNS)
+    )
+    lines = [
+        f"The dial's confirmation (issue 72, pre-registered): {a['in']} of {a['expected']} runs in at their steps "
+        f"({in_so_far}).",
+        "",
+        "| hypothesis | pair | step | metric | seeds | mean | 95 % CI | p | Holm p | rejected (FWER 0.05) | "
+        "accuracy difference [90 % CI] | accuracy matched (±0.05) |",
+        "|---" * 12 + "|",
+    ]
+    rows = ([("A1", a["A1"])] if a["A1"] else []) + list(a["B"].items())
+    for name, t in rows:
+        h, acc = t["hypothesis"], t["accuracy_tost"]
+        metric = "D_adj (5.5)" if h.metric == ADJUSTED else f"{h.metric} (among 16)"
+        holm_p, rejected = (
+            (t["holm"]["p_holm"], t["holm"]["rejected"])
+            if "holm" in t
+            else (t["t"]["p"], math.isfinite(t["t"]["p"]) and t["t"]["p"] < FAMILY_ALPHA)
+        )
+        lines.append(
+            f"| {name} | {h.arm} − {h.baseline} | {t['step']} | {metric} | {t['t']['n']} | {t['t']['mean']:+.3f} | "
+            f"{_interval(t['t'])} | {_p(t['t']['p'])} | {_p(holm_p)} | {'yes' if rejected else 'no'} | "
+            f"{acc['mean']:+.3f} {_interval(acc)} | {'yes' if acc['equivalent'] else 'no'} |"
+        )
+    trend = a["trend"]
+    lines += [
+        "",
+        "A1 is a family of one (α 0.05); B1-B3 are Holm's family. Outside both, deciding nothing: the per-seed slope "
+        f"of distinct correct on the weight (0, 0.25, 0.75, 1) {trend['mean']:+.3f} {_interval(trend)} "
+        f"({trend['n']} seeds); the all-correct share over steps {DOMINANCE_FROM}-{DIAL_STEP}, the dial's arms "
+        f"pooled, {a['late_all_correct_share']:.2f}.",
+    ]
+    if a["A1"]:
+        raw = a["A1"]["raw"]
+        lines.append(f"A1's raw distinct correct among 16 (outside the family): {raw['mean']:+.3f} {_interval(raw)}.")
+    if a["fractions"]:
+        lines.append(
+            f"Each blend's share of Shapley alone's gain over GRPO in distinct correct at step {DIAL_STEP} (means over "
+            "the seeds with the three arms; outside both families): "
+            + ", ".join(
+                f"{arm} {f:.2f} (the simulator's {SIMULATED_FRACTION[arm]:.2f})" for arm, f in a["fractions"].items()
+            )
+            + "."
+        )
+    table = all_correct_table({arm: runs[arm] for arm in arms if arm in runs})
+    if table:
+        lines += ["", table]
+    if not a["complete"]:
+        lines += [
+            "",
+            f"**No verdict yet**: it is given only when all {a['expected']} runs are in ({a['in']} so far); the numbers "
+            "above are interim and decide nothing.",
+        ]
+    else:
+        lines += ["", f"Verdict, A1: {a['verdict_a']}", ""]
+        lines += [f"Verdict, {v}" for v in a["verdicts_b"]]
+        lines += ["", f"All-correct groups dominated steps {DOMINANCE_FROM}-{DIAL_STEP}: {a['dominated']}."]
     return "\n".join(lines)
 
 

@@ -66,9 +66,11 @@ def train(
     dry_run: bool = False,
     *,
     warm_seed: int,
+    dump_rollouts: bool = False,
 ) -> Optional[dict]:
     """One run of ``arm`` from warm start ``warm_seed`` (:func:`policy_dir`); returns its ``done.json`` record (None
-    for a dry run). Raises RuntimeError when it fails."""
+    for a dry run). ``dump_rollouts``: verl writes the training rollouts of every step (``arms.run_overrides``).
+    Raises RuntimeError when it fails."""
     folder = run_dir(out, arm, seed)
     done = folder / "done.json"
     if done.is_file() and not dry_run:
@@ -82,7 +84,9 @@ def train(
             flush=True,
         )
     ray_dir = Path(tempfile.mkdtemp(prefix="gcpo-ray.", dir=os.environ.get("TMPDIR", "/tmp")))
-    args = run_overrides(arm, seed, spec, out / "data", policy_dir(out, warm_seed), folder, ray_dir) + list(extra)
+    args = run_overrides(
+        arm, seed, spec, out / "data", policy_dir(out, warm_seed), folder, ray_dir, dump_rollouts=dump_rollouts
+    ) + list(extra)
     marker = f"gcpo-miniature-{os.getpid()}-{arm}-{seed}-{time.time_ns()}"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # always a local Ray of its own
     env.update(
@@ -130,6 +134,7 @@ def train(
         "wall_s": round(wall, 1),
         "spec": spec.__dict__,
         "overrides": list(extra),
+        "rollouts_dumped": dump_rollouts,
     }
     done.write_text(json.dumps(record, indent=2) + "\n")
     print(f"miniature: {arm} seed {seed}: finished in {wall:.0f} s", flush=True)

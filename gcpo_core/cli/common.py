@@ -32,6 +32,7 @@ CREDIT_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "advantage": "shapley",
     "mix_coef": 1.0,
+    "blend_weight": 0.5,
     "norm_by_std": True,
     "all_correct_scale": "group",
     "epsilon": 1e-6,
@@ -54,7 +55,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "kernel": ("cosine", "rbf"),
     "quality": ("binary", "clip", "none", "sqrt"),
     "method": ("auto", "exact", "mc", "loo"),
-    "advantage": ("dra", "mix", "shapley"),
+    "advantage": ("blend", "dra", "mix", "shapley"),
     "text_span": ("answer", "full", "reasoning"),
     "long_text": ("chunk", "truncate", "head_tail"),
     "dtype": ("auto", "float32", "float16", "bfloat16"),
@@ -80,6 +81,7 @@ CREDIT_KEYS = {
     "seed": "seed",
     "advantage": "advantage",
     "mix_coef": "mix_coef",
+    "blend_weight": "blend_weight",
     "norm_by_std": "norm_by_std",
     "all_correct_scale": "all_correct_scale",
     "epsilon": "epsilon",
@@ -216,6 +218,7 @@ FLAG_RULES: dict[str, Rule] = {
     "seed": Rule("int", 0),
     "rbf_bandwidth": Rule("float", 0, above=True, unset=True),
     "mix_coef": Rule("float", 0),
+    "blend_weight": Rule("float", 0, 1),
     "epsilon": Rule("float", 0, above=True),
     "std_floor": Rule("float", 0),
     "max_group_size": Rule("int", 1, MAX_GROUP_SIZE_LIMIT),
@@ -401,8 +404,8 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
         "--advantage",
         choices=CHOICES["advantage"],
         default=d["advantage"],
-        help="what is group-normalised: shapley: phi; mix: r + LAMBDA * phi; dra: DRA-GRPO's "
-        "similarity-discounted reward (default %(default)s)",
+        help="what is group-normalised: shapley: phi; mix: r + LAMBDA * phi; blend: (1 - W) * GRPO's "
+        "advantage + W * shapley's; dra: DRA-GRPO's similarity-discounted reward (default %(default)s)",
     )
     group.add_argument(
         "--mix-coef",
@@ -410,6 +413,13 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
         default=d["mix_coef"],
         metavar="LAMBDA",
         help="LAMBDA of --advantage mix (default %(default)s)",
+    )
+    group.add_argument(
+        "--blend-weight",
+        type=float,
+        default=d["blend_weight"],
+        metavar="W",
+        help="W in [0, 1] of --advantage blend: 0 is GRPO's advantage, 1 shapley's (default %(default)s)",
     )
     group.add_argument(
         "--no-std-norm",

@@ -1,8 +1,8 @@
 """From per-rollout credit to advantages.
 
 A credit score per rollout (``shapley``: phi itself; ``mix``: ``r + lambda * phi``; ``dra``: DRA-GRPO's
-``r / (1 + sum of similarities to the rest of the group)``) is centred per group and scaled
-(:func:`normalize_credit`):
+``r / (1 + sum of similarities to the rest of the group)``; ``blend``: phi, blended after the normalisation, below)
+is centred per group and scaled (:func:`normalize_credit`):
 
 * ``all_correct_scale: group`` (the default): every group is divided by its own score std, GRPO's epsilon added:
   GRPO's normalisation applied to the credit, the paper's reading of GCPO as a drop-in replacement of the
@@ -20,6 +20,14 @@ A credit score per rollout (``shapley``: phi itself; ``mix``: ``r + lambda * phi
   of one standard error becomes an advantage of at most 1 / NOISE_FLOOR), nor by less than ``std_floor``;
 * a group whose scores are all equal (all wrong) gets exactly 0; a group of one gets verl's convention
   (mean 0, std 1); ``norm_by_std: false`` only centres (Dr.GRPO).
+
+``blend`` is the one mode that is not a score normalised once (:func:`blend_with_grpo`): its advantage is
+``(1 - w) * A_GRPO + w * A_credit``, GRPO's advantage of the reward and the ``shapley`` mode's advantage of phi
+(under every switch above), ``w = blend_weight``. ``mix`` cannot be turned down to GRPO: with
+``all_correct_scale: group`` an all-correct group's ``r + lambda * phi`` is a constant plus ``lambda * phi``, which
+its own std normalises to phi's advantage whatever lambda is (docs/method.md, section 6). ``blend`` weighs the
+two advantages after the normalisation, so at ``w -> 0`` every group, all-correct ones included, tends to GRPO's
+advantage, and the expected step moves linearly in ``w`` from GRPO's to the credit's.
 """
 
 from __future__ import annotations
@@ -60,6 +68,17 @@ def shapley_score(inputs: ScoreInputs) -> torch.Tensor:
 def mixed_score(inputs: ScoreInputs) -> torch.Tensor:
     """``r + lambda * phi``: the verifier reward with the credit as a bonus."""
     return inputs.rewards + inputs.mix_coef * inputs.shapley
+
+
+@ADVANTAGE_MODES.register("blend")
+def blend_score(inputs: ScoreInputs) -> torch.Tensor:
+    """The credit part of ``blend``: phi, normalised as ``shapley`` normalises it; :func:`blend_with_grpo` then
+    weighs its advantage against GRPO's."""
+    return inputs.shapley
+
+
+# the mode whose advantage is a weighted sum of two normalised advantages (GRPO's and the credit's), not one score's
+BLEND = "blend"
 
 
 @ADVANTAGE_MODES.register("dra")
@@ -175,6 +194,89 @@ def group_normalize(
     return advantages * mask
 
 
+def blend_with_grpo(
+    credit_advantage: torch.Tensor,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    weight: float,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+) -> torch.Tensor:
+    """``(1 - weight) * A_GRPO + weight * credit_advantage``: the ``blend`` mode's advantage.
+
+    ``A_GRPO`` is verl's GRPO advantage of ``rewards`` (``(r - mean) / (std + epsilon)`` per group, or ``r - mean``
+    without ``norm_by_std``; a group of one ``r / (1 + epsilon)``), with a group whose rewards are all equal at
+    exactly 0 (verl's divides a rounded mean by epsilon there). ``weight = 0`` is GRPO, ``weight = 1`` the credit's
+    advantage, each exactly (no rounding of the other term enters: it is multiplied by 0). The weight multiplies
+    each group's advantage, so the expected policy-gradient step is linear in it in every group, all-correct ones
+    included, whose GRPO advantage is 0.
+
+    Args:
+        credit_advantage: `(torch.Tensor)` (B, G) the credit's normalised advantage.
+        rewards: `(torch.Tensor)` (B, G) the reward GRPO normalises (with verl's KL shaping when it is on).
+        mask: `(torch.Tensor)` bool (B, G).
+        weight: `(float)` in [0, 1].
+        norm_by_std, epsilon: GRPO's normalisation (verl's ``norm_adv_by_std_in_grpo`` and epsilon).
+    Returns:
+        `(torch.Tensor)` float64 (B, G), 0 at padding.
+    """
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"the blend weight must be in [0, 1], got {weight!r}")
+    mask = mask.to(torch.bool)
+    grpo = normalize_credit(rewards.to(torch.float64), mask, None, norm_by_std=norm_by_std, epsilon=epsilon)
+    # at weight 0 or 1 the other term is multiplied by exactly 0, so each end is its advantage bit for bit
+    return ((1.0 - weight) * grpo + weight * credit_advantage.to(torch.float64)) * mask
+
+
+def mode_advantage(
+    score: torch.Tensor,
+    mask: torch.Tensor,
+    rewards: torch.Tensor,
+    mode: str,
+    blend_weight: float = 0.5,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+    std_floor: float = 0.0,
+    all_correct_scale: str = "group",
+    stderr: Optional[torch.Tensor] = None,
+    grpo_rewards: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """The advantage of a mode's ``score``: :func:`normalize_credit`, then for ``blend`` :func:`blend_with_grpo`. The
+    one path of the credit engine (:func:`credit_advantages`) and of the recipe's estimator.
+
+    Args:
+        score, mask, norm_by_std, epsilon, std_floor, all_correct_scale, stderr: see :func:`normalize_credit`
+            (``stderr``: the score's, :func:`score_stderr`).
+        rewards: `(torch.Tensor)` (B, G) the verifier rewards: which groups are reward-mixed.
+        mode: `(str)` the advantage mode.
+        blend_weight: `(float)` ``blend``'s weight of the credit.
+        grpo_rewards: `(torch.Tensor | None)` (B, G) the reward ``blend``'s GRPO part normalises; None: ``rewards``
+            (the estimator passes the reward with verl's KL shaping, as verl's GRPO sees it).
+    Returns:
+        `(torch.Tensor)` float64 (B, G).
+    """
+    advantage = normalize_credit(
+        score,
+        mask,
+        rewards,
+        norm_by_std=norm_by_std,
+        epsilon=epsilon,
+        std_floor=std_floor,
+        all_correct_scale=all_correct_scale,
+        stderr=stderr,
+    )
+    if mode != BLEND:
+        return advantage
+    return blend_with_grpo(
+        advantage,
+        rewards if grpo_rewards is None else grpo_rewards,
+        mask,
+        blend_weight,
+        norm_by_std=norm_by_std,
+        epsilon=epsilon,
+    )
+
+
 def _spread(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """max - min over each group's valid slots, (B, 1); 0 for empty groups."""
     if values.shape[1] == 0:
@@ -221,8 +323,10 @@ def credit_advantages(
     kernel: Optional[torch.Tensor] = None,
     all_correct_scale: str = "group",
     stderr: Optional[torch.Tensor] = None,
+    blend_weight: float = 0.5,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Credit score and its group-normalised advantage (:func:`normalize_credit`).
+    """Credit score and its group-normalised advantage (:func:`mode_advantage`: :func:`normalize_credit`, and for
+    ``blend`` the weighted sum with GRPO's advantage).
 
     Args:
         rewards: `(torch.Tensor)` raw verifier rewards (B, G).
@@ -232,6 +336,7 @@ def credit_advantages(
         kernel: `(torch.Tensor | None)` (B, G, G) rollout similarity, for modes that use it (``dra``).
         all_correct_scale, stderr, norm_by_std, epsilon, std_floor: see :func:`normalize_credit`; ``stderr``
             is phi's Monte-Carlo standard error (scaled by ``mix_coef`` in the ``mix`` mode).
+        blend_weight: `(float)` in [0, 1], ``blend``'s weight of the credit's advantage against GRPO's.
     Returns:
         (score, advantage), each float64 (B, G), 0 at padding.
     """
@@ -243,10 +348,12 @@ def credit_advantages(
         kernel=None if kernel is None else kernel.to(torch.float64),
     )
     score = ADVANTAGE_MODES.get(mode)(inputs) * mask
-    advantage = normalize_credit(
+    advantage = mode_advantage(
         score,
         mask,
         inputs.rewards,
+        mode,
+        blend_weight=blend_weight,
         norm_by_std=norm_by_std,
         epsilon=epsilon,
         std_floor=std_floor,
@@ -257,9 +364,9 @@ def credit_advantages(
 
 
 def score_stderr(stderr: Optional[torch.Tensor], mode: str, mix_coef: float = 1.0) -> Optional[torch.Tensor]:
-    """The Monte-Carlo standard error of a mode's score from phi's: phi's itself (``shapley``), times
-    ``|mix_coef|`` (``mix``), none (``dra`` does not use phi)."""
+    """The Monte-Carlo standard error of a mode's score from phi's: phi's itself (``shapley``, and ``blend``, whose
+    score is phi), times ``|mix_coef|`` (``mix``), none (``dra`` does not use phi)."""
     if stderr is None:
         return None
-    factor = {"shapley": 1.0, "mix": abs(mix_coef)}.get(mode, 0.0)
+    factor = {"shapley": 1.0, BLEND: 1.0, "mix": abs(mix_coef)}.get(mode, 0.0)
     return stderr.to(torch.float64) * factor

@@ -26,8 +26,9 @@ class GroupCredit:
         quality: q of each rollout.
         shapley: phi (exactly 0 for q = 0).
         shapley_stderr: Monte-Carlo standard error of phi (0 where exact).
-        score: the credit score that is normalised (phi, or r + lambda phi).
-        advantage: the group-normalised score.
+        score: the credit score that is normalised (phi, or r + lambda phi; ``blend``: phi, whose advantage is
+            then weighed against GRPO's).
+        advantage: the group-normalised score (``blend``: the weighted sum of GRPO's advantage and phi's).
         groups: per-group diagnostics.
     """
 
@@ -152,6 +153,7 @@ def _credit(
         kernel=kernel,
         all_correct_scale=config.all_correct_scale,
         stderr=shapley.stderr,
+        blend_weight=config.blend_weight,
     )
     diagnostics = group_diagnostics(
         L, mask, contributing, rewards, shapley.values, shapley.stderr, shapley.methods, advantage=advantage

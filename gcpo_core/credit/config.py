@@ -108,8 +108,12 @@ class CreditConfig:
         antithetic: allow the reverse of every Monte-Carlo permutation in a unit.
         stratified: allow a cyclic half-turn of every Monte-Carlo permutation in a unit.
         seed: seeds the Monte-Carlo permutations.
-        advantage: ``shapley`` (normalise phi) or ``mix`` (normalise ``r + mix_coef * phi``).
+        advantage: ``shapley`` (normalise phi), ``mix`` (normalise ``r + mix_coef * phi``), ``blend``
+            (``(1 - blend_weight) * GRPO's advantage + blend_weight * shapley's``: a dose that reaches every group)
+            or ``dra`` (a baseline's score).
         mix_coef: lambda of the ``mix`` mode.
+        blend_weight: w in [0, 1] of the ``blend`` mode: 0 is GRPO's advantage, 1 the ``shapley`` mode's, each
+            exactly; between them every group's advantage, all-correct ones included, moves linearly.
         norm_by_std: scale by a std (GRPO) or only centre (Dr.GRPO).
         all_correct_scale: how groups whose rewards are all equal (all correct) are scaled: ``group`` (by their
             own std: GRPO's normalisation applied to the credit, the paper's drop-in reading; the default) or
@@ -131,6 +135,7 @@ class CreditConfig:
     seed: int = 0
     advantage: str = "shapley"
     mix_coef: float = 1.0
+    blend_weight: float = 0.5
     norm_by_std: bool = True
     all_correct_scale: str = "group"
     epsilon: float = 1e-6
@@ -154,6 +159,7 @@ class CreditConfig:
             seed=integer(0, 2**63 - 1),
             max_group_size=integer(1, 4096),
             mix_coef=number(0.0),
+            blend_weight=number(0.0, 1.0),
             epsilon=number(0.0, strict=True),  # epsilon = 0 turns a constant group's zero spread into 0 / 0
             std_floor=number(0.0),
             rbf_bandwidth=optional(number(0.0, strict=True)),

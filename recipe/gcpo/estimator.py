@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from gcpo_core.credit.advantages import normalize_credit, score_stderr
+from gcpo_core.credit.advantages import mode_advantage, score_stderr
 from gcpo_core.credit.config import CreditConfig
 from gcpo_core.credit.grouping import layout_groups
 from recipe.gcpo.settings import EMBEDDING_ESTIMATORS, GCPO_ESTIMATOR, estimator_need, recipe_trainer_message
@@ -42,12 +42,12 @@ class StepCredit:
         uids: `(np.ndarray)` object (N,), each row's prompt id.
         reward: `(np.ndarray)` float64 (N,), the verifier reward the credit was computed from (row sum of
             ``rm_scores``).
-        score: `(np.ndarray)` float64 (N,), the credit score to normalise (phi, or r + lambda phi).
+        score: `(np.ndarray)` float64 (N,), the credit score to normalise (phi, or r + lambda phi; ``blend``: phi).
         valid: `(np.ndarray)` bool (N,), False for padding rows.
         config: the credit config the score was computed with (``algorithm.gcpo.credit`` with
             ``norm_adv_by_std_in_grpo`` and the estimator's fixed keys, parsed once by the trainer): its
-            normalisation fields (norm_by_std, epsilon, std_floor, all_correct_scale, advantage, mix_coef) are the
-            ones the estimator applies.
+            normalisation fields (norm_by_std, epsilon, std_floor, all_correct_scale, advantage, mix_coef,
+            blend_weight) are the ones the estimator applies.
         stderr: `(np.ndarray | None)` float64 (N,), phi's Monte-Carlo standard error (0 where exact); None: 0.
     """
 
@@ -78,13 +78,16 @@ def compute_gcpo_outcome_advantage(
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GCPO advantage: the Shapley credit score normalised per prompt by ``gcpo_core``'s one normalisation
-    (:func:`gcpo_core.credit.advantages.normalize_credit`, the function the credit engine itself uses), so that
-    without KL-in-reward the advantages are exactly the engine's.
+    (:func:`gcpo_core.credit.advantages.mode_advantage`, the function the credit engine itself uses), so that
+    without KL-in-reward the advantages are exactly the engine's. Under ``credit.advantage=blend`` the credit's
+    advantage is weighed against GRPO's advantage of the reward verl hands over (its KL shaping included, as verl's
+    GRPO would normalise it).
 
     Args:
         token_level_rewards: `(torch.Tensor)` shape (bs, response_length): the verifier reward on the last
             token, minus the per-token KL penalty when ``use_kl_in_reward``; that penalty is added to the
-            credit score, so KL-in-reward shapes GCPO exactly as it shapes GRPO.
+            credit score, so KL-in-reward shapes GCPO exactly as it shapes GRPO (``blend``: both its parts, the
+            credit's score and GRPO's reward).
         response_mask: `(torch.Tensor)` shape (bs, response_length).
         index: `(np.ndarray)` prompt ids (verl's ``uid``); must match the provided credit.
         config: `(DictConfig)` the ``algorithm`` config verl passes; only its ``adv_estimator`` is read, for the
@@ -116,15 +119,18 @@ def compute_gcpo_outcome_advantage(
             return layout.gather(torch.from_numpy(np.asarray(values, dtype=np.float64)[rows_kept]))
 
         stderr = None if credit.stderr is None else padded(credit.stderr)
-        normalised = normalize_credit(
+        normalised = mode_advantage(
             padded(score),
             layout.mask,
             padded(credit.reward),  # the verifier's reward decides which groups are reward-mixed
+            settings.advantage,
+            blend_weight=settings.blend_weight,
             norm_by_std=settings.norm_by_std,
             epsilon=settings.epsilon,
             std_floor=settings.std_floor,
             all_correct_scale=settings.all_correct_scale,
             stderr=score_stderr(stderr, settings.advantage, settings.mix_coef),
+            grpo_rewards=padded(reward),  # blend's GRPO part: the reward as verl's GRPO sees it, KL shaping included
         )
         advantage = np.zeros(rows, dtype=np.float64)
         advantage[rows_kept] = layout.scatter(normalised).numpy()

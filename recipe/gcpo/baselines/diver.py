@@ -29,8 +29,10 @@ register_adv_est(DIVER_ESTIMATOR)(compute_gcpo_outcome_advantage)
 def diver_normalisation(credit: CreditConfig) -> CreditConfig:
     """How the ``diver`` estimator normalises the shaped reward: as GRPO normalises a reward, every group by its own
     std (``all_correct_scale=group``), with ``algorithm.gcpo.credit``'s epsilon and floor (``credit``, as the
-    recipe's settings parsed it) and verl's ``norm_adv_by_std_in_grpo``."""
-    return dataclasses.replace(credit, all_correct_scale="group")
+    recipe's settings parsed it) and verl's ``norm_adv_by_std_in_grpo``. The score is normalised once, as given
+    (``advantage=shapley``): a ``credit.advantage=blend`` of the run would otherwise weigh DIVER's shaped reward
+    against GRPO's in the estimator."""
+    return dataclasses.replace(credit, all_correct_scale="group", advantage="shapley")
 
 
 def diver_credit(

@@ -159,3 +159,53 @@ def test_from_results_redoes_the_analysis_without_simulating(tmp_path):
     a, b = (json.loads((d / "results.json").read_text()) for d in (first, second))
     assert a["panels"] == b["panels"] and a["runs"] == b["runs"] and a["spec"] == b["spec"]
     assert (first / "table.md").read_text() == (second / "table.md").read_text()
+
+
+def test_the_all_correct_share_is_each_categorys_accuracy_to_the_group_size():
+    """Exact: a prompt's G answers are all correct with probability accuracy_c^G; checked against 4,000 sampled
+    groups of 8 per category."""
+    # a trained-like policy: correct answers raised, so that many groups are all correct
+    logits = start_logits(TASK, SimSpec(seeds=1, start_jitter=0.5)) + 3.0 * TASK.correct
+    exact = exact_metrics(logits, TASK, 16, group_size=8)
+    assert "all_correct_share" not in exact_metrics(logits, TASK, 16)
+    p = torch.softmax(logits[0].masked_fill(~TASK.valid, float("-inf")), -1)
+    draws = torch.multinomial(p, 8 * 4000, replacement=True, generator=torch.Generator().manual_seed(1))
+    correct = torch.gather(TASK.correct, 1, draws).view(16, 4000, 8)
+    sampled = correct.all(-1).double().mean()
+    assert float(exact["all_correct_share"][0]) == pytest.approx(float(sampled), abs=0.01)
+    assert 0.05 < float(exact["all_correct_share"][0]) < 0.95
+
+
+def test_the_blend_arm_is_grpo_to_shapley_alone_and_its_full_weight_is_shapley_alone_bit_for_bit():
+    for name in ("blend-0.25", "blend-1"):
+        assert Arm.parse(name).name == name
+    assert Arm.parse("blend-0.25").config().advantage == "blend"
+    assert Arm.parse("blend-0.25").config().blend_weight == 0.25
+    for bad in ("blend-pure", "blend-1.5", "blend-0"):
+        with pytest.raises(ValueError):
+            Arm.parse(bad)
+    spec = SimSpec(steps=4, eval_every=2, seeds=2, prompts_per_step=8, group_size=4, lr=20.0)
+    full, shapley = simulate(Arm("blend", 1.0), spec, TASK), simulate(Arm("shapley"), spec, TASK)
+    assert full["evaluations"] == shapley["evaluations"]
+    small = simulate(Arm("blend", 0.1), spec, TASK)["evaluations"]["4"]["distinct_correct"]
+    assert not np.allclose(small, shapley["evaluations"]["4"]["distinct_correct"], atol=1e-6)
+
+
+def test_the_miniatures_encoder_embeds_the_answer_words():
+    """--embedding minilm: all-MiniLM-L6-v2's 384-d unit embeddings (bundled in the virtualenv), a word that answers
+    two categories embedded once, words of one category closer than words of two (0.51 against 0.26 on average)."""
+    with pytest.raises(ValueError, match="embedding must be one of"):
+        TaskSpec(embedding="bert")
+    task = build_task(TaskSpec(embedding="minilm"))
+    assert task.embeddings.shape[-1] == 384
+    norms = task.embeddings.norm(dim=-1)[task.valid]
+    assert torch.allclose(norms, torch.ones_like(norms), atol=1e-12)
+    fruit, color = task.categories.index("fruit"), task.categories.index("color")
+    orange = [task.embeddings[c, task.words[c].index("orange")] for c in (fruit, color)]
+    assert torch.equal(orange[0], orange[1])
+    within, across = [], []
+    for c in range(len(task.categories)):
+        own = task.embeddings[c][task.correct[c]]
+        within.append(float((own @ own.T)[~torch.eye(len(own), dtype=torch.bool)].mean()))
+        across.append(float((own @ task.embeddings[(c + 1) % 16][task.correct[(c + 1) % 16]].T).mean()))
+    assert np.mean(within) > np.mean(across) + 0.15

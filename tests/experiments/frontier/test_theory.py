@@ -139,3 +139,85 @@ def test_total_credit_of_m_copies_of_one_answer(m):
     # leave-one-out is the stronger anti-duplicate dose: never more total credit than Shapley's, less from m = 2
     assert loo[0, copies].sum() <= shapley[0, copies].sum() + 1e-12
     assert (loo[0, copies].sum() < shapley[0, copies].sum() - 1e-3) == (m >= 2)
+
+
+def angle(a, b):
+    """The angle between two expected steps, in radians (float64; clamped against rounding at ±1)."""
+    return math.acos(max(-1.0, min(1.0, float(a @ b / (a.norm() * b.norm())))))
+
+
+POLICIES = [LOGITS, *torch.randn(12, 4, generator=torch.Generator().manual_seed(72), dtype=torch.float64) * 1.5]
+SHAPES_TO_AIM = ("grpo", "shapley", "loo")
+
+
+@pytest.mark.parametrize("g", [2, 3, 4, 5])
+@pytest.mark.parametrize("what", ["credit", "centred"])
+def test_shapleys_expected_step_lies_between_grpos_and_leave_one_outs_in_direction(g, what):
+    """ "Shapley sits between GRPO and leave-one-out" as a statement about the step, before the std normalisation:
+    at every policy tried (the test's and 12 random ones), the angle between Shapley's expected step and GRPO's is
+    smaller than the angle between leave-one-out's and GRPO's, and the angle between Shapley's and leave-one-out's is
+    smaller than GRPO's and leave-one-out's. Centred, G samples behave as raw with G - 1 (section 6), so G = 2 is
+    skipped there: all three centred steps are then the gradient of accuracy."""
+    if what == "centred" and g == 2:
+        pytest.skip("centred at G = 2 every credit's step is accuracy's: no angle to compare")
+    for theta in POLICIES:
+        steps = {shape: credit_gradient(Arm(shape), theta, EMBEDDINGS, REWARDS, g, what) for shape in SHAPES_TO_AIM}
+        grpo_loo = angle(steps["grpo"], steps["loo"])
+        assert grpo_loo > 1e-6  # the two ends differ, or there is nothing between them
+        assert angle(steps["shapley"], steps["grpo"]) < grpo_loo - 1e-9
+        assert angle(steps["shapley"], steps["loo"]) < grpo_loo - 1e-9
+
+
+def test_at_two_samples_shapleys_step_is_a_positive_mixture_of_grpos_and_leave_one_outs():
+    """At G = 2 exactly: Σ_k E[V(k)]/k = log 2 · accuracy + E[V(2)] / 2, and GRPO's step is 4 ∇accuracy (±1 rewards),
+    so Shapley's step is (log 2 / 4) · GRPO's + 1/2 · leave-one-out's."""
+    for theta in POLICIES:
+        grpo, shapley, loo = (credit_gradient(Arm(s), theta, EMBEDDINGS, REWARDS, 2) for s in SHAPES_TO_AIM)
+        assert torch.allclose(shapley, math.log(2) / 4 * grpo + loo / 2, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("g", [3, 4])
+def test_mixs_step_in_all_correct_groups_is_the_credits_whatever_lambda(g):
+    """The floor of credit.advantage=mix (issue 72): after the std normalisation, the part of the expected step that
+    comes from all-correct groups is the credit alone's for every λ (λ acts there only through ε: within 0.3 % of it
+    at λ = 0.01), while before it (centred) it is λ times the credit's: the floor is the per-group std's."""
+    credit = credit_gradient(Arm("shapley"), LOGITS, EMBEDDINGS, REWARDS, g, "advantage", "all_correct")
+    assert torch.all(credit_gradient(Arm("grpo"), LOGITS, EMBEDDINGS, REWARDS, g, "advantage", "all_correct") == 0)
+    assert credit.norm() > 0.1
+    centred = credit_gradient(Arm("shapley"), LOGITS, EMBEDDINGS, REWARDS, g, "centred", "all_correct")
+    for lam in (0.01, 0.1, 1.0, 10.0):
+        mix = credit_gradient(Arm("shapley", lam), LOGITS, EMBEDDINGS, REWARDS, g, "advantage", "all_correct")
+        assert (mix - credit).norm() < 3e-3 * credit.norm()
+        mix_centred = credit_gradient(Arm("shapley", lam), LOGITS, EMBEDDINGS, REWARDS, g, "centred", "all_correct")
+        assert torch.allclose(mix_centred, lam * centred, rtol=1e-9, atol=1e-14)
+
+
+@pytest.mark.parametrize("g", [3, 4])
+@pytest.mark.parametrize("groups", ["all", "all_correct", "mixed"])
+def test_blends_step_moves_linearly_from_grpos_to_the_credits_in_every_group(g, groups):
+    """credit.advantage=blend: after the std normalisation the expected step is (1 − w) · GRPO's + w · the credit
+    alone's, in all-correct groups too, so it tends to GRPO's as w → 0 and its distance from GRPO's grows
+    strictly with w; in all-correct groups (GRPO's step 0) it is w times the credit's."""
+    if groups == "mixed" and g == 3:
+        pytest.skip("a mixed group of 3 has at most 2 correct answers: symmetric players, Shapley's advantage GRPO's")
+    grpo = credit_gradient(Arm("grpo"), LOGITS, EMBEDDINGS, REWARDS, g, "advantage", groups)
+    credit = credit_gradient(Arm("shapley"), LOGITS, EMBEDDINGS, REWARDS, g, "advantage", groups)
+    gap = float((credit - grpo).norm())
+    assert gap > 1e-3
+    distances = []
+    for w in (0.001, 0.01, 0.1, 0.25, 0.5, 0.75, 1.0):
+        blend = credit_gradient(Arm("blend", w), LOGITS, EMBEDDINGS, REWARDS, g, "advantage", groups)
+        assert torch.allclose(blend, (1 - w) * grpo + w * credit, rtol=1e-9, atol=1e-14)
+        distances.append(float((blend - grpo).norm()))
+        assert distances[-1] == pytest.approx(w * gap, rel=1e-9)  # w -> 0: GRPO's step
+    assert all(a < b for a, b in zip(distances, distances[1:]))
+    if groups == "all_correct":
+        assert torch.all(grpo == 0)
+
+
+@pytest.mark.parametrize("g", [3, 4])
+def test_blend_centred_is_the_gradient_of_the_convex_combination_of_the_two_centred_objectives(g):
+    """Before the std (Dr.GRPO's centring), blend's step is the gradient of (1 − w)(G − 1) E[r] + w Σ_{k<G} E[V(k)]/k."""
+    for w in (0.2, 0.7):
+        expected = (1 - w) * (g - 1) * grad(mean_reward) + w * grad(harmonic(g - 1))
+        assert close(step(Arm("blend", w), g, "centred"), expected)

@@ -5,14 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from experiments.miniature.arms import ARMS, CREDIT_SHAPE_ARMS, DEFAULT_ARMS, RunSpec, run_overrides
+from experiments.miniature.arms import ARMS, CREDIT_SHAPE_ARMS, DEFAULT_ARMS, DIAL_ARMS, RunSpec, run_overrides
 from tests.special_e2e.cpu_platform import cpu_overrides
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _args(arm, seed=1, spec=RunSpec(), root=Path("/m")):
-    return run_overrides(arm, seed, spec, root / "data", root / "policy", root / "run", root / "ray")
+def _args(arm, seed=1, spec=RunSpec(), root=Path("/m"), dump_rollouts=False):
+    return run_overrides(
+        arm, seed, spec, root / "data", root / "policy", root / "run", root / "ray", dump_rollouts=dump_rollouts
+    )
 
 
 def test_the_arms_run_on_the_cpu_as_the_cpu_smoke():
@@ -45,6 +47,14 @@ def test_the_arms_differ_only_in_the_advantage():
         "algorithm.gcpo.credit.mix_coef=4.0",
     }
     assert group - mix4 == set()
+    # the dial (issue 72): gcpo_group but for the blend and its weight
+    for arm, weight in (("gcpo_blend25", "0.25"), ("gcpo_blend75", "0.75")):
+        blend = set(runs[arm]) - {f"trainer.experiment_name={arm}-seed1"}
+        assert blend - group == {
+            "algorithm.gcpo.credit.advantage=blend",
+            f"algorithm.gcpo.credit.blend_weight={weight}",
+        }
+        assert group - blend == set()
     dqo = set(runs["dqo"]) - {"trainer.experiment_name=dqo-seed1"}
     assert dqo - group == {"algorithm.adv_estimator=dqo", "algorithm.gcpo.credit.mix_coef=2.0"}
     # dqo fixes all_correct_scale=group itself (and quality=none, method=loo, advantage=mix)
@@ -56,6 +66,9 @@ def test_the_default_arms_are_the_decisive_ablations_and_all_exist():
     # the credit-shape run's arms exist; its dose-matched arm runs only when asked for
     assert CREDIT_SHAPE_ARMS == ("grpo", "gcpo_group", "gcpo_loo", "gcpo_loo_mix4")
     assert set(CREDIT_SHAPE_ARMS) <= set(ARMS) and "gcpo_loo_mix4" not in DEFAULT_ARMS
+    # issue 72's dial arms exist and run only when asked for
+    assert DIAL_ARMS == ("grpo", "gcpo_group", "gcpo_blend25", "gcpo_blend75") and set(DIAL_ARMS) <= set(ARMS)
+    assert not {"gcpo_blend25", "gcpo_blend75"} & set(DEFAULT_ARMS)
 
 
 def test_the_seed_reaches_data_order_sampling_and_gcpos_permutations():
@@ -87,8 +100,10 @@ def test_every_arm_composes_and_validates_through_the_real_entry_point(arm, tmp_
 
     write_task_data(tmp_path / "data")
     env = {**os.environ, "GCPO_DRY_RUN": "1"}
+    # the dial's runs dump their training rollouts: verl's key composes and validates too
+    dump = arm in DIAL_ARMS
     proc = subprocess.run(
-        [sys.executable, "-m", "recipe.gcpo.main_gcpo", *_args(arm, root=tmp_path)],
+        [sys.executable, "-m", "recipe.gcpo.main_gcpo", *_args(arm, root=tmp_path, dump_rollouts=dump)],
         env=env,
         capture_output=True,
         text=True,
@@ -106,3 +121,7 @@ def test_every_arm_composes_and_validates_through_the_real_entry_point(arm, tmp_
         assert "Shapley credit of each group's log-det team value (method auto" in proc.stdout
     if arm == "gcpo_loo_mix4":  # mixed into the reward at four times the credit, as composed
         assert "advantage mix;" in proc.stdout and "mix_coef: 4.0" in proc.stdout
+    if arm in ("gcpo_blend25", "gcpo_blend75"):  # the blend and its weight, as composed
+        assert "advantage blend;" in proc.stdout and f"blend_weight: 0.{arm[-2:]}" in proc.stdout
+    if dump:
+        assert f"rollout_data_dir: {tmp_path / 'run' / 'rollouts'}" in proc.stdout

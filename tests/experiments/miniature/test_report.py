@@ -449,3 +449,149 @@ def test_the_report_command_adds_the_credit_shape_tests_when_its_dose_matched_ar
     assert "| H2 | gcpo_loo − gcpo_group | distinct_correct (among 16) | 2 |" in table
     assert "the pre-registered step is 40, these runs end at step 3." in table
     assert "Secondary, outside the family" in table and "| gcpo_group − gcpo_loo_mix4 | answer_entropy | 2 |" in table
+
+
+def _write_rollouts(folder, step, groups):
+    """verl's dump of one training step (``trainer.rollout_data_dir``): a line per rollout, keys sorted by uid."""
+    lines = [
+        {"input": f"name a {g}.", "output": "x", "gts": g, "score": score, "step": step, "uid": f"{g}-uuid_0_{i}"}
+        for g, scores in groups.items()
+        for i, score in enumerate(scores)
+    ]
+    (folder / "rollouts").mkdir(parents=True, exist_ok=True)
+    (folder / "rollouts" / f"{step}.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+def test_the_all_correct_share_comes_from_the_rollout_dumps_of_every_arm_else_from_gcpos_metrics(tmp_path):
+    from experiments.miniature.report import all_correct_share, all_correct_table, dumped_all_correct_share
+
+    run = tmp_path / "run"
+    _write_rollouts(run, 1, {"a": [1.0, 1.0], "b": [1.0, -1.0], "c": [-1.0, -1.0], "d": [1.0, 1.0]})
+    _write_rollouts(run, 2, {"a": [1.0, 1.0], "b": [1.0, 1.0], "c": [1.0, 1.0], "d": [-1.0, 1.0]})
+    assert dumped_all_correct_share(run) == {1: 0.5, 2: 0.75}
+    metrics = {1: {"gcpo/all_correct_groups": 1.0, "gcpo/groups": 4.0}}
+    assert all_correct_share(run, metrics) == {1: 0.5, 2: 0.75}  # the dumps win: they exist for GRPO too
+    assert all_correct_share(tmp_path / "no-dumps", metrics) == {1: 0.25}
+    assert all_correct_share(tmp_path / "no-dumps", {1: {"actor/entropy": 1.0}}) == {}
+    runs = {
+        "grpo": {1: {"training": {"all_correct_share": {"1": 0.5, "10": 0.6, "20": 0.8}}}},
+        "gcpo_loo": {1: {"training": {"all_correct_share": {"1": 0.25, "10": 0.5}}}},
+        "old": {1: {"training": {}}},
+    }
+    table = all_correct_table(runs)
+    assert "| arm | runs | step 1 | step 10 | step 20 | steps 1-20 |" in table
+    assert "| grpo | 1 | 0.50 | 0.60 | 0.80 | 0.63 |" in table and "| gcpo_loo | 1 | 0.25 | 0.50 | - | - |" in table
+    assert "old" not in table and all_correct_table({"old": runs["old"]}) == ""
+
+
+def _dial_runs(effects, share=0.6, seed=0, loo=(0.0, 0.0), dial_seeds=range(201, 209), loo_seeds=range(201, 217)):
+    """Issue 72's runs: the dial's four arms on ``dial_seeds`` to step 80 (evaluated at 40 and 80), gcpo_group on the
+    other ``loo_seeds`` to step 40, gcpo_loo on ``loo_seeds`` to step 40. Each seed's gcpo_group is at a random start;
+    every dial arm is shifted by ``effects[arm] = (accuracy, distinct)`` at step 80, gcpo_loo by ``loo`` at step 40,
+    plus a little noise; the dial's arms' all-correct share is ``share`` at every step."""
+    rng = np.random.default_rng(seed)
+    plan = [(arm, s, (40, 80)) for s in dial_seeds for arm in ("grpo", "gcpo_group", "gcpo_blend25", "gcpo_blend75")]
+    plan += [("gcpo_group", s, (40,)) for s in loo_seeds if s not in dial_seeds]
+    plan += [("gcpo_loo", s, (40,)) for s in loo_seeds]
+    base = {
+        s: {40: (rng.uniform(0.4, 0.6), rng.uniform(3.0, 4.5)), 80: (rng.uniform(0.6, 0.8), rng.uniform(3.0, 4.5))}
+        for s in loo_seeds
+    }
+    runs = {}
+    for arm, s, steps in plan:
+        evals = {0: {"accuracy": 0.2, "distinct_correct": 2.0}}
+        for step in steps:
+            shift = (
+                loo if (arm == "gcpo_loo" and step == 40) else effects.get(arm, (0.0, 0.0)) if step == 80 else (0, 0)
+            )
+            n = (0.0, 0.0) if arm == "gcpo_group" else (rng.normal(0, 0.01), rng.normal(0, 0.05))
+            evals[step] = {
+                "accuracy": base[s][step][0] + shift[0] + n[0],
+                "distinct_correct": base[s][step][1] + shift[1] + n[1],
+            }
+        training = {"all_correct_share": {t: share for t in range(1, max(steps) + 1)}}
+        runs.setdefault(arm, {})[s] = {
+            "evals": evals,
+            "warm_seed": s,
+            "warm_start_sha256": f"sha{s}",
+            "training": training,
+        }
+    return runs
+
+
+def test_the_dial_analysis_on_synthetic_runs_with_known_answers():
+    from experiments.miniature.report import dial_analysis, dial_tests
+
+    # the dial as the simulator predicts it: blend25 0.2 of Shapley alone's 1.0 over GRPO, blend75 0.7; LOO +0.3
+    effects = {"grpo": (0.02, -1.0), "gcpo_blend25": (0.015, -0.8), "gcpo_blend75": (0.005, -0.3)}
+    a = dial_analysis(_dial_runs(effects, loo=(0.0, 0.3)))
+    assert a["complete"] and a["in"] == a["expected"] == 56 and a["A1"]["seeds"] == list(range(201, 217))
+    assert a["A1"]["t"]["mean"] == pytest.approx(0.3, abs=0.05) and "lies above Shapley alone" in a["verdict_a"]
+    b1, b2, b3 = (a["B"][h] for h in ("B1", "B2", "B3"))
+    assert b1["seeds"] == list(range(201, 209)) and b1["step"] == 80
+    # 8 seeds with noise of sd 0.05 an arm: each mean within 0.1 (4 standard errors)
+    assert b1["t"]["mean"] == pytest.approx(0.8, abs=0.1) and b1["holm"]["rejected"]
+    assert b2["t"]["mean"] == pytest.approx(0.7, abs=0.1) and b3["t"]["mean"] == pytest.approx(0.5, abs=0.1)
+    assert all("**confirmed**" in v for v in a["verdicts_b"])
+    assert a["fractions"]["gcpo_blend25"] == pytest.approx(0.2, abs=0.1)
+    assert a["fractions"]["gcpo_blend75"] == pytest.approx(0.7, abs=0.1)
+    assert a["trend"]["mean"] > 0.8 and a["dominated"].startswith("yes: 0.60")
+    text = dial_tests(_dial_runs(effects, loo=(0.0, 0.3)))
+    assert (
+        "56 of 56 runs in at their steps" in text and "| A1 | gcpo_loo − gcpo_group | 40 | D_adj (5.5) | 16 |" in text
+    )
+    assert "| B2 | gcpo_blend75 − grpo | 80 | distinct_correct (among 16) | 8 |" in text
+    assert "Share of all-correct groups in training" in text and "Verdict, A1:" in text
+
+    # no LOO effect, no dial effect, and all-correct groups rare: nothing confirmed, and said so
+    flat = dial_analysis(_dial_runs({}, share=0.3))
+    assert "Not distinguishable at this resolution" in flat["verdict_a"]
+    assert not any(t["holm"]["rejected"] for t in flat["B"].values())
+    assert all("**not rejected**" in v for v in flat["verdicts_b"]) and flat["dominated"].startswith("no: 0.30")
+    # D_adj needs matched accuracy: leave-one-out 0.1 less accurate is a trade, not a verdict
+    traded = dial_analysis(_dial_runs({}, loo=(-0.1, 0.0)))
+    assert "Accuracy not matched" in traded["verdict_a"]
+    # the other way round: more dose, less diversity, is a rejection the other way, not a confirmation
+    reversed_ = dial_analysis(_dial_runs({"gcpo_blend75": (0.0, -0.9), "gcpo_blend25": (0.0, 0.2)}))
+    assert "**rejected, the other way**" in reversed_["verdicts_b"][2]
+
+
+def test_the_dial_verdict_waits_for_every_run_and_refuses_a_seed_of_two_warm_starts():
+    from experiments.miniature.report import dial_analysis, dial_tests
+
+    runs = _dial_runs({"grpo": (0.0, -1.0)})
+    del runs["gcpo_loo"][216]
+    assert not dial_analysis(runs)["complete"] and "verdict_a" not in dial_analysis(runs)
+    text = dial_tests(runs)
+    assert "55 of 56 runs in at their steps" in text and "gcpo_loo to step 40 15/16" in text
+    assert "gcpo_group to step 80 8/8" in text and "gcpo_group to step 40 8/8" in text
+    assert "No verdict yet" in text and "Verdict," not in text
+    short = _dial_runs({})
+    for seed in short["grpo"]:
+        del short["grpo"][seed]["evals"][80]  # a run stopped at step 40 is not in at the dial's step
+    assert dial_analysis(short)["have"][0] == ("grpo", [], 8) and "No verdict yet" in dial_tests(short)
+    mixed = _dial_runs({})
+    mixed["gcpo_loo"][203]["warm_start_sha256"] = "another"
+    with pytest.raises(ValueError, match="seed 203's arms trained from different warm starts"):
+        dial_analysis(mixed)
+    assert dial_tests({"grpo": runs["grpo"], "gcpo_group": runs["gcpo_group"]}) == ""  # not this run
+
+
+def test_the_report_command_adds_the_dial_tests_and_the_all_correct_share_when_a_blend_ran(tmp_path):
+    from experiments.miniature.__main__ import main
+
+    start = {"animal": ["tiger", "apple"]}
+    for seed in (201, 202):
+        for arm in ("grpo", "gcpo_group", "gcpo_blend25", "gcpo_blend75", "gcpo_loo"):
+            _write_run(tmp_path, arm, seed, {0: start, 3: {"animal": ["tiger", "lion" if seed == 201 else "wolf"]}})
+            folder = tmp_path / "runs" / f"{arm}-seed{seed}"
+            for step in (1, 2, 3):
+                _write_rollouts(folder, step, {"a": [1.0, 1.0], "b": [1.0, -1.0] if step < 3 else [1.0, 1.0]})
+    assert main(["report", "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert "The dial's confirmation (issue 72, pre-registered): 0 of 56 runs in" in table
+    # steps 1 and 2: one of two groups all correct, step 3 both; the last 20 steps' mean (0.5 + 0.5 + 1) / 3
+    assert "| arm | runs | step 1 | steps 1-3 |" in table and "| grpo | 2 | 0.50 | 0.67 |" in table
+    assert "No verdict yet" in table
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["grpo"]["201"]["training"]["all_correct_share"] == {"1": 0.5, "2": 0.5, "3": 1.0}

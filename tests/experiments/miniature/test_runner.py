@@ -248,6 +248,31 @@ def test_the_first_seed_and_the_eval_samples_reach_every_run_and_each_seed_keeps
     assert {spec.eval_samples for *_, spec in trained} == {16}  # the default
 
 
+def test_dump_rollouts_reaches_every_run_as_verls_rollout_dump_and_is_recorded(tmp_path, fake_python, monkeypatch):
+    """``run --dump-rollouts`` (issue 72: the all-correct share of every arm, GRPO's included): each run's training
+    rollouts go to its own rollouts/ folder through verl's ``trainer.rollout_data_dir``; off unless asked for."""
+    out = tmp_path / "out"
+    record = train_run(
+        "grpo", 3, RunSpec(steps=3, eval_every=3), out, 60, python=str(fake_python), warm_seed=3, dump_rollouts=True
+    )
+    args = (tmp_path / "args.txt").read_text().splitlines()
+    assert f"trainer.rollout_data_dir={run_dir(out, 'grpo', 3) / 'rollouts'}" in args
+    assert record["rollouts_dumped"] is True
+    plain = train("grpo", 4, RunSpec(steps=3, eval_every=3), out, 60, python=str(fake_python))
+    assert not any(a.startswith("trainer.rollout_data_dir=") for a in (tmp_path / "args.txt").read_text().splitlines())
+    assert plain["rollouts_dumped"] is False and "rollouts_dumped" not in plain["spec"]  # budgets still compare
+    _record_training(monkeypatch)  # fake warm starts and no report
+    seen = []
+    import experiments.miniature.runner as runner
+
+    monkeypatch.setattr(runner, "train", lambda arm, seed, spec, *a, warm_seed, **k: seen.append(k["dump_rollouts"]))
+    monkeypatch.setattr(cli, "DOCUMENTED_RESULTS", tmp_path / "absent.json")
+    argv = ["run", "--out", str(tmp_path / "cli"), "--arms", "grpo,gcpo_blend25", "--seeds", "1", "--first-seed", "201"]
+    assert main([*argv, "--dump-rollouts"]) == 0 and seen == [True, True]
+    seen.clear()
+    assert main(argv) == 0 and seen == [False, False]
+
+
 def test_the_eval_samples_reach_verls_validation_sampling():
     from pathlib import Path
 

@@ -40,6 +40,7 @@ RANGES: dict[str, tuple[str, float, Optional[float], bool]] = {
     "seed": ("int", 0, INT64_MAX, False),
     "rbf_bandwidth": ("float", 0, None, True),
     "mix_coef": ("float", 0, None, False),
+    "blend_weight": ("float", 0, 1, False),
     "epsilon": ("float", 0, None, True),
     "std_floor": ("float", 0, None, False),
     "max_group_size": ("int", 1, 4096, False),

@@ -101,7 +101,7 @@ def test_mix_mode_scores_reward_plus_lambda_credit():
     score, adv = credit_advantages(rewards, phi, mask, mode="mix", mix_coef=2.0)
     assert score[0].tolist() == pytest.approx([2.0, 2.4, -1.0])
     assert float(adv[0].sum()) == pytest.approx(0.0, abs=1e-12)
-    with pytest.raises(ValueError, match="allowed: dra, mix, shapley"):
+    with pytest.raises(ValueError, match="allowed: blend, dra, mix, shapley"):
         credit_advantages(rewards, phi, mask, mode="rank")
 
 

@@ -102,7 +102,7 @@ def test_rewards_given_as_python_floats_stay_float64():
     assert result.quality.tolist() == [0.3, 1.0, 0.0]
 
 
-@pytest.mark.parametrize("mode", ["shapley", "mix", "dra"])
+@pytest.mark.parametrize("mode", ["shapley", "mix", "blend", "dra"])
 def test_rewards_up_to_the_limit_normalise_and_larger_ones_are_refused(mode):
     config = CreditConfig(advantage=mode)
     result = compute_credit([REWARD_LIMIT, -REWARD_LIMIT, 1.0, 0.0], torch.eye(4), ["g"] * 4, config)
@@ -194,7 +194,7 @@ def test_bad_dtypes_fail_up_front_with_one_message(rewards, embeddings, message)
 
 
 @pytest.mark.parametrize("method", ["exact", "mc", "loo", "auto"])
-@pytest.mark.parametrize("mode", ["shapley", "mix", "dra"])
+@pytest.mark.parametrize("mode", ["shapley", "mix", "blend", "dra"])
 def test_a_length_penalised_correct_answer_gets_less_advantage_than_the_same_short_one(mode, method):
     # DAPO's overlong penalty (verl's DAPO reward manager, as every baseline trains with it): a correct answer of
     # ~6,000 tokens out of 8,192 with the penalty from 4,096 scores 0.535. The two answers embed identically;

@@ -165,3 +165,73 @@ def test_dr_grpo_switch_and_std_floor_travel_with_the_credit_parsed_from_the_alg
             config=floored,
         )
     assert float(adv.abs().max()) < 0.02
+
+
+def _kl_shaped(rewards, uids, seed=0, beta=0.3):
+    """A batch as verl hands it over with ``use_kl_in_reward``: the verifier reward on the last token minus a per-token
+    KL penalty on every response token (verl's ``apply_kl_penalty``)."""
+    data = outcome_batch(list(rewards), uids)
+    kl = torch.from_numpy(np.random.default_rng(seed).random(data.batch["response_mask"].shape)).float()
+    data.batch["token_level_rewards"] = data.batch["token_level_rewards"] - beta * kl * data.batch["response_mask"]
+    return data
+
+
+@pytest.mark.parametrize("method", ["exact", "mc"])
+@pytest.mark.parametrize("all_correct_scale", ["batch", "group"])
+def test_blend_through_verl_is_the_engines_blend_and_its_ends_are_grpo_and_the_credit(method, all_correct_scale):
+    rng = np.random.default_rng(6)
+    groups, size = 6, 6
+    uids = [f"p{g}" for g in range(groups) for _ in range(size)]
+    rewards = np.where(rng.random(groups * size) < 0.6, 1.0, -1.0)
+    rewards[:size] = 1.0  # an all-correct group, GRPO's advantage 0
+    emb = torch.from_numpy(clustered_embeddings(rng, groups, size).reshape(groups * size, -1))
+    out = {}
+    for w in (0.0, 0.3, 1.0):
+        config = CreditConfig(
+            method=method, permutations=8, all_correct_scale=all_correct_scale, advantage="blend", blend_weight=w
+        )
+        engine = compute_credit(rewards, emb, uids, config)
+        credit = StepCredit(
+            np.array(uids, dtype=object),
+            rewards,
+            engine.score.numpy(),
+            np.ones(len(uids), dtype=bool),
+            config=config,
+            stderr=engine.shapley_stderr.numpy(),
+        )
+        with provide_credit(credit):
+            out[w] = _verl(outcome_batch(rewards.tolist(), uids), "gcpo")[:, 0].double().numpy()
+        np.testing.assert_allclose(out[w], engine.advantage.numpy(), rtol=0, atol=1e-6)
+    grpo = _verl(outcome_batch(rewards.tolist(), uids), "grpo")[:, 0].double().numpy()
+    np.testing.assert_allclose(out[0.0], grpo, rtol=0, atol=1e-6)
+    assert np.all(out[0.0][:size] == 0) and np.abs(out[1.0][:size]).max() > 0.1
+    np.testing.assert_allclose(out[0.3], 0.7 * out[0.0] + 0.3 * out[1.0], rtol=0, atol=1e-6)
+
+
+def test_kl_in_reward_shapes_both_parts_of_the_blend_as_it_shapes_grpo():
+    """With verl's KL shaping in the token-level reward, blend's GRPO part is verl's GRPO advantage of the shaped
+    reward and its credit part the shapley mode's advantage of the shaped credit score: w = 0 is verl's GRPO of the
+    same batch, w = 1 the shapley mode's, and between them the weighted sum."""
+    rng = np.random.default_rng(8)
+    uids = [f"p{g}" for g in range(4) for _ in range(5)]
+    rewards = np.where(rng.random(20) < 0.6, 1.0, -1.0)
+    rewards[:5] = 1.0
+    emb = torch.from_numpy(clustered_embeddings(rng, 4, 5).reshape(20, -1))
+
+    def estimator(config):
+        data = _kl_shaped(rewards, uids)
+        with provide_credit(_credit(rewards.tolist(), uids, emb, config=config)):
+            adv, _ = compute_gcpo_outcome_advantage(
+                data.batch["token_level_rewards"], data.batch["response_mask"], index=data.non_tensor_batch["uid"]
+            )
+        return adv[:, 0].double().numpy()
+
+    shaped_grpo = _verl(_kl_shaped(rewards, uids), "grpo")[:, 0].double().numpy()
+    plain_grpo = _verl(outcome_batch(rewards.tolist(), uids), "grpo")[:, 0].double().numpy()
+    assert np.abs(shaped_grpo - plain_grpo).max() > 0.05  # the shaping moves GRPO's advantages: the test can fail
+    zero = estimator(CreditConfig(advantage="blend", blend_weight=0.0))
+    np.testing.assert_allclose(zero, shaped_grpo, rtol=0, atol=1e-5)
+    credit = estimator(CreditConfig(advantage="shapley"))
+    np.testing.assert_allclose(estimator(CreditConfig(advantage="blend", blend_weight=1.0)), credit, rtol=0, atol=0)
+    half = estimator(CreditConfig(advantage="blend", blend_weight=0.4))
+    np.testing.assert_allclose(half, 0.6 * zero + 0.4 * credit, rtol=0, atol=1e-6)

@@ -101,9 +101,9 @@ def _algorithm(overrides: dict, norm_by_std: bool):
     )
 
 
-def compute_all(extra: dict | None = None) -> dict[str, dict[str, list[float]]]:
-    """Every setting's engine credit (phi, its stderr, score, advantage) and verl's advantage of the batch;
-    ``extra`` credit settings on top of each setting's (a test's deliberate change)."""
+def credit_and_verl_advantage(overrides: dict, norm_by_std: bool):
+    """The engine's credit of the batch under ``algorithm.gcpo.credit`` ``overrides``, and verl's advantage of it
+    through ``compute_advantage`` with the registered ``gcpo`` estimator (float32 on the response's first token)."""
     from verl.protocol import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
@@ -113,31 +113,38 @@ def compute_all(extra: dict | None = None) -> dict[str, dict[str, list[float]]]:
 
     rewards, embeddings, uids = fixed_batch()
     n = len(uids)
+    algorithm = _algorithm(overrides, norm_by_std)
+    credit_config = GCPOSettings.from_algorithm_config(algorithm, "gcpo").credit
+    result = compute_credit(rewards, embeddings, uids, credit_config)
+    mask = torch.zeros(n, 4)
+    mask[:, :3] = 1
+    token_rewards = torch.zeros(n, 4, dtype=torch.float32)
+    token_rewards[:, 2] = torch.tensor(rewards, dtype=torch.float32)
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": token_rewards, "response_mask": mask},
+        non_tensors={"uid": np.array(uids, dtype=object)},
+    )
+    step = StepCredit(
+        np.array(uids, dtype=object),
+        token_rewards.sum(-1).double().numpy(),
+        result.score.numpy(),
+        np.ones(n, dtype=bool),
+        credit_config,
+        result.shapley_stderr.numpy(),
+    )
+    with provide_credit(step):
+        verl_adv = compute_advantage(
+            data, adv_estimator="gcpo", norm_adv_by_std_in_grpo=norm_by_std, config=algorithm
+        ).batch["advantages"][:, 0]
+    return result, verl_adv
+
+
+def compute_all(extra: dict | None = None) -> dict[str, dict[str, list[float]]]:
+    """Every setting's engine credit (phi, its stderr, score, advantage) and verl's advantage of the batch;
+    ``extra`` credit settings on top of each setting's (a test's deliberate change)."""
     out = {}
     for name, overrides, norm_by_std in SETTINGS:
-        algorithm = _algorithm({**overrides, **(extra or {})}, norm_by_std)
-        credit_config = GCPOSettings.from_algorithm_config(algorithm, "gcpo").credit
-        result = compute_credit(rewards, embeddings, uids, credit_config)
-        mask = torch.zeros(n, 4)
-        mask[:, :3] = 1
-        token_rewards = torch.zeros(n, 4, dtype=torch.float32)
-        token_rewards[:, 2] = torch.tensor(rewards, dtype=torch.float32)
-        data = DataProto.from_dict(
-            tensors={"token_level_rewards": token_rewards, "response_mask": mask},
-            non_tensors={"uid": np.array(uids, dtype=object)},
-        )
-        step = StepCredit(
-            np.array(uids, dtype=object),
-            token_rewards.sum(-1).double().numpy(),
-            result.score.numpy(),
-            np.ones(n, dtype=bool),
-            credit_config,
-            result.shapley_stderr.numpy(),
-        )
-        with provide_credit(step):
-            verl_adv = compute_advantage(
-                data, adv_estimator="gcpo", norm_adv_by_std_in_grpo=norm_by_std, config=algorithm
-            ).batch["advantages"][:, 0]
+        result, verl_adv = credit_and_verl_advantage({**overrides, **(extra or {})}, norm_by_std)
         out[name] = {
             "shapley": result.shapley.tolist(),
             "shapley_stderr": result.shapley_stderr.tolist(),
@@ -253,6 +260,34 @@ def test_the_fixed_batch_gives_the_recorded_credit_and_advantages(threads):
     all_correct = np.isin(np.array(uids), ["p0", "p6"])
     for name, fields in got.items():
         assert np.abs(np.asarray(fields["advantage"])[all_correct]).max() > 0.05, name
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 1.0])
+def test_the_blend_is_grpo_and_the_recorded_default_in_proportion(weight):
+    """``credit.advantage=blend`` (issue 72) is checked against this record without a recording of its own: its
+    credit is the default's phi, its advantage (1 - w) * GRPO's advantage of the rewards + w * the default's recorded
+    advantage, the same through verl's ``compute_advantage``, and the all-correct groups' push is w times the
+    default's."""
+    recorded = _recording()["values"]["default"]
+    result, verl_adv = credit_and_verl_advantage({"advantage": "blend", "blend_weight": weight}, True)
+    rewards, _, uids = fixed_batch()
+    default = {field: np.array([float.fromhex(v) for v in recorded[field]]) for field in ("score", "advantage")}
+    np.testing.assert_allclose(result.score.numpy(), default["score"], rtol=0, atol=ROUNDING_ATOL)
+    grpo = np.zeros(len(uids))
+    groups = np.array(uids)
+    for g in set(uids):  # verl's GRPO in float64; a group whose rewards are all equal exactly 0
+        r = rewards[groups == g]
+        grpo[groups == g] = 0.0 if np.all(r == r[0]) else (r - r.mean()) / (r.std(ddof=1) + 1e-6)
+    expected = (1 - weight) * grpo + weight * default["advantage"]
+    np.testing.assert_allclose(result.advantage.numpy(), expected, rtol=0, atol=ROUNDING_ATOL)
+    # verl's side: the shaped rewards reach the estimator rounded to float32 (0.6 is not a float32), so its GRPO part
+    # differs from the engine's float64 one by that rounding, far below a float32 advantage's resolution at 1e-6
+    np.testing.assert_allclose(verl_adv.double().numpy(), expected, rtol=0, atol=1e-6)
+    all_correct = np.isin(groups, ["p0", "p6"])
+    np.testing.assert_allclose(
+        result.advantage.numpy()[all_correct], weight * default["advantage"][all_correct], 0, 1e-13
+    )
+    assert np.abs(default["advantage"][all_correct]).max() > 0.05
 
 
 def test_another_cpus_rounding_passes_but_is_not_the_recordings_bits():
