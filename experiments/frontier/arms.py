@@ -6,7 +6,7 @@
   the one normalisation; ``dose=None`` is ``credit.advantage=shapley`` (φ alone, the default GCPO arm ``gcpo_group``);
 * ``loo``: the same with ``credit.method=loo`` (``gcpo_loo`` at ``dose=None``);
 * ``dqo``: the additive bonus, ``adv_estimator=dqo``'s settings read from the recipe's config layer
-  (``recipe.gcpo.config.EMBEDDING_ESTIMATORS``: ``quality=none``, ``method=loo``, ``advantage=mix``,
+  (``recipe.gcpo.settings.EMBEDDING_ESTIMATORS``: ``quality=none``, ``method=loo``, ``advantage=mix``,
   ``all_correct_scale=group``) with ``α = dose`` (the miniature's ``dqo`` arm
   is α = 2 on ±1 rewards);
 * ``blend``: ``credit.advantage=blend`` with ``blend_weight = dose`` in (0, 1] (issue 72): ``(1 − w)·A_GRPO +

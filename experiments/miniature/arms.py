@@ -52,7 +52,7 @@ ARMS: dict[str, tuple[str, ...]] = {
         "algorithm.gcpo.credit.advantage=mix",
         "algorithm.gcpo.credit.mix_coef=4.0",
     ),
-    # dqo fixes quality=none, method=loo, advantage=mix and all_correct_scale=group (recipe/gcpo/config.py)
+    # dqo fixes quality=none, method=loo, advantage=mix and all_correct_scale=group (recipe/gcpo/settings.py)
     "dqo": ("algorithm.adv_estimator=dqo", "algorithm.gcpo.credit.mix_coef=2.0"),
     # the dial at two doses (issue 72): (1 - w) * GRPO's advantage + w * the Shapley credit's, in every group
     "gcpo_blend25": (

@@ -10,7 +10,7 @@ import base64
 import html
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 import numpy as np
 import torch
@@ -42,6 +42,50 @@ def group_kernel(record: dict) -> np.ndarray:
     return emb @ emb.T
 
 
+def group_figure(record: dict, path: Path, rows: Optional[int] = None) -> Path:
+    """A dump record's picture (:func:`gcpo_core.evaluation.plots.group_credit`): the group's kernel, its Shapley
+    credit, GCPO's advantage beside GRPO's; written to ``path`` (PNG). ``rows``: the size of a group of that many
+    rollouts whatever this one's (the pictures of one dashboard entry at one size)."""
+    rewards = record["rewards"]
+    quality = record.get("quality") or [1.0 if r > 0 else 0.0 for r in rewards]
+    return group_credit(
+        group_kernel(record),
+        [f"{i}: r={r:+.2g}" for i, r in enumerate(rewards)],
+        record["shapley"],
+        record["advantage"],
+        grpo_advantages(rewards),
+        f"step {record['step']}, prompt {record['uid']}",
+        path,
+        all_wrong=not any(q > 0 for q in quality),
+        rows=rows,
+    )
+
+
+TABLE_COLUMNS = ("step", "prompt", "rollout", "response", "reward", "credit", "gcpo_advantage", "grpo_advantage")
+
+
+def table_rows(records: Iterable[dict], chars: int = 200) -> list[list]:
+    """A row per rollout of the dump ``records`` (:data:`TABLE_COLUMNS`): the prompt's and the response's first
+    ``chars`` characters, the reward, the Shapley credit, GCPO's advantage and what GRPO would give."""
+    rows = []
+    for record in records:
+        grpo = grpo_advantages(record["rewards"])
+        for i, text in enumerate(record["texts"]):
+            rows.append(
+                [
+                    int(record["step"]),
+                    str(record.get("prompt", record["uid"]))[:chars],
+                    i,
+                    text[:chars],
+                    float(record["rewards"][i]),
+                    float(record["shapley"][i]),
+                    float(record["advantage"][i]),
+                    float(grpo[i]),
+                ]
+            )
+    return rows
+
+
 def _png_tag(path: Path, alt: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
@@ -63,19 +107,9 @@ def build_report(records: Iterable[dict], out_dir: str | Path, title: str = "GCP
                 series[name][step] = float(record["metrics"][name])
         rewards = record["rewards"]
         grpo = grpo_advantages(rewards)
-        labels = [f"{i}: r={r:+.2g}" for i, r in enumerate(rewards)]
         quality = record.get("quality") or [1.0 if r > 0 else 0.0 for r in rewards]
         all_wrong = not any(q > 0 for q in quality)
-        picture = group_credit(
-            group_kernel(record),
-            labels,
-            record["shapley"],
-            record["advantage"],
-            grpo,
-            f"step {step}, prompt {record['uid']}",
-            out_dir / f"group_{n:03d}.png",
-            all_wrong=all_wrong,
-        )
+        picture = group_figure(record, out_dir / f"group_{n:03d}.png")
         rows = []
         for i, text in enumerate(record["texts"]):
             rows.append(

@@ -28,8 +28,10 @@ def write_credit_dump(
     result: RolloutCredit,
     max_groups: int = 16,
     seed: int = 0,
+    prompts: Sequence[str] | None = None,
 ) -> Path:
-    """Write up to ``max_groups`` groups (chosen at random, reproducibly from ``seed`` and ``step``) of one step.
+    """Write up to ``max_groups`` groups (chosen at random, reproducibly from ``seed`` and ``step``) of one step
+    (``prompts``: each row's prompt text, kept once a group as ``prompt``).
 
     ``advantage`` is the credit engine's, before any KL-in-reward shaping verl adds. Returns the file written
     (``<directory>/credit_step<step>.jsonl``).
@@ -49,6 +51,8 @@ def write_credit_dump(
         for g in chosen:
             rows = rows_by_group[groups[g]]
             record = {"step": int(step), "uid": str(groups[g]), "texts": [texts[r] for r in rows]}
+            if prompts is not None:
+                record["prompt"] = prompts[rows[0]]
             record["rewards"] = [float(rewards[r]) for r in rows]
             for name in ("quality", "shapley", "shapley_stderr", "score", "advantage"):
                 record[name] = [float(getattr(result, name)[r]) for r in rows]

@@ -14,9 +14,10 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig, path: Path, tight: bool = True) -> Path:
+    """``tight``: cropped to what was drawn (the size then depends on the content); else the figure's own size."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110, bbox_inches="tight" if tight else None)
     plt.close(fig)
     return path
 
@@ -94,13 +95,19 @@ def group_credit(
     title: str,
     path: Path,
     all_wrong: bool = False,
+    rows: Optional[int] = None,
 ) -> Path:
     """A group's kernel heatmap beside its Shapley credit and the GCPO vs GRPO advantages of each rollout. A zero
     advantage is drawn as a marker on the axis (a bar of length 0 would not show); an all-wrong group's credit and
-    advantage panels say so instead of standing empty."""
+    advantage panels say so instead of standing empty. ``rows``: a fixed size, that of a group of ``rows`` rollouts,
+    so that the pictures of groups of different sizes line up (W&B shows the images of one key at one size)."""
     n = len(labels)
     fig, (left, middle, right) = plt.subplots(
-        1, 3, figsize=(13, 0.35 * n + 2.5), gridspec_kw={"width_ratios": [1.1, 1, 1]}, constrained_layout=True
+        1,
+        3,
+        figsize=(13, 0.35 * max(n, rows or 0) + 2.5),
+        gridspec_kw={"width_ratios": [1.1, 1, 1]},
+        constrained_layout=True,
     )
     # colour range from the smallest similarity, so that near-copies stand out among similar solutions
     image = left.imshow(kernel, vmin=float(np.floor(np.min(kernel) * 10) / 10), vmax=1.0, cmap="viridis")
@@ -142,7 +149,7 @@ def group_credit(
     elif n and not np.any(np.asarray(grpo, dtype=float)):
         right.text(0.02, 0.02, "GRPO: 0 for every rollout", transform=right.transAxes, fontsize=7, color="C7")
     fig.suptitle(title, fontsize=9)
-    return _save(fig, path)
+    return _save(fig, path, tight=rows is None)
 
 
 def metrics_over_steps(series: Mapping[str, Mapping[int, float]], path: Path, title: Optional[str] = None) -> Path:

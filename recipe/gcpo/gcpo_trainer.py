@@ -244,8 +244,10 @@ class GCPOSteps:
                     texts = self._decode_responses(batch)
             # a new draw of Monte-Carlo permutations each step (and mini-batch), the same one when a resumed run
             # repeats a step
-            seed = self.gcpo.credit.seed + int(getattr(self, "global_steps", 0)) + MINI_BATCH_SEED_STRIDE * int(
-                getattr(self, "local_trigger_step", 0)
+            seed = (
+                self.gcpo.credit.seed
+                + int(getattr(self, "global_steps", 0))
+                + MINI_BATCH_SEED_STRIDE * int(getattr(self, "local_trigger_step", 0))
             )
             result = self.credit_actor.compute(
                 texts,
@@ -266,7 +268,8 @@ class GCPOSteps:
         metrics.update({key: value for key, value in result.metrics.items() if key.startswith("gcpo/")})
         metrics["gcpo/mean_credit_score"] = float(result.score[valid].mean()) if valid.any() else 0.0
         if self._dumping_now():
-            self._dump_credit(texts, reward, uids, valid, result)
+            with marked_timer("gcpo_report", timing_raw):
+                self._dump_credit(batch, texts, reward, uids, valid, result)
         return StepCredit(
             uids=uids,
             reward=reward,
@@ -286,12 +289,19 @@ class GCPOSteps:
         first = int(getattr(self, "local_trigger_step", 0)) == 0
         return every > 0 and first and int(getattr(self, "global_steps", 0)) % every == 0
 
-    def _dump_credit(self, texts, reward, uids, valid, result) -> None:
-        from gcpo_core.evaluation.dump import write_credit_dump
+    def _dump_credit(self, batch: KVBatchMeta, texts, reward, uids, valid, result) -> None:
+        """The step's credit dump (``gcpo report`` reads it), and its first ``dump.table_groups`` groups in the
+        run's dashboard (:func:`log_credit_groups`)."""
+        from gcpo_core.evaluation.dump import read_credit_dump, write_credit_dump
 
+        step = int(getattr(self, "global_steps", 0))
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["prompts"])
+        prompts = self.tokenizer.batch_decode(
+            [ids.tolist() for ids in data["prompts"].unbind()], skip_special_tokens=True
+        )
         path = write_credit_dump(
             directory=self.gcpo.dump.directory,
-            step=int(getattr(self, "global_steps", 0)),
+            step=step,
             texts=texts,
             rewards=reward,
             uids=uids,
@@ -299,8 +309,46 @@ class GCPOSteps:
             result=result,
             max_groups=self.gcpo.dump.max_groups,
             seed=self.gcpo.credit.seed,
+            prompts=prompts,
         )
         logger.info("GCPO credit dump written to %s", path)
+        tracker = getattr(self, "logger", None)  # verl's Tracking, made by fit
+        if self.gcpo.dump.table_groups and tracker is not None:
+            records = list(read_credit_dump(path))[: self.gcpo.dump.table_groups]
+            log_credit_groups(tracker, records, step, path.parent)
+
+
+def log_credit_groups(tracker, records: list[dict], step: int, folder) -> None:
+    """A dump's groups in the run's dashboard, through verl's tracker, where those loggers are on: in W&B a table of
+    their rollouts (``gcpo/credit_table``: prompt and response heads, reward, credit, GCPO's advantage, GRPO's beside
+    it) and each group's credit figure (``gcpo/credit_groups``, the one ``gcpo report`` draws); in TensorBoard the
+    figures as images (``gcpo/credit_group_<n>``). The figures are also written beside the dump, as PNGs."""
+    backends = getattr(tracker, "logger", {})
+    if not records or not {"wandb", "tensorboard"} & set(backends):
+        return
+    from gcpo_core.evaluation.credit_report import TABLE_COLUMNS, group_figure, table_rows
+
+    rows = max(len(record["texts"]) for record in records)  # one size for all: W&B shows them side by side
+    pictures = [
+        group_figure(record, folder / f"credit_step{step:06d}_group{n}.png", rows=rows)
+        for n, record in enumerate(records)
+    ]
+    if "wandb" in backends:
+        wandb = backends["wandb"]
+        captions = [f"step {step}, prompt {record['uid']}" for record in records]
+        data = {
+            "gcpo/credit_table": wandb.Table(columns=list(TABLE_COLUMNS), data=table_rows(records)),
+            "gcpo/credit_groups": [wandb.Image(str(p), caption=c) for p, c in zip(pictures, captions)],
+        }
+        tracker.log(data=data, step=step, backend=["wandb"])
+    if "tensorboard" in backends:
+        import matplotlib.image
+
+        writer = backends["tensorboard"].writer
+        for n, picture in enumerate(pictures):
+            writer.add_image(
+                f"gcpo/credit_group_{n}", matplotlib.image.imread(picture)[..., :3], step, dataformats="HWC"
+            )
 
 
 class GCPOSyncTrainer(GCPOSteps, PPOTrainerSync):

@@ -118,6 +118,7 @@ class GCPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
                 tracking = getattr(self.trainer, "logger", None)
                 if tracking is not None:
                     tracking.finish(exit_code=0 if succeeded else 1)
+                end_wandb_service(exit_code=0 if succeeded else 1)
             finally:
                 tq.close()
 
@@ -128,6 +129,20 @@ def release_credit(trainer) -> None:
     release = getattr(trainer, "release_credit", None)
     if release is not None:
         release()
+
+
+def end_wandb_service(exit_code: int) -> None:
+    """Stop W&B's service process while the task runner is still alive, where the run used W&B.
+
+    ``wandb.finish`` (verl's ``Tracking.finish``) ends the run but leaves W&B's service (``wandb-core``) to an
+    ``atexit`` hook; when Ray ends the task runner's process the service has already gone with the actor's other
+    children, and the hook prints a 30-line ``ConnectionResetError: Connection lost`` traceback after a run that
+    succeeded (stock verl's ``main_ppo`` does the same: docs/metrics.md#in-wb). ``wandb.teardown`` is W&B's own
+    call for this, "not reliable in an atexit hook in setups such as multiprocessing"; it unregisters the hook.
+    """
+    wandb = sys.modules.get("wandb")  # imported by verl's tracker only when trainer.logger has wandb
+    if wandb is not None:
+        wandb.teardown(exit_code=exit_code)
 
 
 def stop_dataloader_workers(trainer) -> None:

@@ -72,14 +72,22 @@ def algorithm_block(algorithm: Any, name: str) -> Optional[Mapping[str, Any]]:
 @dataclass(frozen=True)
 class DumpSettings:
     """Credit dumps for ``gcpo report`` (``algorithm.gcpo.dump``): every ``every_n_steps`` steps, up to
-    ``max_groups`` groups, in ``directory``."""
+    ``max_groups`` groups, in ``directory``; the first ``table_groups`` of them also in the run's dashboard (W&B's
+    table and figures, TensorBoard's images, where those loggers are on)."""
 
     every_n_steps: int = 0
     max_groups: int = 16
     directory: str = "gcpo_dumps"
+    table_groups: int = 4
 
     def __post_init__(self) -> None:
-        check_fields(self, "dump", every_n_steps=integer(0, note=" (0: off)"), max_groups=integer(1))
+        check_fields(
+            self,
+            "dump",
+            every_n_steps=integer(0, note=" (0: off)"),
+            max_groups=integer(1),
+            table_groups=integer(0, note=" (0: none)"),
+        )
 
 
 @dataclass(frozen=True)

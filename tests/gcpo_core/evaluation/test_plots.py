@@ -11,7 +11,7 @@ from gcpo_core.evaluation import plots
 def figures(monkeypatch):
     """The figures the plotting functions make, kept open instead of saved."""
     kept = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: kept.append(fig) or path)
+    monkeypatch.setattr(plots, "_save", lambda fig, path, tight=True: kept.append(fig) or path)
     yield kept
     for fig in kept:
         plots.plt.close(fig)

@@ -503,6 +503,81 @@ def test_credit_dumps_are_written_every_n_steps(local_tq, tiny_tokenizer, credit
     assert all(len(r["texts"]) == len(r["shapley"]) == len(r["advantage"]) for r in records)
 
 
+def test_a_dumps_groups_reach_wandb_and_tensorboard_through_verls_tracker(
+    local_tq, tiny_tokenizer, credit_actor, tmp_path, monkeypatch
+):
+    """At a dump step the first ``dump.table_groups`` groups go to the run's dashboard through verl's own Tracking
+    (built as verl's fit builds it): W&B's table of their rollouts, row for row the dump's, and their credit figures
+    (read back from W&B's offline run file), TensorBoard's images; the figures beside the dump."""
+    import wandb
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from verl.utils.tracking import Tracking
+
+    from gcpo_core.evaluation.credit_report import TABLE_COLUMNS, table_rows
+    from gcpo_core.evaluation.dump import read_credit_dump
+    from tests.special_e2e.smoke.wandb_run import read_offline_run
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
+    dumps = tmp_path / "dumps"
+    config = compose_gcpo(
+        BASE_OVERRIDES
+        + ["algorithm.gcpo.dump.every_n_steps=1", f"algorithm.gcpo.dump.directory={dumps}"]
+        + ["algorithm.gcpo.dump.table_groups=2"]
+    )
+    trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor, global_steps=4)
+    trainer.logger = Tracking("gcpo-test", "dashboard", default_backend=["wandb", "tensorboard"], config={})
+    try:
+        trainer._compute_advantage(_put_batch(tiny_tokenizer, step_seed=21), {})
+    finally:
+        trainer.logger.finish()
+        wandb.teardown()
+    assert trainer.timing_raw["gcpo_report"] > 0  # timed beside gcpo_total (timing_s/gcpo_report)
+    records = list(read_credit_dump(dumps))
+    assert len(records) == 3 and {r["prompt"] for r in records} == {tiny_tokenizer.decode([3, 4, 5])}
+
+    run = read_offline_run(tmp_path)
+    assert run.exit_code == 0 and sorted(run.history) == [4]
+    table = run.history[4]["gcpo/credit_table"]
+    content = __import__("json").loads(run.media(table).read_text())
+    assert content["columns"] == list(TABLE_COLUMNS)
+    expected = table_rows(records[:2])
+    assert len(content["data"]) == 2 * GROUP_SIZE == len(expected)
+    for got, want in zip(content["data"], expected):
+        assert got[:4] == want[:4] and np.allclose(got[4:], want[4:])
+    figures = run.history[4]["gcpo/credit_groups"]
+    assert figures["count"] == 2 and all((run.folder / "files" / name).is_file() for name in figures["filenames"])
+    pictures = sorted(dumps.glob("*.png"))
+    assert [p.name for p in pictures] == [f"credit_step000004_group{n}.png" for n in (0, 1)]
+    # one size, whatever each group's rollouts: W&B shows a key's images side by side at one size
+    assert len({__import__("matplotlib.image").image.imread(p).shape for p in pictures}) == 1
+
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"images": 0})
+    events.Reload()
+    assert sorted(events.Tags()["images"]) == ["gcpo/credit_group_0", "gcpo/credit_group_1"]
+    assert [image.step for image in events.Images("gcpo/credit_group_0")] == [4]
+
+
+def test_without_a_dashboard_logger_or_with_table_groups_0_a_dump_is_the_file_alone(
+    local_tq, tiny_tokenizer, credit_actor, tmp_path
+):
+    from verl.utils.tracking import Tracking
+
+    for table_groups, backends in ((4, ["console"]), (0, ["console"])):
+        dumps = tmp_path / f"dumps{table_groups}"
+        config = compose_gcpo(
+            BASE_OVERRIDES
+            + ["algorithm.gcpo.dump.every_n_steps=1", f"algorithm.gcpo.dump.directory={dumps}"]
+            + [f"algorithm.gcpo.dump.table_groups={table_groups}"]
+        )
+        trainer = _trainer(GCPOTrainer, config, tiny_tokenizer, credit_actor, global_steps=2)
+        trainer.logger = Tracking("gcpo-test", "console", default_backend=backends, config={})
+        trainer._compute_advantage(_put_batch(tiny_tokenizer, step_seed=22), {})
+        assert [p.name for p in dumps.iterdir()] == ["credit_step000002.jsonl"]
+
+
 def test_group_contrastive_puts_the_reference_into_all_wrong_groups_before_log_probs(
     local_tq, tiny_tokenizer, monkeypatch
 ):

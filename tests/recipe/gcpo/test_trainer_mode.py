@@ -318,11 +318,12 @@ def test_the_task_runner_is_verls_but_for_the_trainer_class():
     up by mode: this fails when either side changes, so that the mirror is redone."""
     # the additions: the training data loader's workers are stopped once training is over (verl keeps them alive in
     # trainer.train_dataloader_it, and Ray's shutdown killed them with a traceback after a good run), and the credit
-    # actors released (verl's fit returns on its last step without on_train_end)
+    # actors released (verl's fit returns on its last step without on_train_end), and W&B's service stopped while the
+    # runner is alive (its atexit hook otherwise prints a traceback after a good run)
     ours = _run_statements(
         GCPOTaskRunner.run,
         {"from verl.utils.logging_utils import configure_verl_logging", "import recipe.gcpo.register"},
-        added_calls={"stop_dataloader_workers", "release_credit"},
+        added_calls={"stop_dataloader_workers", "release_credit", "end_wandb_service"},
     )
     verls = _run_statements(TaskRunnerV1.__ray_actor_class__.run, {"from verl.trainer.ppo.v1 import get_trainer_cls"})
     assert ours == verls

@@ -96,11 +96,24 @@ def check(args) -> int:
         results.append(checks.check_metric_glossary(both))
         scale = checks.run_config_value(run.checkpoints, "algorithm.gcpo.credit.all_correct_scale")
         results.append(checks.check_all_correct_push(both, scale))
+    mode = checks.run_config_value(run.checkpoints, "trainer.v1.trainer_mode")
+    results.append(checks.check_trainer_mode(both, mode, gcpo))
     results += checks.check_resume(
         runs[1], runs[2], run.checkpoints, saved_step=first, resumed_steps=args.resumed_steps
     )
     if gcpo:
         results += checks.check_credit_dumps(run.dumps, range(1, last + 1))
+    table_groups = checks.run_config_value(run.checkpoints, "algorithm.gcpo.dump.table_groups") if gcpo else 0
+    for number in numbers:
+        if run.wandb(number).is_dir():  # W&B offline beside the file logger (run.py)
+            results += checks.check_wandb_run(
+                run.wandb(number),
+                runs[number],
+                gcpo=gcpo,
+                dump_dir=run.dumps,
+                table_groups=int(table_groups or 0),
+                label=f"run {number} W&B",
+            )
     faults = {target: _read_json(run.fault(target)) for target in args.fault or ()}
     for target, record in faults.items():
         later = [

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -151,6 +152,10 @@ class Paths:
     def dumps(self) -> Path:
         return self.run / "gcpo_dumps"
 
+    def wandb(self, job: str) -> Path:
+        """W&B's offline run of a job (WANDB_DIR), on the shared storage"""
+        return self.run / f"wandb_{job}"
+
     def job_file(self, job: str, kind: str) -> Path:
         suffix = {"metrics": "jsonl", "log": "log"}.get(kind, "json")
         return self.run / f"{kind}_{job}.{suffix}"
@@ -169,7 +174,7 @@ def job_overrides(paths: Paths, total_steps: int, save_freq: int, gcpo: bool, ex
         cpu_overrides()
         + list(ATTENTION_OVERRIDES["sdpa"])
         + [
-            'trainer.logger=["console","file"]',
+            'trainer.logger=["console","file","wandb"]',
             f"trainer.total_training_steps={total_steps}",
             f"trainer.save_freq={save_freq}",
             f"trainer.test_freq={total_steps}",
@@ -219,6 +224,9 @@ def job_environment(
             "PYTHONUNBUFFERED": "1",
             "GCPO_SMOKE_MARKER": marker,
             "VERL_FILE_LOGGER_PATH": str(paths.job_file(job, "metrics")),
+            # W&B offline beside the file logger, as a user's job logs (nothing leaves the machine)
+            "WANDB_MODE": "offline",
+            "WANDB_DIR": str(paths.wandb(job)),
             "MODEL_PATH": str(paths.model),
             "DATA_DIR": str(paths.launcher_data),
             "TRAIN_FILE": str(paths.smoke_data / "train.parquet"),
@@ -301,6 +309,8 @@ class JobRunner:
         marker = f"gcpo-cluster-{os.getpid()}-{name}-{record.attempts}"
         metrics = paths.job_file(name, "metrics")
         metrics.unlink(missing_ok=True)
+        shutil.rmtree(paths.wandb(name), ignore_errors=True)  # one W&B run a job: the attempt that counts
+        paths.wandb(name).mkdir(parents=True)
         env = job_environment(paths, name, marker, self.token, self.cluster.env, self.options.container)
         record.files = {kind: str(paths.job_file(name, kind)) for kind in ("log", "metrics", "actors", "memory")}
         submit = [
@@ -613,6 +623,15 @@ def evaluate(
         )
         results.append(checks.check_checkpoint_ranks(paths.checkpoints, last_step, options.nodes))
         results.append(checks.check_clean_log(paths.job_file("resume", "log"), markers=checks.UNCLEAN_JOB_MARKERS))
+        table_groups = checks.run_config_value(paths.checkpoints, "algorithm.gcpo.dump.table_groups") if gcpo else 0
+        results += checks.check_wandb_run(
+            paths.wandb("resume"),
+            metrics["resume"],
+            gcpo=gcpo,
+            dump_dir=paths.dumps,
+            table_groups=int(table_groups or 0),
+            label="resume: W&B",
+        )
     if not crashed and options.kill_credit_actor_after is None:
         results.append(checks.check_clean_log(paths.job_file("train", "log"), markers=checks.UNCLEAN_JOB_MARKERS))
     if gcpo:

@@ -50,10 +50,17 @@ KILL_AFTER_S = 30.0
 TEE_JOIN_S = 30.0
 ADDRESS_IN_USE = ("EADDRINUSE", "Address already in use")
 ESTIMATORS = ("gcpo", "grpo")
-# verl's V1 trainer modes the smoke runs, with the settings of verl's own asynchronous examples
+# verl's V1 trainer modes the smoke runs, with the settings of verl's own asynchronous examples; in colocate_async
+# vLLM runs 12 sequences at a time, so that at the smoke's sizes the batch generated ahead is still being generated
+# when a step's sample is taken: its rollouts are cut off, resumed under the new weights (partial rollouts) and their
+# groups span two policy versions (gcpo/policy_version/*), as in a real run's long responses
 TRAINER_MODES = {
     "sync": (),
-    "colocate_async": ("trainer.v1.trainer_mode=colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1"),
+    "colocate_async": (
+        "trainer.v1.trainer_mode=colocate_async",
+        "trainer.v1.colocate_async.num_warmup_batches=1",
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs=12",
+    ),
 }
 # why the smoke cannot run separate_async: verl 0.9.1 sends weights to a rollout pool of its own over nccl, nixl or
 # mooncake (CUDA or RDMA); its naive engine only feeds a rollout colocated with the actor
@@ -163,6 +170,10 @@ class RunDir:
 
     def wall(self, run: int) -> Path:
         return self.root / f"wall_run{run}.txt"
+
+    def wandb(self, run: int) -> Path:
+        """W&B's offline run of trainer run ``run`` (WANDB_DIR: W&B names its own folder inside)."""
+        return self.root / f"wandb_run{run}"
 
     def gpu_memory(self, run: int) -> Path:
         return self.root / f"gpu_memory_run{run}.json"
@@ -803,7 +814,7 @@ class Smoke:
             *SMOKE_REWARD,
             "reward.num_workers=2",
             "algorithm.use_kl_in_reward=false",
-            'trainer.logger=["console","file"]',
+            'trainer.logger=["console","file","wandb"]',
             "trainer.project_name=gcpo-smoke",
             f"trainer.experiment_name={estimator}",
             "trainer.nnodes=1",
@@ -969,7 +980,10 @@ class Smoke:
         wall_run<N>.txt and metrics_run<N>.jsonl, and prints [PASS] or [FAIL]. A run that died at start-up of a
         taken port runs once more."""
         log, metrics = run_dir.log(run), run_dir.metrics(run)
-        full_env = {**self.env, **env, MARKER_ENV: marker, "VERL_FILE_LOGGER_PATH": str(metrics)}
+        run_dir.wandb(run).mkdir(parents=True, exist_ok=True)
+        # W&B offline beside the file logger, as a user's run logs (no account: nothing leaves the machine)
+        wandb = {"WANDB_MODE": "offline", "WANDB_DIR": str(run_dir.wandb(run))}
+        full_env = {**self.env, **env, MARKER_ENV: marker, "VERL_FILE_LOGGER_PATH": str(metrics), **wandb}
         for attempt in (1, 2):
             print(f"+ {' '.join(command)}", flush=True)
             outcome = self._run_once(command, full_env, run_dir, run, marker)
@@ -983,6 +997,8 @@ class Smoke:
                 )
                 log.rename(first)
                 metrics.unlink(missing_ok=True)
+                shutil.rmtree(run_dir.wandb(run))  # the checks read the one W&B run of the attempt that counts
+                run_dir.wandb(run).mkdir(parents=True)
                 continue
             break
         return self._verdict(label, outcome, log)
