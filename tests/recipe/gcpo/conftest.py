@@ -65,3 +65,18 @@ def outcome_batch(rewards, uids, lengths=None, width: int = 8) -> DataProto:
         tensors={"token_level_rewards": scores, "response_mask": mask},
         non_tensors={"uid": np.array(uids, dtype=object)},
     )
+
+
+# each trainer mode of verl's V1 trainer, at the smallest sizes its asserts accept on one (CPU) device
+MODE_OVERRIDES = {
+    "sync": [],
+    "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
+    "separate_async": [
+        "trainer.v1.trainer_mode=separate_async",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+        "data.train_batch_size=16",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    ],
+}

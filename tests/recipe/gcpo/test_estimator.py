@@ -73,6 +73,19 @@ def test_all_correct_groups_with_redundancy_get_a_signal_grpo_does_not_give():
     np.testing.assert_allclose(centred[:, 0].numpy(), phi - phi.mean(), atol=1e-6)
 
 
+def _step_credit(rewards, emb, uids, config):
+    """The engine's result and the credit of a step as the trainer hands it to the estimator (every row valid)."""
+    engine = compute_credit(rewards, emb, uids, config)
+    return engine, StepCredit(
+        np.array(uids, dtype=object),
+        rewards,
+        engine.score.numpy(),
+        np.ones(len(uids), dtype=bool),
+        config=config,
+        stderr=engine.shapley_stderr.numpy(),
+    )
+
+
 @pytest.mark.parametrize("method", ["exact", "mc"])
 @pytest.mark.parametrize("all_correct_scale", ["batch", "group"])
 def test_the_estimator_applies_exactly_the_engines_normalisation(method, all_correct_scale):
@@ -85,15 +98,7 @@ def test_the_estimator_applies_exactly_the_engines_normalisation(method, all_cor
     rewards[size : 2 * size] = -1.0
     emb = torch.from_numpy(clustered_embeddings(rng, groups, size).reshape(groups * size, -1))
     config = CreditConfig(method=method, permutations=8, all_correct_scale=all_correct_scale)
-    engine = compute_credit(rewards, emb, uids, config)
-    credit = StepCredit(
-        np.array(uids, dtype=object),
-        rewards,
-        engine.score.numpy(),
-        np.ones(len(uids), dtype=bool),
-        config=config,
-        stderr=engine.shapley_stderr.numpy(),
-    )
+    engine, credit = _step_credit(rewards, emb, uids, config)
     algorithm = OmegaConf.create(
         {
             "norm_adv_by_std_in_grpo": True,
@@ -190,15 +195,7 @@ def test_blend_through_verl_is_the_engines_blend_and_its_ends_are_grpo_and_the_c
         config = CreditConfig(
             method=method, permutations=8, all_correct_scale=all_correct_scale, advantage="blend", blend_weight=w
         )
-        engine = compute_credit(rewards, emb, uids, config)
-        credit = StepCredit(
-            np.array(uids, dtype=object),
-            rewards,
-            engine.score.numpy(),
-            np.ones(len(uids), dtype=bool),
-            config=config,
-            stderr=engine.shapley_stderr.numpy(),
-        )
+        engine, credit = _step_credit(rewards, emb, uids, config)
         with provide_credit(credit):
             out[w] = _verl(outcome_batch(rewards.tolist(), uids), "gcpo")[:, 0].double().numpy()
         np.testing.assert_allclose(out[w], engine.advantage.numpy(), rtol=0, atol=1e-6)

@@ -24,7 +24,7 @@ from gcpo_core.encoding.pipeline import credit_rollouts
 from recipe.gcpo.credit_actor import CreditActor, CreditActorTimeout
 from recipe.gcpo.gcpo_trainer import GCPO_TRAINERS, GCPOTrainer, policy_version_metrics
 from recipe.gcpo.settings import CreditActorOptions
-from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.recipe.gcpo.conftest import MODE_OVERRIDES, compose_gcpo
 from tests.special_e2e.smoke import checks
 
 GROUP_SIZE = 4
@@ -202,20 +202,6 @@ def test_gcpo_advantages_from_transfer_queue_with_padding_and_an_incomplete_grou
 
 # what verl's asynchronous trainers need of a config to be built (separate_async: a rollout pool, a checkpoint
 # engine that can send weights, a step of parameter_sync_step mini-batches)
-MODE_OVERRIDES = {
-    "sync": [],
-    "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
-    "separate_async": [
-        "trainer.v1.trainer_mode=separate_async",
-        "actor_rollout_ref.rollout.nnodes=1",
-        "actor_rollout_ref.rollout.n_gpus_per_node=1",
-        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
-        "data.train_batch_size=16",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-    ],
-}
-
-
 @pytest.mark.parametrize("mode", list(MODE_OVERRIDES))
 def test_each_modes_trainer_computes_the_same_gcpo_advantages_and_says_how_many_versions_a_group_spans(
     mode, local_tq, tiny_tokenizer, credit_actor, minilm

@@ -30,7 +30,7 @@ from verl.utils import tensordict_utils as tu
 
 from recipe.gcpo.gcpo_trainer import GCPO_TRAINERS, GCPOSteps, GCPOTrainer
 from recipe.gcpo.main_gcpo import GCPOTaskRunner, trainer_class
-from tests.recipe.gcpo.conftest import compose_gcpo
+from tests.recipe.gcpo.conftest import MODE_OVERRIDES, compose_gcpo
 from tests.scripts.launch import launcher_overrides
 
 SYNC_LAUNCHERS = ["run_qwen3_4b_gcpo.sh", "run_qwen3_4b_grpo.sh", "run_qwen3_4b_dapo.sh"]
@@ -238,17 +238,7 @@ class _Started(Exception):
     """Raised where the trainer would start its workers on GPUs."""
 
 
-ASYNC = {
-    "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
-    "separate_async": [
-        "trainer.v1.trainer_mode=separate_async",
-        "actor_rollout_ref.rollout.nnodes=1",
-        "actor_rollout_ref.rollout.n_gpus_per_node=1",
-        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
-        "data.train_batch_size=16",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-    ],
-}
+ASYNC = {mode: overrides for mode, overrides in MODE_OVERRIDES.items() if mode != "sync"}
 
 
 @pytest.mark.parametrize(

@@ -759,9 +759,9 @@ def check_wandb_run(
         step = int(path.stem.removeprefix("credit_step"))
         if step not in run.history:
             continue  # a dump of the other trainer run (the first, beside a resumed run's)
-        expected = table_rows(list(read_credit_dump(path))[:table_groups])
-        results.append(_check_credit_table(run, step, expected, TABLE_COLUMNS, label))
-        results.append(_check_credit_figures(run, step, len({row[1] for row in expected}), label))
+        shown = list(read_credit_dump(path))[:table_groups]
+        results.append(_check_credit_table(run, step, table_rows(shown), TABLE_COLUMNS, label))
+        results.append(_check_credit_figures(run, step, len(shown), label))
     return results
 
 
@@ -781,7 +781,7 @@ def _check_credit_table(run, step: int, expected: list[list], columns: Sequence[
     return Check(
         name,
         bool(rows) and numbers and texts,
-        f"{len(rows)} rollouts (the dump's first groups have {len(expected)}); texts {'match' if texts else 'DIFFER'}, "
+        f"{len(rows)} rollouts ({len(expected)} in the dump's first groups); texts {'match' if texts else 'DIFFER'}, "
         f"reward, credit and advantages {'match' if numbers else 'DIFFER'}",
     )
 

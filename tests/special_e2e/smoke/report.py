@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 from typing import Mapping, Optional, Sequence
 
-# (label, verl timing key) in the order a step runs them; "credit" is inside "advantage"
+# (label, verl timing key) in the order a step runs them; "credit" and "credit report" are inside "advantage"
 PHASES = (
     ("generation", "timing_s/gen"),
     ("reward", "timing_s/reward"),
     ("old log-prob", "timing_s/old_log_prob"),
     ("credit (in advantage)", "timing_s/gcpo_total"),
+    # the dump with its W&B table and figures: a diagnostic, every step in the smoke (a run's every_n_steps)
+    ("credit report (in advantage)", "timing_s/gcpo_report"),
     ("advantage", "timing_s/adv"),
     ("actor update", "timing_s/update_actor"),
     ("checkpoint", "timing_s/save_checkpoint"),
