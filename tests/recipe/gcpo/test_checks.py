@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from recipe.gcpo.checks import RECIPE, check_encoder, recipe_rules, validate
-from tests.recipe.gcpo.conftest import BASE, compose_gcpo
+from tests.recipe.gcpo.conftest import BASE, MODE_OVERRIDES, compose_gcpo
 from tests.verl_preflight.conftest import check_style_problems, reward_file
 from verl_preflight import ConfigError
 from verl_preflight.machine import missing_data_files
@@ -25,10 +25,11 @@ def checked_gcpo(config):
 # --- the trainer, the groups, DAPO's filter -------------------------------------------------------------------
 
 
-def test_gcpo_outside_verls_v1_sync_trainer_is_refused_naming_the_entry_point():
-    assert checked_gcpo(compose_gcpo(["actor_rollout_ref.rollout.n=8"])) is not None  # verl's defaults
-    with pytest.raises(ValueError, match="python -m recipe.gcpo.main_gcpo"):
-        checked_gcpo(compose_gcpo(["actor_rollout_ref.rollout.n=8", "trainer.v1.trainer_mode=colocate_async"]))
+@pytest.mark.parametrize("mode", list(MODE_OVERRIDES))
+def test_gcpo_is_checked_in_every_trainer_mode_of_verls_v1_trainer(mode):
+    """The recipe's entry point builds its trainer for each of verl's modes (recipe.gcpo.gcpo_trainer.GCPO_TRAINERS):
+    no mode is refused for GCPO; verl's own classes refuse it (tests/recipe/gcpo/test_main_gcpo.py)."""
+    assert checked_gcpo(compose_gcpo(["actor_rollout_ref.rollout.n=8", *MODE_OVERRIDES[mode]])) is not None
 
 
 def test_verls_legacy_trainer_is_refused_under_every_estimator_naming_verls_entry_point():

@@ -145,11 +145,15 @@ def test_diver_is_grpo_once_its_steps_are_over(local_tq, tokenizer):
     np.testing.assert_allclose(results[0], results[1], atol=1e-6)
 
 
-def test_diver_is_refused_outside_the_recipes_trainer():
-    with pytest.raises(ValueError, match="needs the GCPO trainer"):
-        recipe_rules(compose_gcpo(BASE + ["algorithm.adv_estimator=diver", "trainer.v1.trainer_mode=colocate_async"]))
-    with pytest.raises(ValueError, match="needs the GCPO trainer"):  # verl's own trainer class in the recipe's mode
+def test_diver_runs_in_every_trainer_mode_of_the_recipe_and_is_refused_by_verls_own_trainers():
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+
+    colocate = compose_gcpo(BASE + ["algorithm.adv_estimator=diver", "trainer.v1.trainer_mode=colocate_async"])
+    assert recipe_rules(colocate).trainer_need() is not None  # the recipe's trainer of the mode serves it
+    with pytest.raises(ValueError, match="needs the GCPO trainer"):  # verl's own trainer class of each mode
         PPOTrainerSync(compose_gcpo(BASE + ["algorithm.adv_estimator=diver", "trainer.v1.trainer_mode=sync"]))
+    with pytest.raises(ValueError, match="needs the GCPO trainer.*trainer class PPOTrainerColocateAsync"):
+        PPOTrainerColocateAsync(colocate)
     with pytest.raises(ValueError, match="algorithm.diver.metric: must be one of"):
         recipe_rules(compose_gcpo(BASE + ["algorithm.diver.metric=bleu"]))  # checked even when unused
     assert get_adv_estimator_fn("diver") is get_adv_estimator_fn("gcpo")

@@ -206,7 +206,6 @@ def test_the_estimator_returns_the_weighted_local_advantage_it_was_given():
         (["+algorithm.copo.gamma=20"], "algorithm.copo.*gamma"),
         (["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"], "loss_mode: gspo"),
         (["algorithm.div_r1.enable=true"], "use one or the other"),
-        (["trainer.v1.trainer_mode=async"], "recipe's trainer.*or use algorithm.copo.blend=advantage"),
         (["distillation.enabled=true"], "distillation.enabled: true makes the actor run the distillation loss instead"),
     ],
 )

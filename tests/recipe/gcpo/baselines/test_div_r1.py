@@ -180,7 +180,6 @@ GRPO = ["algorithm.adv_estimator=grpo"]
         (["algorithm.div_r1.enable=true", "algorithm.div_r1.coef=-1"], "algorithm.div_r1.coef: must be"),
         (["algorithm.div_r1.enable=true", "algorithm.div_r1.entropy=exact"], "calculate_entropy=true"),
         (["algorithm.div_r1.enable=true", "+algorithm.div_r1.lambda=0.1"], "unknown key"),
-        (["algorithm.div_r1.enable=true", "trainer.v1.trainer_mode=async"], "needs the GCPO trainer.*Div-R1 loss"),
         (
             ["algorithm.div_r1.enable=true", "distillation.enabled=true"],
             "distillation.enabled: true makes the actor run the distillation loss instead",
