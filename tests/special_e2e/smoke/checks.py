@@ -757,8 +757,10 @@ def check_wandb_run(
         )
     for path in sorted(Path(dump_dir).glob("credit_step*.jsonl")) if dump_dir and table_groups else ():
         step = int(path.stem.removeprefix("credit_step"))
-        if step not in run.history:
-            continue  # a dump of the other trainer run (the first, beside a resumed run's)
+        if step not in metrics:
+            # a dump of the other trainer run (the first, beside a resumed run's); W&B may still have its step: a
+            # resumed run validates before training at its checkpoint's step
+            continue
         shown = list(read_credit_dump(path))[:table_groups]
         results.append(_check_credit_table(run, step, table_rows(shown), TABLE_COLUMNS, label))
         results.append(_check_credit_figures(run, step, len(shown), label))

@@ -716,6 +716,9 @@ for step, data in metrics.items():
     tracker.log(data=data, step=int(step))
     path = dumps / f"credit_step{int(step):06d}.jsonl"
     log_credit_groups(tracker, list(read_credit_dump(path))[:2], int(step), dumps)
+# a step with validation only and a dump beside it, as a resumed run logs at its checkpoint's step (the dump is the
+# first run's)
+tracker.log(data={"val-core/acc": 0.5}, step=3)
 tracker.finish()
 wandb.teardown()
 """
@@ -730,7 +733,7 @@ def wandb_run(tmp_path_factory, minilm):
 
     root = tmp_path_factory.mktemp("wandb")
     dumps = root / "dumps"
-    for step in (1, 2):
+    for step in (1, 2, 3):
         write_dump(dumps, step, minilm)
     metrics = {step: {k: v for k, v in step_metrics(step).items() if v == v} for step in (1, 2)}
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(root), "WANDB_SILENT": "true"}
@@ -748,6 +751,12 @@ def test_a_wandb_run_holding_the_files_scalars_table_and_figures_passes(wandb_ru
     assert names[:3] == ["W&B run ended", "W&B scalars", "W&B holds the glossary's metrics"]
     assert "W&B credit table step 2" in names and "W&B credit figures step 2" in names
     assert "16 rollouts" in results[names.index("W&B credit table step 1")].detail
+    # step 3 is in W&B (validation only) and dumped, but this run did not train it: no table is asked of it
+    assert not any("step 3" in name for name in names)
+    # had it trained step 3 (the file logger says so), W&B's step 3 without the table fails
+    trained = checks.check_wandb_run(root, {**metrics, 3: {}}, gcpo=True, dump_dir=dumps, table_groups=2)
+    [table] = [r for r in trained if r.name == "W&B credit table step 3"]
+    assert not table.ok and "not a table" in table.detail
 
 
 def test_a_glossary_metric_missing_from_wandb_fails(wandb_run, tmp_path):
