@@ -19,7 +19,8 @@
 #   --lr LR       the actor's learning rate for every arm (default 1e-3)
 #   --warm-seed W per-seed (default): seed s of every arm trains from warm start s (built once, kept in
 #                 DIR/policy-warm<s>), so the seeds' spread includes the start's; N: every run from warm start N
-#   --out DIR     data, warm start, runs, results.json and table.md (default ${TMPDIR:-/tmp}/gcpo-miniature);
+#   --out DIR     data, warm start, runs, results.json and table.md (default ${TMPDIR:-/tmp}/gcpo-miniature; a
+#                 relative DIR is the checkout's: the script runs there);
 #                 finished runs there are kept and skipped, so a stopped experiment goes on where it stopped
 #   --figures DIR where the PNGs go (default DIR of --out)
 #   --dry-run     build the data and the warm start, then compose and validate the first run's config

@@ -147,13 +147,19 @@ def compare(out: Path, reference: Path, step: int | None = None) -> str:
     return text
 
 
+def absolute_path(text: str) -> Path:
+    """An option's folder as an absolute path: a run's model path is built from ``--out`` and verl's workers start in
+    other folders, so the start-up refuses a relative one."""
+    return Path(text).resolve()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.miniature", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     defaults = RunSpec()
     for name in ("build", "run"):
         p = commands.add_parser(name)
-        p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--out", type=absolute_path, required=True)
         p.add_argument("--correct-share", type=float, default=0.3, help="the warm start's share of right targets")
         p.add_argument("--warm-steps", type=int, default=400)
     commands.choices["build"].add_argument(
@@ -199,7 +205,7 @@ def main(argv=None) -> int:
     run.add_argument("--dry-run", action="store_true", help="compose and validate the first run's config only")
     run.add_argument("overrides", nargs="*", help="Hydra overrides for every run (key=value)")
     p = commands.add_parser("report")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=absolute_path, required=True)
     p.add_argument("--figures", type=Path, default=None)
     p.add_argument(
         "--include",
@@ -212,7 +218,7 @@ def main(argv=None) -> int:
         "compare",
         help="does a run reproduce the documented one? (experiments/miniature/reproduce.py says how it is judged)",
     )
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=absolute_path, required=True)
     p.add_argument("--reference", type=Path, default=DOCUMENTED_RESULTS)
     p.add_argument("--step", type=int, default=None, help="the evaluation step (default: the last both have)")
     args = parser.parse_args(argv)

@@ -330,3 +330,19 @@ def test_a_run_from_the_first_seed_is_reported_by_arm_and_seed(tmp_path, monkeyp
     assert {arm: sorted(seeds) for arm, seeds in runs.items()} == {"grpo": [101, 102], "gcpo_group": [101, 102]}
     assert runs["grpo"][102]["warm_seed"] == 102
     assert "seed 101 from start 101, seed 102 from start 102" in (out / "table.md").read_text()
+
+
+def test_a_relative_out_folder_reaches_the_runs_as_an_absolute_path(tmp_path, monkeypatch):
+    """verl's workers start in other folders, so the start-up refuses a relative model path (the warm start in OUT):
+    ``--out`` relative to where the command runs is made absolute before anything is built or trained."""
+    import experiments.miniature.runner as runner
+
+    _fake_warm_starts(monkeypatch)
+    outs = []
+    monkeypatch.setattr(runner, "train", lambda arm, seed, spec, out, *a, **k: outs.append(out))
+    monkeypatch.setattr(cli, "report", lambda out, figures: "")
+    monkeypatch.setattr(cli, "DOCUMENTED_RESULTS", tmp_path / "absent.json")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--out", "exp", "--arms", "grpo,gcpo_group", "--seeds", "1"]) == 0
+    assert outs == [tmp_path / "exp"] * 2 and all(out.is_absolute() for out in outs)
+    assert (tmp_path / "exp" / "data").is_dir()
