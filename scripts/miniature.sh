@@ -6,9 +6,10 @@
 #
 # Usage: bash scripts/miniature.sh [--arms grpo,gcpo_group,gcpo_loo,dqo] [--seeds N] [--first-seed S] [--steps N]
 #                                  [--eval-every N] [--eval-samples N] [--lr LR] [--warm-seed per-seed|N] [--out DIR]
-#                                  [--figures DIR] [--dry-run] [key=value ...]
+#                                  [--figures DIR] [--dump-rollouts] [--timeout S] [--dry-run] [key=value ...]
 #   --arms        which arms, comma-separated (default the ablation's four: grpo,gcpo_group,gcpo_loo,dqo; also
-#                 gcpo_batch and gcpo_loo_mix4; experiments/miniature/arms.py says what each is)
+#                 gcpo_batch, gcpo_loo_mix4, gcpo_blend25 and gcpo_blend75; experiments/miniature/arms.py says
+#                 what each is)
 #   --seeds N     N seeds of every arm, S..S+N-1 (default 4, about 2.5-3 h for four arms; the 2026-11-25 reference
 #                 is --arms grpo,gcpo_batch,gcpo_group --seeds 5, 1.8-2.2 h)
 #   --first-seed S the first seed (default 1); issue 56's credit-shape run is --arms
@@ -23,6 +24,9 @@
 #                 relative DIR is the checkout's: the script runs there);
 #                 finished runs there are kept and skipped, so a stopped experiment goes on where it stopped
 #   --figures DIR where the PNGs go (default DIR of --out)
+#   --dump-rollouts every run dumps its training rollouts (verl's trainer.rollout_data_dir: one <step>.jsonl a
+#                 step, in the run's rollouts/), from which the report counts the all-correct groups of every arm
+#   --timeout S   seconds one training run may take (default 1800)
 #   --dry-run     build the data and the warm start, then compose and validate the first run's config
 #   key=value     Hydra overrides for every run
 # Uses the CPU smoke's environment and lock (scripts/smoke_cpu.sh; GCPO_CPU_VENV, default .venv-cpu).
@@ -43,11 +47,12 @@ while [[ $# -gt 0 ]]; do
     -h|--help) sed -n '/^# Usage:/,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     --out) [[ $# -ge 2 ]] || { echo "error: --out needs a folder" >&2; exit 2; }; out="$2"; shift ;;
     --out=*) out="${1#--out=}" ;;
-    --dry-run) args+=("$1") ;;
-    --arms|--seeds|--first-seed|--steps|--eval-every|--eval-samples|--lr|--warm-seed|--figures)
+    --dry-run|--dump-rollouts) args+=("$1") ;;
+    --arms|--seeds|--first-seed|--steps|--eval-every|--eval-samples|--lr|--warm-seed|--figures|--timeout)
       [[ $# -ge 2 ]] || { echo "error: $1 needs a value" >&2; exit 2; }
       args+=("$1" "$2"); shift ;;
-    --arms=*|--seeds=*|--first-seed=*|--steps=*|--eval-every=*|--eval-samples=*|--lr=*|--warm-seed=*|--figures=*)
+    --arms=*|--seeds=*|--first-seed=*|--steps=*|--eval-every=*|--eval-samples=*|--lr=*|--warm-seed=*|--figures=*|\
+    --timeout=*)
       args+=("$1") ;;
     --*) echo "error: unknown option $1 (bash scripts/miniature.sh --help)" >&2; exit 2 ;;
     *=*) overrides+=("$1") ;;

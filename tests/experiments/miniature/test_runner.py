@@ -307,6 +307,21 @@ def test_the_script_takes_the_first_seed_and_the_eval_samples():
         assert bad.returncode == 2 and f"error: {option} needs a value" in bad.stderr
 
 
+def test_the_script_takes_the_rollout_dump_and_the_timeout():
+    """The flags issue 72's runs need reach the script's parser: ``--dump-rollouts`` is known (the run goes on to the
+    next option, whose missing value is the error) and ``--timeout`` takes a value; nothing is run."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "scripts" / "miniature.sh"
+    usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True).stdout
+    assert "--dump-rollouts" in usage and "--timeout S" in usage
+    bad = subprocess.run(["bash", str(script), "--dump-rollouts", "--timeout"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "error: --timeout needs a value" in bad.stderr
+    bad = subprocess.run(["bash", str(script), "--dump-rollout"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown option --dump-rollout" in bad.stderr
+
+
 def test_a_run_from_the_first_seed_is_reported_by_arm_and_seed(tmp_path, monkeypatch):
     from dataclasses import asdict
 
