@@ -12,6 +12,8 @@ from experiments.miniature.runner import policy_dir, run_dir
 from experiments.miniature.runner import train as train_run
 from tests.special_e2e import ROOT
 
+MINIATURE_SCRIPT = ROOT / "scripts" / "miniature.sh"
+
 
 def train(arm, seed, spec, out, timeout_s, extra=(), python=None, warm_seed=0):
     return train_run(arm, seed, spec, out, timeout_s, extra, python=python, warm_seed=warm_seed)
@@ -117,9 +119,8 @@ def test_bad_options_are_refused_before_anything_is_built(tmp_path, capsys, argv
 
 def test_the_script_refuses_unknown_options_and_prints_its_usage():
     import subprocess
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[3] / "scripts" / "miniature.sh"
+    script = MINIATURE_SCRIPT
     usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
     assert usage.returncode == 0 and "Usage: bash scripts/miniature.sh" in usage.stdout
     bad = subprocess.run(["bash", str(script), "--frob"], capture_output=True, text=True)
@@ -297,9 +298,8 @@ def test_the_script_takes_the_first_seed_and_the_eval_samples():
     """Known to the script's parser (a missing value is its own error, not an unknown option) and in its usage;
     nothing is run: the value check comes before the CPU environment."""
     import subprocess
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[3] / "scripts" / "miniature.sh"
+    script = MINIATURE_SCRIPT
     usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True).stdout
     assert "--first-seed S" in usage and "--eval-samples N" in usage
     for option in ("--first-seed", "--eval-samples"):
@@ -311,9 +311,8 @@ def test_the_script_takes_the_rollout_dump_and_the_timeout():
     """The flags issue 72's runs need reach the script's parser: ``--dump-rollouts`` is known (the run goes on to the
     next option, whose missing value is the error) and ``--timeout`` takes a value; nothing is run."""
     import subprocess
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[3] / "scripts" / "miniature.sh"
+    script = MINIATURE_SCRIPT
     usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True).stdout
     assert "--dump-rollouts" in usage and "--timeout S" in usage
     bad = subprocess.run(["bash", str(script), "--dump-rollouts", "--timeout"], capture_output=True, text=True)
