@@ -120,10 +120,9 @@ def test_bad_options_are_refused_before_anything_is_built(tmp_path, capsys, argv
 def test_the_script_refuses_unknown_options_and_prints_its_usage():
     import subprocess
 
-    script = MINIATURE_SCRIPT
-    usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
+    usage = subprocess.run(["bash", str(MINIATURE_SCRIPT), "--help"], capture_output=True, text=True)
     assert usage.returncode == 0 and "Usage: bash scripts/miniature.sh" in usage.stdout
-    bad = subprocess.run(["bash", str(script), "--frob"], capture_output=True, text=True)
+    bad = subprocess.run(["bash", str(MINIATURE_SCRIPT), "--frob"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown option --frob" in bad.stderr
 
 
@@ -299,11 +298,10 @@ def test_the_script_takes_the_first_seed_and_the_eval_samples():
     nothing is run: the value check comes before the CPU environment."""
     import subprocess
 
-    script = MINIATURE_SCRIPT
-    usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True).stdout
+    usage = subprocess.run(["bash", str(MINIATURE_SCRIPT), "--help"], capture_output=True, text=True).stdout
     assert "--first-seed S" in usage and "--eval-samples N" in usage
     for option in ("--first-seed", "--eval-samples"):
-        bad = subprocess.run(["bash", str(script), option], capture_output=True, text=True)
+        bad = subprocess.run(["bash", str(MINIATURE_SCRIPT), option], capture_output=True, text=True)
         assert bad.returncode == 2 and f"error: {option} needs a value" in bad.stderr
 
 
@@ -312,12 +310,13 @@ def test_the_script_takes_the_rollout_dump_and_the_timeout():
     next option, whose missing value is the error) and ``--timeout`` takes a value; nothing is run."""
     import subprocess
 
-    script = MINIATURE_SCRIPT
-    usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True).stdout
+    usage = subprocess.run(["bash", str(MINIATURE_SCRIPT), "--help"], capture_output=True, text=True).stdout
     assert "--dump-rollouts" in usage and "--timeout S" in usage
-    bad = subprocess.run(["bash", str(script), "--dump-rollouts", "--timeout"], capture_output=True, text=True)
+    bad = subprocess.run(
+        ["bash", str(MINIATURE_SCRIPT), "--dump-rollouts", "--timeout"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "error: --timeout needs a value" in bad.stderr
-    bad = subprocess.run(["bash", str(script), "--dump-rollout"], capture_output=True, text=True)
+    bad = subprocess.run(["bash", str(MINIATURE_SCRIPT), "--dump-rollout"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown option --dump-rollout" in bad.stderr
 
 
